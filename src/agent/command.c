@@ -1,0 +1,942 @@
+#include "agent/command.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <jansson.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/http.h"
+#include "agent/output_lines.h"
+#include "agent/process.h"
+#include "agent/reaper.h"
+#include "agent/routes.h"
+#include "agent/sse.h"
+#include "lib/log.h"
+
+/* A foreground stream stops reading the command's pipes while more than this is waiting to
+ * go to the client; it resumes at HTTP_STREAM_LOW_WATER. Memory stays flat however much the
+ * command prints and however slow the client is. */
+#define STREAM_HIGH_WATER (256 * 1024)
+/* Bytes read from a pipe at once (one HTTP chunk of events at most). */
+#define READ_SIZE (64 * 1024)
+/* Reads per pipe per wakeup, so one busy command cannot starve the event loop. */
+#define READS_PER_WAKEUP 16
+/* A background command's combined output keeps its last LOG_MAX bytes (the log cursor
+ * stays absolute); finished commands beyond MAX_FINISHED are forgotten, oldest first. */
+#define LOG_MAX (256 * 1024)
+#define MAX_FINISHED 64
+/* execd sends a ping event every 3 s; this agent sends one after 3 s without output. */
+#define PING_INTERVAL_MS 3000
+/* DELETE /command: SIGTERM, then SIGKILL if the command still runs after this (as execd). */
+#define INTERRUPT_GRACE_MS 3000
+#define MAX_GROUPS 64
+
+struct command;
+
+struct output_pipe {
+    int fd; /* -1 once closed */
+    struct event *event;
+    const char *type; /* "stdout" or "stderr" */
+    struct output_lines *lines;
+    struct command *command;
+};
+
+struct command {
+    char id[33];
+    char *content;
+    bool background;
+    pid_t pid; /* leader and process group; 0 once reaped, so no stale group is signalled */
+    bool running;
+    bool timed_out;
+    int64_t timeout_ms;
+    int exit_code;
+    char error[512]; /* as Go's exec error text: "exit status 3", "signal: killed" */
+    struct timespec started_at, finished_at;
+    int64_t started_mono_ms;
+
+    struct output_pipe pipes[2];
+    size_t pipes_len;
+    struct event *timeout_event;
+    struct event *interrupt_event;
+
+    /* foreground stream; req is NULL once the client is gone or the stream ended */
+    struct http_request *req;
+    struct evbuffer *frames;
+    struct event *ping_event;
+    int64_t last_write_mono_ms;
+
+    /* background: combined stdout+stderr; log_base counts bytes dropped from its front */
+    struct evbuffer *log;
+    uint64_t log_base;
+
+    struct command *prev, *next;
+};
+
+static struct event_base *event_base;
+static struct command *commands; /* newest first */
+
+static int64_t monotonic_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static struct timeval timeval_from_ms(int64_t ms)
+{
+    return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+}
+
+/* Command ids are UUIDv4 hex without dashes, like execd's. */
+static void new_command_id(char id[33])
+{
+    unsigned char bytes[16];
+    if (getrandom(bytes, sizeof(bytes), GRND_NONBLOCK) != (ssize_t)sizeof(bytes)) {
+        static uint64_t counter;
+        uint64_t a = (uint64_t)monotonic_ms() ^ ((uint64_t)getpid() << 32), b = ++counter;
+        memcpy(bytes, &a, 8);
+        memcpy(bytes + 8, &b, 8);
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    for (int i = 0; i < 16; i++)
+        snprintf(id + 2 * i, 3, "%02x", bytes[i]);
+}
+
+/* --- registry --- */
+
+static struct command *command_find(const char *id)
+{
+    for (struct command *c = commands; c != NULL; c = c->next)
+        if (strcmp(c->id, id) == 0)
+            return c;
+    return NULL;
+}
+
+static void pipe_close(struct output_pipe *p)
+{
+    if (p->event != NULL)
+        event_free(p->event);
+    p->event = NULL;
+    if (p->fd >= 0)
+        close(p->fd);
+    p->fd = -1;
+    free(p->lines);
+    p->lines = NULL;
+}
+
+static void command_free(struct command *cmd)
+{
+    if (cmd->prev != NULL)
+        cmd->prev->next = cmd->next;
+    else
+        commands = cmd->next;
+    if (cmd->next != NULL)
+        cmd->next->prev = cmd->prev;
+    if (cmd->pid > 0)
+        reaper_unwatch(cmd->pid);
+    for (size_t i = 0; i < cmd->pipes_len; i++)
+        pipe_close(&cmd->pipes[i]);
+    if (cmd->timeout_event)
+        event_free(cmd->timeout_event);
+    if (cmd->interrupt_event)
+        event_free(cmd->interrupt_event);
+    if (cmd->ping_event)
+        event_free(cmd->ping_event);
+    if (cmd->frames)
+        evbuffer_free(cmd->frames);
+    if (cmd->log)
+        evbuffer_free(cmd->log);
+    free(cmd->content);
+    free(cmd);
+}
+
+/* Forgets the oldest finished commands beyond MAX_FINISHED. */
+static void registry_prune(void)
+{
+    size_t finished = 0;
+    struct command *c = commands;
+    while (c != NULL) {
+        struct command *next = c->next;
+        bool idle = !c->running && c->req == NULL;
+        if (idle && ++finished > MAX_FINISHED)
+            command_free(c);
+        c = next;
+    }
+}
+
+/* --- stream output --- */
+
+static void stream_flush(struct command *cmd)
+{
+    if (cmd->req == NULL || evbuffer_get_length(cmd->frames) == 0)
+        return;
+    http_stream_write(cmd->req, cmd->frames);
+    cmd->last_write_mono_ms = monotonic_ms();
+}
+
+static void stream_event(struct command *cmd, const struct sse_event *event)
+{
+    if (cmd->req != NULL && sse_event_append(cmd->frames, event) < 0)
+        log_warn("command %s: cannot encode an event", cmd->id);
+}
+
+static int emit_line(const char *line, size_t len, void *arg)
+{
+    struct output_pipe *p = arg;
+    struct sse_event event = {.type = p->type,
+                              .text = line,
+                              .text_len = len,
+                              .execution_time = -1,
+                              .timestamp = sse_now_ms()};
+    stream_event(p->command, &event);
+    return 0;
+}
+
+/* Stops streaming: after the last event, or when the client went away. */
+static void stream_detach(struct command *cmd)
+{
+    cmd->req = NULL;
+    if (cmd->ping_event != NULL)
+        event_free(cmd->ping_event);
+    cmd->ping_event = NULL;
+    if (cmd->frames != NULL)
+        evbuffer_free(cmd->frames);
+    cmd->frames = NULL;
+}
+
+/* The last event of a foreground command: execution_complete on exit 0, else an error
+ * event (and no execution_complete), as execd's runCommand does. */
+static void stream_finish(struct command *cmd)
+{
+    int64_t now = sse_now_ms();
+    if (cmd->exit_code == 0 && !cmd->timed_out) {
+        struct sse_event done = {.type = "execution_complete",
+                                 .execution_time = monotonic_ms() - cmd->started_mono_ms,
+                                 .timestamp = now};
+        stream_event(cmd, &done);
+    } else {
+        char evalue[16], reason[64];
+        snprintf(evalue, sizeof(evalue), "%d", cmd->exit_code);
+        const char *traceback[2] = {cmd->error, reason};
+        size_t traceback_len = 1;
+        if (cmd->timed_out) {
+            snprintf(reason, sizeof(reason), "timed out after %lld ms",
+                     (long long)cmd->timeout_ms);
+            traceback_len = 2;
+        }
+        struct sse_error error = {.ename = "CommandExecError",
+                                  .evalue = evalue,
+                                  .traceback = traceback,
+                                  .traceback_len = traceback_len};
+        struct sse_event event = {
+            .type = "error", .execution_time = -1, .timestamp = now, .error = &error};
+        stream_event(cmd, &event);
+    }
+    stream_flush(cmd);
+    http_stream_end(cmd->req);
+    stream_detach(cmd);
+    registry_prune();
+}
+
+/* --- reading output --- */
+
+static void log_append(struct command *cmd, const char *data, size_t len)
+{
+    evbuffer_add(cmd->log, data, len);
+    size_t have = evbuffer_get_length(cmd->log);
+    if (have > LOG_MAX) {
+        evbuffer_drain(cmd->log, have - LOG_MAX);
+        cmd->log_base += have - LOG_MAX;
+    }
+}
+
+static bool stream_backpressured(const struct command *cmd)
+{
+    return cmd->req != NULL && http_stream_pending(cmd->req) > STREAM_HIGH_WATER;
+}
+
+static void pipe_end(struct command *cmd, struct output_pipe *p)
+{
+    if (p->lines != NULL)
+        output_lines_flush(p->lines, emit_line, p);
+    pipe_close(p);
+}
+
+/* Moves output from the pipes to the client (or the log) while the client keeps up, and
+ * ends the command's stream once it has exited and its pipes are drained. */
+static void command_pump(struct command *cmd)
+{
+    static char buffer[READ_SIZE];
+    bool open = false;
+    for (size_t i = 0; i < cmd->pipes_len; i++) {
+        struct output_pipe *p = &cmd->pipes[i];
+        for (int reads = 0; p->fd >= 0 && reads < READS_PER_WAKEUP; reads++) {
+            if (stream_backpressured(cmd))
+                break;
+            ssize_t n = read(p->fd, buffer, sizeof(buffer));
+            if (n > 0) {
+                if (cmd->log != NULL)
+                    log_append(cmd, buffer, (size_t)n);
+                else
+                    output_lines_feed(p->lines, buffer, (size_t)n, emit_line, p);
+                stream_flush(cmd);
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            /* After the command exited, "nothing more right now" means done: a process it
+             * left behind may hold the pipe open forever (execd stops there too). */
+            if (n == 0 || (n < 0 && errno != EAGAIN) || !cmd->running)
+                pipe_end(cmd, p);
+            break;
+        }
+        open |= p->fd >= 0;
+    }
+    if (!open && !cmd->running) {
+        if (cmd->req != NULL)
+            stream_finish(cmd);
+        return;
+    }
+    /* Level-triggered pipe events while the client keeps up; none while it does not. */
+    bool paused = stream_backpressured(cmd);
+    for (size_t i = 0; i < cmd->pipes_len; i++) {
+        struct output_pipe *p = &cmd->pipes[i];
+        if (p->event == NULL)
+            continue;
+        if (paused)
+            event_del(p->event);
+        else
+            event_add(p->event, NULL);
+    }
+}
+
+static void on_pipe_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct output_pipe *p = arg;
+    command_pump(p->command);
+}
+
+/* --- stream callbacks --- */
+
+static void on_stream_drain(void *arg)
+{
+    command_pump(arg);
+}
+
+static void on_stream_close(void *arg)
+{
+    struct command *cmd = arg;
+    stream_detach(cmd);
+    /* A client that hangs up takes its foreground command with it. */
+    if (cmd->running && cmd->pid > 0) {
+        log_info("command %s: client disconnected, killing process group %d", cmd->id,
+                 cmd->pid);
+        kill(-cmd->pid, SIGKILL);
+    }
+    for (size_t i = 0; i < cmd->pipes_len; i++)
+        pipe_close(&cmd->pipes[i]);
+    registry_prune();
+}
+
+static void on_ping(evutil_socket_t fd, short what, void *arg)
+{
+    struct command *cmd = arg;
+    if (cmd->req == NULL || http_stream_pending(cmd->req) > 0 ||
+        monotonic_ms() - cmd->last_write_mono_ms < PING_INTERVAL_MS)
+        return;
+    struct sse_event ping = {
+        .type = "ping", .text = "pong", .text_len = 4, .execution_time = -1,
+        .timestamp = sse_now_ms()};
+    stream_event(cmd, &ping);
+    stream_flush(cmd);
+}
+
+/* --- process lifecycle --- */
+
+/* Go's exec error text, which execd puts in the traceback and the status `error`. */
+static void describe_status(int status, int *exit_code, char *error, size_t size)
+{
+    if (WIFEXITED(status)) {
+        *exit_code = WEXITSTATUS(status);
+        snprintf(error, size, "exit status %d", *exit_code);
+        return;
+    }
+    *exit_code = -1; /* what Go's ProcessState.ExitCode() says for a signal */
+    int sig = WTERMSIG(status);
+    char name[48];
+    snprintf(name, sizeof(name), "%s", sig == SIGKILL   ? "killed"
+                                       : sig == SIGTERM ? "terminated"
+                                       : sig == SIGINT  ? "interrupt"
+                                                        : strsignal(sig));
+    name[0] = (char)((name[0] >= 'A' && name[0] <= 'Z') ? name[0] - 'A' + 'a' : name[0]);
+    snprintf(error, size, "signal: %s%s", name, WCOREDUMP(status) ? " (core dumped)" : "");
+}
+
+static void on_command_exit(pid_t pid, int status, void *arg)
+{
+    struct command *cmd = arg;
+    cmd->pid = 0;
+    cmd->running = false;
+    clock_gettime(CLOCK_REALTIME, &cmd->finished_at);
+    describe_status(status, &cmd->exit_code, cmd->error, sizeof(cmd->error));
+    if (cmd->timeout_event)
+        event_del(cmd->timeout_event);
+    if (cmd->interrupt_event)
+        event_del(cmd->interrupt_event);
+    log_info("command %s (pid %d) finished: %s%s", cmd->id, pid, cmd->error,
+             cmd->timed_out ? " (timed out)" : "");
+    command_pump(cmd);
+    registry_prune();
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct command *cmd = arg;
+    if (cmd->pid <= 0)
+        return;
+    log_info("command %s: timed out after %lld ms, killing process group %d", cmd->id,
+             (long long)cmd->timeout_ms, cmd->pid);
+    cmd->timed_out = true;
+    kill(-cmd->pid, SIGKILL);
+}
+
+static void on_interrupt_grace_over(evutil_socket_t fd, short what, void *arg)
+{
+    struct command *cmd = arg;
+    if (cmd->pid > 0)
+        kill(-cmd->pid, SIGKILL);
+}
+
+/* --- request parsing --- */
+
+struct run_request {
+    const char *command;
+    const char *cwd;
+    bool background;
+    int64_t timeout_ms;
+    bool has_uid, has_gid;
+    uid_t uid;
+    gid_t gid;
+    json_t *envs;
+};
+
+static int parse_id(json_t *value, const char *field, bool *has, uint32_t *out,
+                    struct cove_error **err)
+{
+    if (value == NULL || json_is_null(value))
+        return 0;
+    if (!json_is_integer(value) || json_integer_value(value) < 0 ||
+        json_integer_value(value) > UINT32_MAX)
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "error parsing request, MAYBE invalid body format. %s must be "
+                              "an integer from 0 to 4294967295",
+                              field);
+    *has = true;
+    *out = (uint32_t)json_integer_value(value);
+    return 0;
+}
+
+/* Reads a RunCommandRequest with the rules execd applies (Go's JSON decoding, then the
+ * validator): wrong types are parse errors, a missing or empty command and a bad cwd are
+ * validation errors, both 400 INVALID_REQUEST_BODY. */
+static int parse_run_request(json_t *body, struct run_request *out, struct cove_error **err)
+{
+    static const char *parse_error = "error parsing request, MAYBE invalid body format.";
+    static const char *invalid = "invalid request, validation error";
+    if (!json_is_object(body))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s the body must be a JSON object", parse_error);
+    json_t *command = json_object_get(body, "command");
+    json_t *cwd = json_object_get(body, "cwd");
+    json_t *background = json_object_get(body, "background");
+    json_t *timeout = json_object_get(body, "timeout");
+    json_t *envs = json_object_get(body, "envs");
+    if (command != NULL && !json_is_null(command) && !json_is_string(command))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "%s command must be a string",
+                              parse_error);
+    if (cwd != NULL && !json_is_null(cwd) && !json_is_string(cwd))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "%s cwd must be a string",
+                              parse_error);
+    if (background != NULL && !json_is_null(background) && !json_is_boolean(background))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s background must be a boolean", parse_error);
+    if (timeout != NULL && !json_is_null(timeout) && !json_is_integer(timeout))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s timeout must be an integer (milliseconds)", parse_error);
+    uint32_t uid = 0, gid = 0;
+    if (parse_id(json_object_get(body, "uid"), "uid", &out->has_uid, &uid, err) < 0 ||
+        parse_id(json_object_get(body, "gid"), "gid", &out->has_gid, &gid, err) < 0)
+        return -1;
+    out->uid = uid;
+    out->gid = gid;
+    if (envs != NULL && !json_is_null(envs)) {
+        if (!json_is_object(envs))
+            return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                                  "%s envs must be an object of strings", parse_error);
+        const char *key;
+        json_t *value;
+        json_object_foreach(envs, key, value)
+        {
+            if (!json_is_string(value))
+                return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                                      "%s envs.%s must be a string", parse_error, key);
+            if (key[0] == '\0' || strchr(key, '=') != NULL)
+                return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                                      "%s invalid environment variable name '%s'", invalid,
+                                      key);
+        }
+        out->envs = envs;
+    }
+
+    out->command = json_string_value(command);
+    if (out->command == NULL || out->command[0] == '\0')
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "%s command is required",
+                              invalid);
+    out->background = json_is_true(background);
+    out->timeout_ms = timeout ? json_integer_value(timeout) : 0;
+    if (out->timeout_ms < 0)
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s timeout must be at least 1 ms", invalid);
+    if (out->has_gid && !out->has_uid)
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s uid is required when gid is provided", invalid);
+    out->cwd = json_string_value(cwd);
+    if (out->cwd != NULL && out->cwd[0] == '\0')
+        out->cwd = NULL;
+    if (out->cwd != NULL) {
+        struct stat st;
+        if (stat(out->cwd, &st) < 0) {
+            if (errno == ENOENT)
+                return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                                      "%s working directory does not exist: %s", invalid,
+                                      out->cwd);
+            return cove_error_set(err, errno, 400, "INVALID_REQUEST_BODY",
+                                  "%s cannot access working directory %s", invalid, out->cwd);
+        }
+        if (!S_ISDIR(st.st_mode))
+            return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                                  "%s working directory path is not a directory: %s", invalid,
+                                  out->cwd);
+    }
+    return 0;
+}
+
+/* --- building the process --- */
+
+/* The identity to run as. Like execd, a uid found in /etc/passwd brings its primary group
+ * and supplementary groups; an explicit gid wins. Files are read directly (fgetpwent), not
+ * through NSS, which a static binary cannot load. */
+static void resolve_user(const struct run_request *run, struct process_spec *spec,
+                         gid_t *groups)
+{
+    spec->set_user = true;
+    spec->uid = run->uid;
+    /* An unknown uid gets its own number as gid rather than root's group. */
+    spec->gid = run->has_gid ? run->gid : (gid_t)run->uid;
+    spec->groups = groups;
+    spec->groups_len = 0;
+    char name[256] = "";
+    FILE *f = fopen("/etc/passwd", "re");
+    if (f != NULL) {
+        struct passwd *pw;
+        while ((pw = fgetpwent(f)) != NULL) {
+            if (pw->pw_uid == run->uid) {
+                snprintf(name, sizeof(name), "%s", pw->pw_name);
+                if (!run->has_gid)
+                    spec->gid = pw->pw_gid;
+                groups[spec->groups_len++] = pw->pw_gid;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    if (name[0] == '\0' || (f = fopen("/etc/group", "re")) == NULL)
+        return;
+    struct group *gr;
+    while ((gr = fgetgrent(f)) != NULL && spec->groups_len < MAX_GROUPS) {
+        for (char **member = gr->gr_mem; member != NULL && *member != NULL; member++) {
+            if (strcmp(*member, name) == 0 && gr->gr_gid != groups[0]) {
+                groups[spec->groups_len++] = gr->gr_gid;
+                break;
+            }
+        }
+    }
+    fclose(f);
+}
+
+/* bash when the sandbox has it (execd prefers it too, and users write bash), else sh. */
+static const char *find_shell(char *path, size_t size)
+{
+    const char *dirs = getenv("PATH");
+    if (dirs == NULL)
+        dirs = "/usr/local/bin:/usr/bin:/bin";
+    while (*dirs != '\0') {
+        size_t len = strcspn(dirs, ":");
+        if (len > 0 && (size_t)snprintf(path, size, "%.*s/bash", (int)len, dirs) < size &&
+            access(path, X_OK) == 0)
+            return path;
+        dirs += len + (dirs[len] == ':');
+    }
+    return access("/bin/sh", X_OK) == 0 ? "/bin/sh" : "sh";
+}
+
+/* The agent's environment (the sandbox's) with the request's envs on top. */
+static char **build_environment(json_t *envs)
+{
+    extern char **environ;
+    size_t base = 0;
+    while (environ[base] != NULL)
+        base++;
+    size_t extra = envs ? json_object_size(envs) : 0;
+    char **env = calloc(base + extra + 1, sizeof(char *));
+    if (env == NULL)
+        return NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < base; i++) {
+        size_t key_len = strcspn(environ[i], "=");
+        char key[256];
+        if (envs != NULL && key_len < sizeof(key)) {
+            memcpy(key, environ[i], key_len);
+            key[key_len] = '\0';
+            if (json_object_get(envs, key) != NULL)
+                continue;
+        }
+        env[n++] = strdup(environ[i]);
+    }
+    const char *key;
+    json_t *value;
+    json_object_foreach(envs, key, value)
+    {
+        if (asprintf(&env[n], "%s=%s", key, json_string_value(value)) >= 0)
+            n++;
+    }
+    env[n] = NULL;
+    return env;
+}
+
+static void free_environment(char **env)
+{
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+        free(env[i]);
+    free(env);
+}
+
+static int make_output_pipe(int fds[2], struct cove_error **err)
+{
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return cove_error_sys(err, "cannot create output pipe");
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    return 0;
+}
+
+/* Starts the process for cmd; sets up its pipes and reaper watch. */
+static int command_start(struct command *cmd, const struct run_request *run,
+                         struct cove_error **err)
+{
+    int out[2] = {-1, -1}, errp[2] = {-1, -1};
+    if (make_output_pipe(out, err) < 0)
+        return -1;
+    if (!cmd->background && make_output_pipe(errp, err) < 0) {
+        close(out[0]);
+        close(out[1]);
+        return -1;
+    }
+    char shell[4096];
+    char *argv[] = {(char *)find_shell(shell, sizeof(shell)), "-c", (char *)run->command, NULL};
+    char **env = build_environment(run->envs);
+    gid_t groups[MAX_GROUPS];
+    struct process_spec spec = {.argv = argv,
+                                .envp = env,
+                                .cwd = run->cwd,
+                                .stdin_fd = -1,
+                                .stdout_fd = out[1],
+                                .stderr_fd = cmd->background ? out[1] : errp[1]};
+    if (run->has_uid)
+        resolve_user(run, &spec, groups);
+    pid_t pid = 0;
+    int rc = env == NULL ? cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory")
+                         : process_spawn(&spec, &pid, err);
+    free_environment(env);
+    close(out[1]);
+    if (errp[1] >= 0)
+        close(errp[1]);
+    if (rc < 0 || reaper_watch(pid, on_command_exit, cmd, err) < 0) {
+        if (rc == 0) { /* spawned but cannot be watched: do not leave it behind */
+            kill(-pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+        close(out[0]);
+        if (errp[0] >= 0)
+            close(errp[0]);
+        return -1;
+    }
+    cmd->pid = pid;
+    cmd->running = true;
+    int fds[2] = {out[0], errp[0]};
+    const char *types[2] = {"stdout", "stderr"};
+    cmd->pipes_len = cmd->background ? 1 : 2;
+    for (size_t i = 0; i < cmd->pipes_len; i++) {
+        struct output_pipe *p = &cmd->pipes[i];
+        p->fd = fds[i];
+        p->type = types[i];
+        p->command = cmd;
+        p->event = event_new(event_base, p->fd, EV_READ | EV_PERSIST, on_pipe_readable, p);
+        if (!cmd->background && (p->lines = malloc(sizeof(*p->lines))) != NULL)
+            output_lines_init(p->lines);
+        if (p->event == NULL || (!cmd->background && p->lines == NULL)) {
+            /* Without a way to read it the output is dropped; the command still runs. */
+            log_error("command %s: out of memory for its %s", cmd->id, p->type);
+            pipe_close(p);
+            continue;
+        }
+        event_add(p->event, NULL);
+    }
+    if (run->timeout_ms > 0) {
+        cmd->timeout_event = evtimer_new(event_base, on_timeout, cmd);
+        struct timeval tv = timeval_from_ms(run->timeout_ms);
+        if (cmd->timeout_event != NULL)
+            evtimer_add(cmd->timeout_event, &tv);
+    }
+    return 0;
+}
+
+static struct command *command_new(const struct run_request *run)
+{
+    struct command *cmd = calloc(1, sizeof(*cmd));
+    if (cmd == NULL || (cmd->content = strdup(run->command)) == NULL) {
+        free(cmd);
+        return NULL;
+    }
+    new_command_id(cmd->id);
+    cmd->background = run->background;
+    cmd->timeout_ms = run->timeout_ms;
+    clock_gettime(CLOCK_REALTIME, &cmd->started_at);
+    cmd->started_mono_ms = monotonic_ms();
+    cmd->pipes[0].fd = cmd->pipes[1].fd = -1;
+    cmd->next = commands;
+    if (commands != NULL)
+        commands->prev = cmd;
+    commands = cmd;
+    return cmd;
+}
+
+/* --- handlers --- */
+
+static void stream_open(struct http_request *req, struct command *cmd)
+{
+    /* The headers execd sets on its event streams. */
+    http_response_add_header(req, "Cache-Control", "no-cache");
+    http_response_add_header(req, "X-Accel-Buffering", "no");
+    http_stream_start(req, 200, "text/event-stream");
+    cmd->req = req;
+    cmd->frames = evbuffer_new();
+    struct sse_event init = {.type = "init",
+                             .text = cmd->id,
+                             .text_len = strlen(cmd->id),
+                             .execution_time = -1,
+                             .timestamp = sse_now_ms()};
+    if (cmd->frames != NULL)
+        stream_event(cmd, &init);
+    stream_flush(cmd);
+}
+
+/* runCommand: POST /command */
+void command_handle_run(struct http_request *req, const struct route_params *params)
+{
+    cleanup_error struct cove_error *err = NULL;
+    size_t len;
+    const char *body = http_request_body(req, &len);
+    json_error_t json_error;
+    json_t *json = json_loadb(body, len, 0, &json_error);
+    if (json == NULL) {
+        http_respond_error(req, 400, "INVALID_REQUEST_BODY",
+                           "error parsing request, MAYBE invalid body format. %s",
+                           json_error.text);
+        return;
+    }
+    struct run_request run = {0};
+    if (parse_run_request(json, &run, &err) < 0) {
+        http_respond_cove_error(req, err);
+        json_decref(json);
+        return;
+    }
+    struct command *cmd = command_new(&run);
+    if (cmd == NULL) {
+        http_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
+        json_decref(json);
+        return;
+    }
+    if (run.background)
+        cmd->log = evbuffer_new();
+    int rc = command_start(cmd, &run, &err);
+    json_decref(json);
+    if (rc < 0) {
+        cmd->exit_code = 255;
+        snprintf(cmd->error, sizeof(cmd->error), "%s", err->message);
+        clock_gettime(CLOCK_REALTIME, &cmd->finished_at);
+        log_warn("command %s: %s", cmd->id, err->message);
+        if (run.background || err->http_status == 400) {
+            /* Nothing was streamed yet: a plain JSON error (a bad cwd is the client's). */
+            http_respond_cove_error(req, err);
+        } else {
+            /* execd reports a start failure inside the stream: init, then the error. */
+            stream_open(req, cmd);
+            const char *traceback[] = {err->message};
+            struct sse_error error = {.ename = "CommandExecError",
+                                      .evalue = err->message,
+                                      .traceback = traceback,
+                                      .traceback_len = 1};
+            struct sse_event event = {
+                .type = "error", .execution_time = -1, .timestamp = sse_now_ms(), .error = &error};
+            stream_event(cmd, &event);
+            stream_flush(cmd);
+            http_stream_end(req);
+            stream_detach(cmd);
+        }
+        registry_prune();
+        return;
+    }
+    log_info("command %s (pid %d%s) started", cmd->id, cmd->pid,
+             cmd->background ? ", background" : "");
+
+    stream_open(req, cmd);
+    if (cmd->background) {
+        /* execd answers a background command with init and execution_complete at once. */
+        struct sse_event done = {.type = "execution_complete",
+                                 .execution_time = monotonic_ms() - cmd->started_mono_ms,
+                                 .timestamp = sse_now_ms()};
+        stream_event(cmd, &done);
+        stream_flush(cmd);
+        http_stream_end(req);
+        stream_detach(cmd);
+        return;
+    }
+    http_stream_set_callbacks(req, on_stream_drain, on_stream_close, cmd);
+    cmd->ping_event = event_new(event_base, -1, EV_PERSIST, on_ping, cmd);
+    struct timeval second = {1, 0};
+    if (cmd->ping_event != NULL)
+        event_add(cmd->ping_event, &second);
+}
+
+/* interruptCommand: DELETE /command?id= */
+void command_handle_interrupt(struct http_request *req, const struct route_params *params)
+{
+    const char *id = http_request_query(req, "id");
+    if (id == NULL || id[0] == '\0') {
+        http_respond_error(req, 400, "MISSING_QUERY", "missing query parameter 'id'");
+        return;
+    }
+    struct command *cmd = command_find(id);
+    if (cmd == NULL) {
+        http_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id);
+        return;
+    }
+    /* Interrupting a command that already ended is not an error: the goal is reached. */
+    if (cmd->running && cmd->pid > 0) {
+        log_info("command %s: interrupted, terminating process group %d", cmd->id, cmd->pid);
+        kill(-cmd->pid, SIGTERM);
+        if (cmd->interrupt_event == NULL)
+            cmd->interrupt_event = evtimer_new(event_base, on_interrupt_grace_over, cmd);
+        struct timeval grace = timeval_from_ms(INTERRUPT_GRACE_MS);
+        if (cmd->interrupt_event != NULL)
+            evtimer_add(cmd->interrupt_event, &grace);
+    }
+    http_respond(req, 200, NULL, NULL, 0);
+}
+
+static json_t *rfc3339(const struct timespec *ts)
+{
+    struct tm tm;
+    char text[64];
+    gmtime_r(&ts->tv_sec, &tm);
+    snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts->tv_nsec / 1000000);
+    return json_string(text);
+}
+
+/* getCommandStatus: GET /command/status/{id} */
+void command_handle_status(struct http_request *req, const struct route_params *params)
+{
+    const char *id = route_param(params, "id");
+    struct command *cmd = id ? command_find(id) : NULL;
+    if (cmd == NULL) {
+        http_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
+        return;
+    }
+    json_t *status = json_pack("{s:s, s:s, s:b, s:o}", "id", cmd->id, "content", cmd->content,
+                               "running", cmd->running, "started_at", rfc3339(&cmd->started_at));
+    if (status != NULL && !cmd->running) {
+        json_object_set_new(status, "exit_code", json_integer(cmd->exit_code));
+        if (cmd->error[0] != '\0' && cmd->exit_code != 0)
+            json_object_set_new(status, "error", json_string(cmd->error));
+        json_object_set_new(status, "finished_at", rfc3339(&cmd->finished_at));
+    }
+    if (status == NULL) {
+        http_respond_error(req, 500, "RUNTIME_ERROR", "cannot encode the status");
+        return;
+    }
+    http_respond_json(req, 200, status);
+}
+
+/* getBackgroundCommandLogs: GET /command/{id}/logs?cursor=N. Like execd, the cursor is a
+ * byte offset into the combined output, and the tail cursor header is the next one. */
+void command_handle_logs(struct http_request *req, const struct route_params *params)
+{
+    const char *id = route_param(params, "id");
+    struct command *cmd = id ? command_find(id) : NULL;
+    if (cmd == NULL) {
+        http_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
+        return;
+    }
+    if (cmd->log == NULL) {
+        http_respond_error(req, 400, "INVALID_REQUEST_BODY",
+                           "command %s is not running in background", cmd->id);
+        return;
+    }
+    const char *cursor_text = http_request_query(req, "cursor");
+    char *end = NULL;
+    unsigned long long cursor = cursor_text ? strtoull(cursor_text, &end, 10) : 0;
+    if (cursor_text != NULL && (end == cursor_text || *end != '\0' || cursor_text[0] == '-'))
+        cursor = 0; /* execd ignores a cursor it cannot parse */
+    size_t have = evbuffer_get_length(cmd->log);
+    uint64_t tail = cmd->log_base + have;
+    if (cursor < cmd->log_base)
+        cursor = cmd->log_base; /* that part was dropped: give what is left */
+    if (cursor > tail)
+        cursor = tail;
+    size_t offset = (size_t)(cursor - cmd->log_base);
+    const unsigned char *data = evbuffer_pullup(cmd->log, -1);
+    char tail_text[32];
+    snprintf(tail_text, sizeof(tail_text), "%llu", (unsigned long long)tail);
+    http_response_add_header(req, "EXECD-COMMANDS-TAIL-CURSOR", tail_text);
+    http_respond(req, 200, "text/plain; charset=utf-8", data ? data + offset : NULL,
+                 have - offset);
+}
+
+void command_init(struct event_base *base)
+{
+    event_base = base;
+}
+
+void command_cleanup(void)
+{
+    while (commands != NULL) {
+        if (commands->req != NULL)
+            stream_detach(commands);
+        command_free(commands);
+    }
+}

@@ -1,0 +1,308 @@
+/* cove-agent: PID 1 of every sandbox. Reaps orphans, runs the entrypoint, serves the execd
+ * API over HTTP on a socket coved hands it (or on TCP / a unix path), and on SIGTERM stops
+ * every process in the sandbox before exiting.
+ *
+ *   cove-agent [--listen-fd N] [--listen HOST:PORT | --listen unix:PATH]... [--debug]
+ *              [--] [entrypoint argv...] */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/command.h"
+#include "agent/http.h"
+#include "agent/process.h"
+#include "agent/reaper.h"
+#include "agent/routes.h"
+#include "lib/error.h"
+#include "lib/log.h"
+
+/* On SIGTERM: how long processes get to exit before SIGKILL. */
+#define SHUTDOWN_GRACE_MS 2000
+#define SHUTDOWN_POLL_MS 50
+#define MAX_LISTENERS 8
+
+struct agent {
+    struct event_base *base;
+    struct http_server *server;
+    struct event *signal_events[2];
+    struct event *shutdown_timer;
+    int shutdown_elapsed_ms;
+    bool killed;
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
+                 "[--debug] [--] [entrypoint argv...]\n");
+}
+
+/* Children get stdio at 0-2; if the agent was started with any of them closed, pipes it
+ * makes later would land there and be clobbered. */
+static void ensure_standard_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        if (open("/dev/null", O_RDWR) < 0) {
+            int fds[2];
+            if (pipe(fds) < 0)
+                return;
+        }
+    }
+}
+
+static int listen_unix(const char *path, struct cove_error **err)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(addr.sun_path))
+        return cove_error_set(err, 0, 500, "COVE::INTERNAL", "socket path too long: %s", path);
+    strcpy(addr.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return cove_error_sys(err, "cannot create unix socket");
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path); /* a stale socket from an earlier run */
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(fd, 128) < 0) {
+        cove_error_sys(err, "cannot listen on %s", path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* HOST:PORT with a numeric host ("0.0.0.0", "127.0.0.1", "[::]", or empty for any): name
+ * lookups need NSS, which a static binary cannot use. */
+static int listen_tcp(const char *spec, struct cove_error **err)
+{
+    const char *colon = strrchr(spec, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (colon == NULL || *end != '\0' || port <= 0 || port > 65535)
+        return cove_error_set(err, 0, 500, "COVE::INTERNAL", "bad listen address %s", spec);
+    char host[64];
+    size_t host_len = (size_t)(colon - spec);
+    if (host_len >= 2 && spec[0] == '[' && spec[host_len - 1] == ']') {
+        spec++;
+        host_len -= 2;
+    }
+    if (host_len >= sizeof(host))
+        return cove_error_set(err, 0, 500, "COVE::INTERNAL", "bad listen address %s", spec);
+    memcpy(host, spec, host_len);
+    host[host_len] = '\0';
+
+    struct sockaddr_storage addr = {0};
+    socklen_t addr_len;
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&addr;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&addr;
+    if (host[0] == '\0' || inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        addr_len = sizeof(*v4);
+    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        addr_len = sizeof(*v6);
+    } else {
+        return cove_error_set(err, 0, 500, "COVE::INTERNAL", "bad listen host %s", host);
+    }
+    int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return cove_error_sys(err, "cannot create TCP socket");
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&addr, addr_len) < 0 || listen(fd, 128) < 0) {
+        cove_error_sys(err, "cannot listen on %s", spec);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* An inherited, already listening socket (coved makes it on the host side). */
+static int listen_inherited(const char *text, struct cove_error **err)
+{
+    char *end;
+    long fd = strtol(text, &end, 10);
+    int accepting = 0;
+    socklen_t len = sizeof(accepting);
+    if (*end != '\0' || fd < 0 || fd > 65535)
+        return cove_error_set(err, 0, 500, "COVE::INTERNAL", "bad --listen-fd %s", text);
+    if (getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) < 0 || !accepting)
+        return cove_error_set(err, errno, 500, "COVE::INTERNAL",
+                              "fd %ld is not a listening socket", fd);
+    fcntl((int)fd, F_SETFD, FD_CLOEXEC); /* never leak it into commands */
+    return (int)fd;
+}
+
+/* Everyone in the sandbox: as PID 1 of its pid namespace, kill(-1) reaches every process
+ * but the agent. Run outside one (tests), only the agent's own process groups. */
+static void signal_everyone(int signo)
+{
+    if (getpid() == 1)
+        kill(-1, signo);
+    else
+        reaper_signal_all_groups(signo);
+}
+
+static void on_shutdown_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct agent *agent = arg;
+    agent->shutdown_elapsed_ms += SHUTDOWN_POLL_MS;
+    reaper_reap_now();
+    if (!reaper_has_children()) {
+        event_base_loopbreak(agent->base);
+        return;
+    }
+    if (!agent->killed && agent->shutdown_elapsed_ms >= SHUTDOWN_GRACE_MS) {
+        log_info("processes still running after %d ms, sending SIGKILL", SHUTDOWN_GRACE_MS);
+        signal_everyone(SIGKILL);
+        agent->killed = true;
+    } else if (agent->shutdown_elapsed_ms >= 2 * SHUTDOWN_GRACE_MS) {
+        /* Unkillable (e.g. in uninterruptible sleep): exiting PID 1 ends them anyway. */
+        event_base_loopbreak(agent->base);
+    }
+}
+
+static void on_terminate(evutil_socket_t signo, short what, void *arg)
+{
+    struct agent *agent = arg;
+    if (agent->shutdown_timer != NULL)
+        return;
+    log_info("signal %d: stopping every process, then exiting", (int)signo);
+    signal_everyone(SIGTERM);
+    struct timeval tick = {0, SHUTDOWN_POLL_MS * 1000};
+    agent->shutdown_timer = event_new(agent->base, -1, EV_PERSIST, on_shutdown_tick, agent);
+    if (agent->shutdown_timer == NULL || event_add(agent->shutdown_timer, &tick) < 0)
+        event_base_loopbreak(agent->base);
+}
+
+static void on_entrypoint_exit(pid_t pid, int status, void *arg)
+{
+    /* The sandbox stays usable without its entrypoint (as in E2B): log and serve on. */
+    if (WIFEXITED(status))
+        log_info("entrypoint (pid %d) exited with status %d", pid, WEXITSTATUS(status));
+    else
+        log_info("entrypoint (pid %d) killed by signal %d", pid, WTERMSIG(status));
+}
+
+static void start_entrypoint(char **argv)
+{
+    extern char **environ;
+    cleanup_error struct cove_error *err = NULL;
+    struct process_spec spec = {
+        .argv = argv, .envp = environ, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1};
+    pid_t pid;
+    if (process_spawn(&spec, &pid, &err) < 0) {
+        log_error("cannot start entrypoint %s: %s", argv[0], err->message);
+        return;
+    }
+    if (reaper_watch(pid, on_entrypoint_exit, NULL, &err) < 0)
+        log_warn("entrypoint %d: %s", pid, err->message);
+    log_info("entrypoint %s started (pid %d)", argv[0], pid);
+}
+
+int main(int argc, char **argv)
+{
+    cove_log_set_prefix("cove-agent");
+    ensure_standard_fds();
+    /* A client that disconnects mid-write must be an error return, not death of PID 1. */
+    signal(SIGPIPE, SIG_IGN);
+
+    const char *listen_specs[MAX_LISTENERS];
+    const char *listen_fds[MAX_LISTENERS];
+    size_t specs_len = 0, fds_len = 0;
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--") == 0) {
+            i++;
+            break;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            break; /* the entrypoint's argv starts here */
+        if (strcmp(arg, "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(arg, "--debug") == 0) {
+            cove_log_set_level(COVE_LOG_DEBUG);
+        } else if (strcmp(arg, "--listen-fd") == 0 && i + 1 < argc && fds_len < MAX_LISTENERS) {
+            listen_fds[fds_len++] = argv[++i];
+        } else if (strcmp(arg, "--listen") == 0 && i + 1 < argc && specs_len < MAX_LISTENERS) {
+            listen_specs[specs_len++] = argv[++i];
+        } else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    char **entrypoint = i < argc ? argv + i : NULL;
+    if (specs_len + fds_len == 0) {
+        fprintf(stderr, "cove-agent: nothing to listen on\n");
+        usage(stderr);
+        return 2;
+    }
+
+    cleanup_error struct cove_error *err = NULL;
+    struct agent agent = {0};
+    agent.base = event_base_new();
+    if (agent.base == NULL) {
+        log_error("cannot create the event loop");
+        return 1;
+    }
+    if (reaper_init(agent.base, &err) < 0 ||
+        http_server_new(agent.base, routes_dispatch, NULL, &agent.server, &err) < 0) {
+        log_error("%s", err->message);
+        return 1;
+    }
+    command_init(agent.base);
+    for (size_t n = 0; n < fds_len + specs_len; n++) {
+        const char *spec = n < fds_len ? listen_fds[n] : listen_specs[n - fds_len];
+        int fd = n < fds_len                        ? listen_inherited(spec, &err)
+                 : strncmp(spec, "unix:", 5) == 0 ? listen_unix(spec + 5, &err)
+                                                    : listen_tcp(spec, &err);
+        if (fd < 0 || http_server_add_listener(agent.server, fd, &err) < 0) {
+            log_error("%s", err->message);
+            return 1;
+        }
+        log_info("listening on %s%s", n < fds_len ? "fd " : "", spec);
+    }
+
+    int signals[2] = {SIGTERM, SIGINT};
+    for (size_t n = 0; n < 2; n++) {
+        agent.signal_events[n] = evsignal_new(agent.base, signals[n], on_terminate, &agent);
+        if (agent.signal_events[n] == NULL || evsignal_add(agent.signal_events[n], NULL) < 0) {
+            log_error("cannot handle signal %d", signals[n]);
+            return 1;
+        }
+    }
+    /* As PID 1 the kernel drops signals without a handler; make SIGHUP explicit. */
+    signal(SIGHUP, SIG_IGN);
+
+    if (entrypoint != NULL)
+        start_entrypoint(entrypoint);
+
+    event_base_dispatch(agent.base);
+
+    http_server_free(agent.server);
+    command_cleanup();
+    for (size_t n = 0; n < 2; n++)
+        event_free(agent.signal_events[n]);
+    if (agent.shutdown_timer != NULL)
+        event_free(agent.shutdown_timer);
+    reaper_shutdown();
+    event_base_free(agent.base);
+    log_info("stopped");
+    return 0;
+}

@@ -1,0 +1,173 @@
+#include "agent/process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/* What the child writes to the parent when a step before exec fails. */
+struct child_failure {
+    int step;
+    int errnum;
+};
+
+enum { STEP_STDIO, STEP_SETSID, STEP_SETGROUPS, STEP_SETGID, STEP_SETUID, STEP_CHDIR, STEP_EXEC };
+
+static const char *step_names[] = {
+    [STEP_STDIO] = "cannot set up stdio",     [STEP_SETSID] = "cannot start a session",
+    [STEP_SETGROUPS] = "cannot set groups",   [STEP_SETGID] = "cannot set gid",
+    [STEP_SETUID] = "cannot set uid",         [STEP_CHDIR] = "cannot enter working directory",
+    [STEP_EXEC] = "cannot execute program",
+};
+
+int process_open_null_input(struct cove_error **err)
+{
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0)
+        return fd;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return cove_error_sys(err, "cannot open /dev/null or an empty pipe");
+    close(fds[1]);
+    return fds[0];
+}
+
+static void child_fail(int report_fd, int step)
+{
+    struct child_failure failure = {.step = step, .errnum = errno};
+    ssize_t n = write(report_fd, &failure, sizeof(failure));
+    (void)n;
+    _exit(127);
+}
+
+/* Moves fd to target for the child; fd may already be target. */
+static int child_install_fd(int fd, int target)
+{
+    if (fd == target)
+        return fcntl(fd, F_SETFD, 0); /* keep it across exec */
+    return dup2(fd, target) < 0 ? -1 : 0;
+}
+
+/* Runs in the child between fork and exec; never returns. The agent is single-threaded, but
+ * only async-signal-safe calls are used here anyway, so this stays correct if that changes. */
+static void child_run(const struct process_spec *spec, int stdin_fd, int report_fd)
+{
+    /* Handlers installed by the agent (libevent's) must not run in the child: reset all
+     * dispositions, then unblock what the parent blocked around fork(). */
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    for (int sig = 1; sig < NSIG; sig++)
+        sigaction(sig, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+
+    /* The daemon shields the agent from the OOM killer (-998); user processes get the
+     * default back so they, not the agent, die when the sandbox runs out of memory. */
+    int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (oom >= 0) {
+        ssize_t n = write(oom, "0", 1);
+        (void)n;
+        close(oom);
+    }
+
+    if (setsid() < 0)
+        child_fail(report_fd, STEP_SETSID);
+
+    /* stdio: the pipes the caller made are all >= 3 (main keeps 0-2 open), so no dup2 here
+     * overwrites a descriptor still to be installed. */
+    if (child_install_fd(stdin_fd, 0) < 0 ||
+        (spec->stdout_fd >= 0 && child_install_fd(spec->stdout_fd, 1) < 0) ||
+        (spec->stderr_fd >= 0 && child_install_fd(spec->stderr_fd, 2) < 0))
+        child_fail(report_fd, STEP_STDIO);
+
+    if (spec->set_user) {
+        /* EPERM: the user namespace denies setgroups; the agent then has no supplementary
+         * groups worth dropping, so go on. */
+        if (setgroups(spec->groups_len, spec->groups) < 0 && errno != EPERM)
+            child_fail(report_fd, STEP_SETGROUPS);
+        if (setgid(spec->gid) < 0)
+            child_fail(report_fd, STEP_SETGID);
+        if (setuid(spec->uid) < 0)
+            child_fail(report_fd, STEP_SETUID);
+    }
+
+    /* After switching user, so the user's own permissions decide (as execd does). */
+    if (spec->cwd != NULL && chdir(spec->cwd) < 0)
+        child_fail(report_fd, STEP_CHDIR);
+
+    /* The agent opens everything O_CLOEXEC; this also covers descriptors it inherited. */
+    close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+
+    execvpe(spec->argv[0], spec->argv, spec->envp);
+    child_fail(report_fd, STEP_EXEC);
+}
+
+int process_spawn(const struct process_spec *spec, pid_t *pid_out, struct cove_error **err)
+{
+    int stdin_fd = spec->stdin_fd;
+    int own_stdin = -1;
+    if (stdin_fd < 0) {
+        own_stdin = stdin_fd = process_open_null_input(err);
+        if (stdin_fd < 0)
+            return -1;
+    }
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) < 0) {
+        if (own_stdin >= 0)
+            close(own_stdin);
+        return cove_error_sys(err, "cannot create pipe");
+    }
+
+    /* Block every signal across fork so the agent's handlers cannot run in the child before
+     * it resets them (they would write into the agent's own signal pipe). */
+    sigset_t all, saved;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &saved);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(report[0]);
+        child_run(spec, stdin_fd, report[1]);
+    }
+    int fork_errno = errno;
+    sigprocmask(SIG_SETMASK, &saved, NULL);
+    close(report[1]);
+    if (own_stdin >= 0)
+        close(own_stdin);
+    if (pid < 0) {
+        close(report[0]);
+        errno = fork_errno;
+        return cove_error_sys(err, "cannot fork");
+    }
+
+    /* EOF means exec succeeded (the pipe closed on exec); data means a step failed. */
+    struct child_failure failure;
+    ssize_t n;
+    do
+        n = read(report[0], &failure, sizeof(failure));
+    while (n < 0 && errno == EINTR);
+    close(report[0]);
+    if (n == (ssize_t)sizeof(failure)) {
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        const char *what = failure.step >= 0 && failure.step <= STEP_EXEC
+                               ? step_names[failure.step]
+                               : "cannot start process";
+        if (failure.step == STEP_CHDIR)
+            return cove_error_set(err, failure.errnum, 400, "INVALID_REQUEST_BODY", "%s %s",
+                                  what, spec->cwd);
+        if (failure.step == STEP_EXEC)
+            return cove_error_set(err, failure.errnum, 500, "RUNTIME_ERROR", "%s %s", what,
+                                  spec->argv[0]);
+        return cove_error_set(err, failure.errnum, 500, "RUNTIME_ERROR", "%s", what);
+    }
+    *pid_out = pid;
+    return 0;
+}

@@ -1,0 +1,33 @@
+/* Starting a child of the agent (the entrypoint or a command) in a clean state: its own
+ * session and process group, default signal dispositions, an empty signal mask, the OOM
+ * score the sandbox's other processes have (the agent itself is protected), and only the
+ * file descriptors it is given. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "lib/error.h"
+
+struct process_spec {
+    char *const *argv; /* argv[0] is looked up in PATH when it has no '/' */
+    char *const *envp;
+    const char *cwd; /* NULL: the agent's */
+    bool set_user;   /* switch to uid/gid/groups below */
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    size_t groups_len;
+    int stdin_fd; /* -1: /dev/null */
+    int stdout_fd; /* -1: the agent's */
+    int stderr_fd; /* -1: the agent's */
+};
+
+/* Forks and execs. Failures in the child up to and including exec (bad cwd, setuid, missing
+ * program) are reported here, with the errno, before the call returns. The child leads its
+ * own process group (pgid == *pid). The caller must hand *pid to the reaper. */
+int process_spawn(const struct process_spec *spec, pid_t *pid, struct cove_error **err);
+
+/* Opens /dev/null for reading, or, in a root filesystem without it, an empty pipe. */
+int process_open_null_input(struct cove_error **err);

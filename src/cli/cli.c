@@ -1,0 +1,92 @@
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/config.h"
+
+static const char COMMON_OPTIONS_HELP[] = "  -o, --output FORMAT   table (default) or json\n"
+                                          "      --server URL      coved's address\n"
+                                          "      --api-key KEY     API key\n"
+                                          "  -h, --help            show this help\n";
+
+int cli_usage_error(struct cove_error **err, const char *fmt, ...)
+{
+    char message[sizeof((*err)->message)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof(message), fmt, ap);
+    va_end(ap);
+    return cove_error_set(err, 0, 0, CLI_ERROR_USAGE, "%s", message);
+}
+
+int cli_common_option(struct cli *cli, int option, const char *arg, struct cove_error **err)
+{
+    switch (option) {
+    case 'h':
+        fputs(cli->command->help, stdout);
+        fputs(COMMON_OPTIONS_HELP, stdout);
+        exit(CLI_EXIT_OK);
+    case 'o':
+        if (strcmp(arg, "table") == 0)
+            cli->output = CLI_OUTPUT_TABLE;
+        else if (strcmp(arg, "json") == 0)
+            cli->output = CLI_OUTPUT_JSON;
+        else
+            return cli_usage_error(err, "unknown output format '%s' (table or json)", arg);
+        return 0;
+    case CLI_OPTION_SERVER:
+        cli->server = arg;
+        return 0;
+    case CLI_OPTION_API_KEY:
+        cli->api_key = arg;
+        return 0;
+    default:
+        /* getopt_long has already said what was wrong */
+        return cli_usage_error(err, "%s", "");
+    }
+}
+
+int cli_connect(struct cli *cli, struct cove_error **err)
+{
+    if (cli->client != NULL)
+        return 0;
+    struct config config;
+    if (config_resolve(cli->server, cli->api_key, &config, err) < 0)
+        return -1;
+    int result = client_new(&config, &cli->client, err);
+    config_release(&config);
+    return result;
+}
+
+int cli_parse_assignment(const char *text, json_t *object, const char *option,
+                         struct cove_error **err)
+{
+    const char *equals = strchr(text, '=');
+    if (equals == NULL || equals == text)
+        return cli_usage_error(err, "%s expects KEY=VALUE, got '%s'", option, text);
+    char key[256];
+    if ((size_t)(equals - text) >= sizeof(key))
+        return cli_usage_error(err, "%s: key too long in '%s'", option, text);
+    memcpy(key, text, (size_t)(equals - text));
+    key[equals - text] = '\0';
+    if (json_object_set_new(object, key, json_string(equals + 1)) < 0)
+        return cli_usage_error(err, "%s: '%s' is not valid UTF-8", option, text);
+    return 0;
+}
+
+int cli_report_error(const struct cli *cli, const struct cove_error *err)
+{
+    const char *name = cli->command_name != NULL ? cli->command_name : "cove";
+    if (strcmp(err->code, CLI_ERROR_USAGE) == 0) {
+        if (err->message[0] != '\0')
+            fprintf(stderr, "%s: %s\n", name, err->message);
+        fprintf(stderr, "Run '%s --help' for usage.\n", name);
+        return CLI_EXIT_USAGE;
+    }
+    fprintf(stderr, "cove: %s: %s\n", err->code, err->message);
+    if (strcmp(err->code, CLIENT_ERROR_UNREACHABLE) == 0)
+        return CLI_EXIT_UNREACHABLE;
+    return CLI_EXIT_API_ERROR;
+}

@@ -1,0 +1,92 @@
+/* What every `cove` command shares: the run state, the command table entry, the options all
+ * commands accept, and the exit statuses scripts can rely on. */
+#pragma once
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdlib.h>
+
+#include "cli/client.h"
+#include "lib/error.h"
+
+/* `cove exec` exits with the command's own status instead. */
+enum cli_exit_status {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_API_ERROR = 1,   /* the server refused or failed (and any other error) */
+    CLI_EXIT_USAGE = 2,       /* bad command line */
+    CLI_EXIT_UNREACHABLE = 3, /* no answer from the server */
+};
+
+#define CLI_ERROR_USAGE "CLI::USAGE"
+
+enum cli_output_format { CLI_OUTPUT_TABLE, CLI_OUTPUT_JSON };
+
+struct cli {
+    const struct cli_command *command; /* the command being run, for its help */
+    const char *command_name;          /* e.g. "cove template add", for messages */
+    const char *server;                /* --server, NULL when not given */
+    const char *api_key;               /* --api-key, NULL when not given */
+    enum cli_output_format output;
+    struct client *client; /* made by cli_connect() once all options are known */
+    int exit_status;       /* returned when the command succeeds */
+};
+
+struct cli_command {
+    const char *name;
+    const char *summary; /* one line for `cove --help` */
+    const char *help;    /* `cove NAME --help`; the common options are listed after it */
+    /* Runs with argv[0] = the command's name; 0 on success, -1 with *err set. */
+    int (*run)(struct cli *cli, int argc, char **argv, struct cove_error **err);
+    /* For a group such as `cove template`: its commands, NULL-terminated; run is NULL. */
+    const struct cli_command *const *subcommands;
+};
+
+/* The commands, one file per area. */
+extern const struct cli_command sandbox_create_command, sandbox_get_command, sandbox_list_command,
+    sandbox_kill_command, sandbox_pause_command, sandbox_resume_command; /* sandbox_cmds.c */
+extern const struct cli_command exec_command;                            /* exec_cmd.c */
+extern const struct cli_command template_command;                        /* template_cmds.c */
+
+/* Options every command accepts, before or after its name. A command's getopt_long strings
+ * start with these; its own long options use values from CLI_OPTION_COMMAND on. */
+enum {
+    CLI_OPTION_SERVER = 0x100,
+    CLI_OPTION_API_KEY,
+    CLI_OPTION_VERSION,
+    CLI_OPTION_COMMAND = 0x200,
+};
+#define CLI_COMMON_SHORT_OPTIONS "ho:"
+/* clang-format off */
+#define CLI_COMMON_LONG_OPTIONS                                                                    \
+    {"help", no_argument, NULL, 'h'},                                                              \
+    {"output", required_argument, NULL, 'o'},                                                      \
+    {"server", required_argument, NULL, CLI_OPTION_SERVER},                                        \
+    {"api-key", required_argument, NULL, CLI_OPTION_API_KEY}
+/* clang-format on */
+/* Handles an option from CLI_COMMON_*_OPTIONS, or getopt's '?' for a bad one (a usage error).
+ * --help prints the command's help, then the common options, and exits 0. */
+int cli_common_option(struct cli *cli, int option, const char *arg, struct cove_error **err);
+
+int cli_usage_error(struct cove_error **err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Resolves the configuration and makes cli->client; commands call it after their options. */
+int cli_connect(struct cli *cli, struct cove_error **err);
+
+/* Adds "KEY=VALUE" to object as KEY: "VALUE"; `option` names the option in usage errors. */
+int cli_parse_assignment(const char *text, json_t *object, const char *option,
+                         struct cove_error **err);
+
+/* Prints err the way scripts and people expect and returns the matching exit status. */
+int cli_report_error(const struct cli *cli, const struct cove_error *err);
+
+static inline void cli_free_pointer(void *pointer)
+{
+    free(*(void **)pointer);
+}
+static inline void cli_json_decref(json_t **json)
+{
+    json_decref(*json);
+}
+#define cleanup_free __attribute__((cleanup(cli_free_pointer)))
+#define cleanup_json __attribute__((cleanup(cli_json_decref)))

@@ -1,0 +1,286 @@
+#include "cli/client.h"
+
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef COVE_VERSION
+#define COVE_VERSION "dev"
+#endif
+
+/* A JSON answer or error body this large is not from coved; stop before it eats memory. */
+#define CLIENT_MAX_BODY ((size_t)64 << 20)
+/* Only the connection attempt is bounded: exec streams legitimately last for hours. */
+#define CLIENT_CONNECT_TIMEOUT_SECONDS 10L
+/* How much of a non-JSON error body is worth showing. */
+#define CLIENT_ERROR_SNIPPET 200
+
+struct client {
+    CURL *curl; /* one handle for the whole run, so calls reuse the connection */
+    char *server_url;
+    char *api_key_header;             /* "OPEN-SANDBOX-API-KEY: ...", NULL when there is no key */
+    char curl_error[CURL_ERROR_SIZE]; /* curl's explanation of the last failure */
+};
+
+struct buffer {
+    char *data;
+    size_t len;
+};
+
+/* State of one request while curl runs it. */
+struct transfer {
+    struct client *client;
+    long status;            /* HTTP status, known from the first body byte on */
+    struct buffer body;     /* the whole body, or only an error body when streaming */
+    client_body_fn on_body; /* NULL: collect the body instead of streaming it */
+    void *opaque;
+    bool stopped;             /* on_body asked to stop reading: not a failure */
+    struct cove_error *error; /* raised inside the write callback */
+};
+
+static int buffer_append(struct buffer *buffer, const char *data, size_t len)
+{
+    if (len > CLIENT_MAX_BODY - buffer->len)
+        return -1;
+    char *grown = realloc(buffer->data, buffer->len + len + 1);
+    if (grown == NULL)
+        return -1;
+    memcpy(grown + buffer->len, data, len);
+    buffer->len += len;
+    grown[buffer->len] = '\0';
+    buffer->data = grown;
+    return 0;
+}
+
+static size_t write_failed(void)
+{
+#ifdef CURL_WRITEFUNC_ERROR
+    return CURL_WRITEFUNC_ERROR;
+#else
+    return 0;
+#endif
+}
+
+static size_t transfer_write(char *data, size_t size, size_t count, void *opaque)
+{
+    struct transfer *transfer = opaque;
+    size_t len = size * count;
+    if (transfer->status == 0)
+        curl_easy_getinfo(transfer->client->curl, CURLINFO_RESPONSE_CODE, &transfer->status);
+
+    bool success = transfer->status >= 200 && transfer->status < 300;
+    if (transfer->on_body == NULL || !success) {
+        if (buffer_append(&transfer->body, data, len) < 0) {
+            cove_error_set(&transfer->error, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
+                           "response body larger than %zu bytes", CLIENT_MAX_BODY);
+            return write_failed();
+        }
+        return len;
+    }
+
+    int result = transfer->on_body(data, len, transfer->opaque, &transfer->error);
+    if (result == 0)
+        return len;
+    if (result > 0)
+        transfer->stopped = true;
+    return write_failed();
+}
+
+static bool is_blank(const char *data, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (data[i] != ' ' && data[i] != '\t' && data[i] != '\r' && data[i] != '\n')
+            return false;
+    return true;
+}
+
+/* Every error status from coved carries {"code","message"} (OpenSandbox's ErrorResponse);
+ * anything else (a proxy's HTML page, a wrong port) is reported with the start of its body. */
+static int error_from_response(long status, const struct buffer *body, struct cove_error **err)
+{
+    json_t *json = body->len > 0 ? json_loadb(body->data, body->len, 0, NULL) : NULL;
+    const char *code = json_string_value(json_object_get(json, "code"));
+    const char *message = json_string_value(json_object_get(json, "message"));
+    if (code != NULL && code[0] != '\0') {
+        cove_error_set(err, 0, (int)status, code, "%s", message != NULL ? message : "");
+    } else if (body->len == 0 || is_blank(body->data, body->len)) {
+        cove_error_set(err, 0, (int)status, CLIENT_ERROR_HTTP, "HTTP status %ld", status);
+    } else {
+        size_t snippet = strcspn(body->data, "\r\n");
+        if (snippet > CLIENT_ERROR_SNIPPET)
+            snippet = CLIENT_ERROR_SNIPPET;
+        cove_error_set(err, 0, (int)status, CLIENT_ERROR_HTTP, "HTTP status %ld: %.*s", status,
+                       (int)snippet, body->data);
+    }
+    json_decref(json);
+    return -1;
+}
+
+static int transfer_configure(struct client *client, const char *method, const char *url,
+                              const char *payload, struct curl_slist *headers,
+                              struct transfer *transfer)
+{
+    CURL *curl = client->curl;
+    curl_easy_reset(curl);
+    int failed = 0;
+    failed |= curl_easy_setopt(curl, CURLOPT_URL, url);
+    failed |= curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    failed |= curl_easy_setopt(curl, CURLOPT_USERAGENT, "cove/" COVE_VERSION);
+    failed |= curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, transfer_write);
+    failed |= curl_easy_setopt(curl, CURLOPT_WRITEDATA, transfer);
+    failed |= curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, client->curl_error);
+    failed |= curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, CLIENT_CONNECT_TIMEOUT_SECONDS);
+    failed |= curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    if (strcmp(method, "GET") == 0) {
+        failed |= curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+    } else {
+        if (strcmp(method, "POST") != 0)
+            failed |= curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+        if (payload != NULL || strcmp(method, "POST") == 0) {
+            failed |= curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload != NULL ? payload : "");
+            failed |= curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE,
+                                       (long)(payload != NULL ? strlen(payload) : 0));
+        }
+    }
+    return failed ? -1 : 0;
+}
+
+static int transfer_run(struct client *client, const char *method, const char *path,
+                        const json_t *body, const char *accept, struct transfer *transfer,
+                        struct cove_error **err)
+{
+    char *url = NULL;
+    char *payload = NULL;
+    struct curl_slist *headers = NULL;
+    int result = -1;
+    client->curl_error[0] = '\0';
+
+    if (asprintf(&url, "%s%s", client->server_url, path) < 0) {
+        url = NULL;
+        cove_error_sys(err, "cannot build the request URL");
+        goto out;
+    }
+    if (body != NULL && (payload = json_dumps(body, JSON_COMPACT)) == NULL) {
+        cove_error_set(err, 0, 0, "CLI::INTERNAL", "cannot encode the request body");
+        goto out;
+    }
+
+    struct curl_slist *appended = headers = curl_slist_append(NULL, accept);
+    if (appended != NULL && payload != NULL)
+        appended = curl_slist_append(headers, "Content-Type: application/json");
+    /* curl would otherwise wait for "100 Continue" before sending a large body */
+    if (appended != NULL)
+        appended = curl_slist_append(headers, "Expect:");
+    if (appended != NULL && client->api_key_header != NULL)
+        appended = curl_slist_append(headers, client->api_key_header);
+    if (appended == NULL ||
+        transfer_configure(client, method, url, payload, headers, transfer) < 0) {
+        cove_error_set(err, 0, 0, "CLI::INTERNAL", "cannot set up the HTTP request");
+        goto out;
+    }
+
+    CURLcode code = curl_easy_perform(client->curl);
+    curl_easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &transfer->status);
+    if (code != CURLE_OK && !transfer->stopped) {
+        if (transfer->error != NULL) {
+            /* the callback's own error says more than curl's "write error" */
+            cove_error_set(err, transfer->error->errnum, transfer->error->http_status,
+                           transfer->error->code, "%s", transfer->error->message);
+        } else {
+            const char *reason =
+                client->curl_error[0] != '\0' ? client->curl_error : curl_easy_strerror(code);
+            cove_error_set(err, 0, 0, CLIENT_ERROR_UNREACHABLE, "%s %s: %s",
+                           transfer->status != 0 ? "connection lost to" : "cannot reach",
+                           client->server_url, reason);
+        }
+        goto out;
+    }
+    if (transfer->status < 200 || transfer->status >= 300) {
+        error_from_response(transfer->status, &transfer->body, err);
+        goto out;
+    }
+    result = 0;
+
+out:
+    curl_slist_free_all(headers);
+    free(payload);
+    free(url);
+    return result;
+}
+
+int client_call(struct client *client, const char *method, const char *path, const json_t *body,
+                json_t **response, struct cove_error **err)
+{
+    struct transfer transfer = {.client = client};
+    int result =
+        transfer_run(client, method, path, body, "Accept: application/json", &transfer, err);
+    *response = NULL;
+    if (result == 0 && transfer.body.len > 0 && !is_blank(transfer.body.data, transfer.body.len)) {
+        json_error_t json_error;
+        *response = json_loadb(transfer.body.data, transfer.body.len, 0, &json_error);
+        if (*response == NULL)
+            result = cove_error_set(err, 0, (int)transfer.status, CLIENT_ERROR_BAD_RESPONSE,
+                                    "%s %s answered with invalid JSON: %s", method, path,
+                                    json_error.text);
+    }
+    free(transfer.body.data);
+    cove_error_free(transfer.error);
+    return result;
+}
+
+int client_stream(struct client *client, const char *method, const char *path, const json_t *body,
+                  client_body_fn on_body, void *opaque, struct cove_error **err)
+{
+    struct transfer transfer = {.client = client, .on_body = on_body, .opaque = opaque};
+    int result =
+        transfer_run(client, method, path, body, "Accept: text/event-stream", &transfer, err);
+    free(transfer.body.data);
+    cove_error_free(transfer.error);
+    return result;
+}
+
+int client_escape(struct client *client, const char *text, char **escaped, struct cove_error **err)
+{
+    char *curl_escaped = curl_easy_escape(client->curl, text, 0);
+    *escaped = curl_escaped != NULL ? strdup(curl_escaped) : NULL;
+    curl_free(curl_escaped);
+    if (*escaped == NULL)
+        return cove_error_sys(err, "cannot escape '%s'", text);
+    return 0;
+}
+
+int client_new(const struct config *config, struct client **client, struct cove_error **err)
+{
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return cove_error_set(err, 0, 0, "CLI::INTERNAL", "cannot initialise libcurl");
+    struct client *created = calloc(1, sizeof(*created));
+    if (created == NULL) {
+        curl_global_cleanup();
+        return cove_error_sys(err, "cannot allocate the HTTP client");
+    }
+    created->curl = curl_easy_init();
+    created->server_url = strdup(config->server_url);
+    if (config->api_key != NULL &&
+        asprintf(&created->api_key_header, "OPEN-SANDBOX-API-KEY: %s", config->api_key) < 0)
+        created->api_key_header = NULL;
+    if (created->curl == NULL || created->server_url == NULL ||
+        (config->api_key != NULL && created->api_key_header == NULL)) {
+        client_free(created);
+        return cove_error_set(err, 0, 0, "CLI::INTERNAL", "cannot set up the HTTP client");
+    }
+    *client = created;
+    return 0;
+}
+
+void client_free(struct client *client)
+{
+    if (client == NULL)
+        return;
+    curl_easy_cleanup(client->curl);
+    free(client->server_url);
+    free(client->api_key_header);
+    free(client);
+    curl_global_cleanup();
+}

@@ -1,0 +1,37 @@
+/* HTTP to coved with libcurl: JSON calls to the lifecycle API, and streamed calls for the
+ * agent's event streams reached through the gateway. */
+#pragma once
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "cli/config.h"
+#include "lib/error.h"
+
+/* Error codes the client raises itself; any other code came from the server. */
+#define CLIENT_ERROR_UNREACHABLE "CLI::UNREACHABLE"   /* no HTTP answer at all */
+#define CLIENT_ERROR_BAD_RESPONSE "CLI::BAD_RESPONSE" /* an answer we cannot understand */
+#define CLIENT_ERROR_HTTP "CLI::HTTP_ERROR"           /* error status without an error body */
+
+struct client;
+
+int client_new(const struct config *config, struct client **client, struct cove_error **err);
+void client_free(struct client *client);
+
+/* Percent-encodes one path segment or query value. The result is freed with free(). */
+int client_escape(struct client *client, const char *text, char **escaped, struct cove_error **err);
+
+/* Sends `body` (NULL for none) as JSON to `path` (from the server root, e.g. "/v1/sandboxes")
+ * and parses the JSON answer into *response (NULL for an empty answer such as 204). An error
+ * status becomes an error carrying the server's {"code","message"} and the status. */
+int client_call(struct client *client, const char *method, const char *path, const json_t *body,
+                json_t **response, struct cove_error **err);
+
+/* Receives each piece of a successful response body as it arrives. Returns 0 to read on,
+ * 1 to stop reading (the call then succeeds), -1 with *err set to fail the call. */
+typedef int (*client_body_fn)(const char *data, size_t len, void *opaque, struct cove_error **err);
+
+/* Like client_call, but hands the body of a 2xx answer to on_body piece by piece instead of
+ * parsing it; error statuses are reported as client_call does. */
+int client_stream(struct client *client, const char *method, const char *path, const json_t *body,
+                  client_body_fn on_body, void *opaque, struct cove_error **err);

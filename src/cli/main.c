@@ -1,0 +1,128 @@
+/* cove: the command-line client of coved. Finds the command in the table below and runs it;
+ * global options may come before the command or among its own options. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/config.h"
+
+#ifndef COVE_VERSION
+#define COVE_VERSION "dev"
+#endif
+
+static const struct cli_command *const commands[] = {
+    &sandbox_create_command, &sandbox_get_command,   &sandbox_list_command,
+    &sandbox_kill_command,   &sandbox_pause_command, &sandbox_resume_command,
+    &exec_command,           &template_command,      NULL,
+};
+
+static void print_help(FILE *out)
+{
+    fputs("Usage: cove [OPTIONS] COMMAND [ARGS...]\n"
+          "\n"
+          "Create sandboxes, run commands in them, and throw them away.\n"
+          "\n"
+          "Commands:\n",
+          out);
+    for (const struct cli_command *const *command = commands; *command != NULL; command++)
+        fprintf(out, "  %-10s %s\n", (*command)->name, (*command)->summary);
+    fprintf(out,
+            "\n"
+            "Options (also accepted after COMMAND):\n"
+            "  -o, --output FORMAT   table (default) or json\n"
+            "      --server URL      coved's address; else $COVE_SERVER, $OPEN_SANDBOX_DOMAIN,\n"
+            "                        %s\n"
+            "      --api-key KEY     API key; else $COVE_API_KEY, $OPEN_SANDBOX_API_KEY, or the\n"
+            "                        file api_key in $COVE_STATE_DIR or %s\n"
+            "  -h, --help            show this help ('cove COMMAND --help' for a command)\n"
+            "      --version         show the version\n"
+            "\n"
+            "Exit status: 0 success, 1 the server reported an error, 2 bad usage, 3 the server\n"
+            "could not be reached. 'cove exec' exits with the command's own status.\n",
+            CONFIG_DEFAULT_SERVER, CONFIG_DEFAULT_STATE_DIR);
+}
+
+static const struct cli_command *command_find(const struct cli_command *const *table,
+                                              const char *name)
+{
+    for (; *table != NULL; table++)
+        if (strcmp((*table)->name, name) == 0)
+            return *table;
+    return NULL;
+}
+
+static bool is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
+}
+
+/* Returns the exit status, or -1 with *err set. */
+static int run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {
+        CLI_COMMON_LONG_OPTIONS,
+        {"version", no_argument, NULL, CLI_OPTION_VERSION},
+        {0},
+    };
+    static char name[64];
+
+    argv[0] = "cove"; /* getopt names the program in its messages */
+    int option;
+    while ((option = getopt_long(argc, argv, "+" CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1) {
+        if (option == 'h') {
+            print_help(stdout);
+            return CLI_EXIT_OK;
+        }
+        if (option == CLI_OPTION_VERSION) {
+            printf("cove %s\n", COVE_VERSION);
+            return CLI_EXIT_OK;
+        }
+        if (cli_common_option(cli, option, optarg, err) < 0)
+            return -1;
+    }
+    if (optind >= argc) {
+        print_help(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    argc -= optind;
+    argv += optind;
+
+    const struct cli_command *command = command_find(commands, argv[0]);
+    if (command == NULL)
+        return cli_usage_error(err, "unknown command '%s'", argv[0]);
+    snprintf(name, sizeof(name), "cove %s", command->name);
+    cli->command = command;
+    cli->command_name = name;
+
+    if (command->subcommands != NULL) {
+        if (argc < 2 || is_help(argv[1])) {
+            fputs(command->help, argc < 2 ? stderr : stdout);
+            return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
+        }
+        const struct cli_command *subcommand = command_find(command->subcommands, argv[1]);
+        if (subcommand == NULL)
+            return cli_usage_error(err, "unknown command '%s'", argv[1]);
+        snprintf(name, sizeof(name), "cove %s %s", command->name, subcommand->name);
+        cli->command = command = subcommand;
+        argc--;
+        argv++;
+    }
+
+    argv[0] = name;
+    optind = 0; /* start getopt afresh on the command's own arguments */
+    if (command->run(cli, argc, argv, err) < 0)
+        return -1;
+    return cli->exit_status;
+}
+
+int main(int argc, char **argv)
+{
+    struct cli cli = {.output = CLI_OUTPUT_TABLE, .exit_status = CLI_EXIT_OK};
+    cleanup_error struct cove_error *err = NULL;
+    int status = run(&cli, argc, argv, &err);
+    if (status < 0)
+        status = cli_report_error(&cli, err);
+    client_free(cli.client);
+    return status;
+}

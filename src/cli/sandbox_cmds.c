@@ -1,0 +1,518 @@
+/* Sandbox lifecycle commands: create, get, list, kill, pause, resume (OpenSandbox lifecycle
+ * API: createSandbox, getSandbox, listSandboxes, deleteSandbox, pauseSandbox, resumeSandbox). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/output.h"
+
+#define SANDBOX_DEFAULT_TEMPLATE "base"
+/* OpenSandbox requires resourceLimits and asks clients for these defaults. */
+#define SANDBOX_DEFAULT_CPU "500m"
+#define SANDBOX_DEFAULT_MEMORY "512Mi"
+/* OpenSandbox requires an entrypoint with an image. This one idles in any root filesystem
+ * with a POSIX sh: GNU sleep takes "infinity"; where sleep does not (some busybox builds) it
+ * fails at once and the loop takes over, and the loop ends rather than spins if there is no
+ * sleep at all. */
+static const char *const SANDBOX_DEFAULT_ENTRYPOINT[] = {
+    "/bin/sh", "-c", "sleep infinity 2>/dev/null || while sleep 3600; do :; done"};
+/* Pages are fetched until the last; fewer, larger pages mean fewer round trips. */
+#define SANDBOX_LIST_PAGE_SIZE 100
+
+static const char *const SANDBOX_TABLE_HEADERS[] = {"ID", "STATE", "TEMPLATE", "CREATED",
+                                                    "EXPIRES"};
+#define SANDBOX_TABLE_COLUMNS (sizeof(SANDBOX_TABLE_HEADERS) / sizeof(SANDBOX_TABLE_HEADERS[0]))
+
+/* "/v1/sandboxes/{id}{suffix}" with the id escaped. */
+static int sandbox_path(struct cli *cli, const char *id, const char *suffix, char **path,
+                        struct cove_error **err)
+{
+    cleanup_free char *escaped = NULL;
+    if (client_escape(cli->client, id, &escaped, err) < 0)
+        return -1;
+    if (asprintf(path, "/v1/sandboxes/%s%s", escaped, suffix) < 0) {
+        *path = NULL;
+        return cove_error_sys(err, "cannot build the request path");
+    }
+    return 0;
+}
+
+static int sandbox_table_add(struct output_table *table, const json_t *sandbox,
+                             struct cove_error **err)
+{
+    char scratch[SANDBOX_TABLE_COLUMNS][32];
+    const json_t *fields[SANDBOX_TABLE_COLUMNS] = {
+        json_object_get(sandbox, "id"),
+        json_object_get(json_object_get(sandbox, "status"), "state"),
+        json_object_get(json_object_get(sandbox, "image"), "uri"),
+        json_object_get(sandbox, "createdAt"),
+        json_object_get(sandbox, "expiresAt"),
+    };
+    const char *cells[SANDBOX_TABLE_COLUMNS];
+    for (size_t i = 0; i < SANDBOX_TABLE_COLUMNS; i++)
+        cells[i] = output_cell_text(fields[i], scratch[i], sizeof(scratch[i]));
+    return output_table_add_row(table, cells, err);
+}
+
+/* Prints sandboxes (a JSON array) as a table. */
+static int sandbox_table_print(const json_t *sandboxes, struct cove_error **err)
+{
+    struct output_table table;
+    if (output_table_init(&table, SANDBOX_TABLE_COLUMNS, SANDBOX_TABLE_HEADERS, err) < 0)
+        return -1;
+    size_t index;
+    json_t *sandbox;
+    json_array_foreach(sandboxes, index, sandbox)
+    {
+        if (sandbox_table_add(&table, sandbox, err) < 0) {
+            output_table_release(&table);
+            return -1;
+        }
+    }
+    output_table_print(&table, stdout);
+    output_table_release(&table);
+    return 0;
+}
+
+static int parse_positive_integer(const char *text, long long *value)
+{
+    char *end;
+    errno = 0;
+    long long parsed = strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || parsed <= 0)
+        return -1;
+    *value = parsed;
+    return 0;
+}
+
+/* Sets object[key] to a string from the command line, which must be valid UTF-8 to be sent. */
+static int set_string(json_t *object, const char *key, const char *value, const char *option,
+                      struct cove_error **err)
+{
+    if (json_object_set_new(object, key, json_string(value)) < 0)
+        return cli_usage_error(err, "%s: '%s' is not valid UTF-8", option, value);
+    return 0;
+}
+
+static int string_array(size_t count, const char *const strings[], json_t **array,
+                        struct cove_error **err)
+{
+    *array = json_array();
+    if (*array == NULL)
+        return cove_error_sys(err, "cannot build the request");
+    for (size_t i = 0; i < count; i++)
+        if (json_array_append_new(*array, json_string(strings[i])) < 0) {
+            json_decref(*array);
+            *array = NULL;
+            return cli_usage_error(err, "'%s' is not valid UTF-8", strings[i]);
+        }
+    return 0;
+}
+
+/* --- create ---------------------------------------------------------------------------- */
+
+enum {
+    CREATE_OPTION_CPU = CLI_OPTION_COMMAND,
+    CREATE_OPTION_MEMORY,
+    CREATE_OPTION_PIDS,
+    CREATE_OPTION_DISK,
+    CREATE_OPTION_TIMEOUT,
+};
+
+static int create_parse_timeout(const char *text, json_t *request, struct cove_error **err)
+{
+    long long seconds = 0;
+    if (strcmp(text, "none") != 0 && parse_positive_integer(text, &seconds) < 0)
+        return cli_usage_error(err, "--timeout expects seconds or 'none', got '%s'", text);
+    /* null: the sandbox never expires (createSandbox) */
+    json_t *timeout = seconds > 0 ? json_integer(seconds) : json_null();
+    if (json_object_set_new(request, "timeout", timeout) < 0)
+        return cove_error_sys(err, "cannot build the request");
+    return 0;
+}
+
+static int create_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {
+        CLI_COMMON_LONG_OPTIONS,
+        {"template", required_argument, NULL, 't'},
+        {"cpu", required_argument, NULL, CREATE_OPTION_CPU},
+        {"memory", required_argument, NULL, CREATE_OPTION_MEMORY},
+        {"pids", required_argument, NULL, CREATE_OPTION_PIDS},
+        {"disk", required_argument, NULL, CREATE_OPTION_DISK},
+        {"timeout", required_argument, NULL, CREATE_OPTION_TIMEOUT},
+        {"env", required_argument, NULL, 'e'},
+        {"metadata", required_argument, NULL, 'm'},
+        {0},
+    };
+    const char *template_name = SANDBOX_DEFAULT_TEMPLATE;
+    cleanup_json json_t *request = json_object();
+    cleanup_json json_t *limits =
+        json_pack("{s:s, s:s}", "cpu", SANDBOX_DEFAULT_CPU, "memory", SANDBOX_DEFAULT_MEMORY);
+    cleanup_json json_t *env = json_object();
+    cleanup_json json_t *metadata = json_object();
+    if (request == NULL || limits == NULL || env == NULL || metadata == NULL)
+        return cove_error_sys(err, "cannot build the request");
+
+    /* '+': the entrypoint starts at the first word that is not an option */
+    int option;
+    while ((option = getopt_long(argc, argv, "+" CLI_COMMON_SHORT_OPTIONS "t:e:m:", options,
+                                 NULL)) != -1) {
+        long long pids;
+        switch (option) {
+        case 't':
+            template_name = optarg;
+            break;
+        case CREATE_OPTION_CPU:
+            if (set_string(limits, "cpu", optarg, "--cpu", err) < 0)
+                return -1;
+            break;
+        case CREATE_OPTION_MEMORY:
+            if (set_string(limits, "memory", optarg, "--memory", err) < 0)
+                return -1;
+            break;
+        case CREATE_OPTION_PIDS:
+            if (parse_positive_integer(optarg, &pids) < 0)
+                return cli_usage_error(err, "--pids expects a positive number, got '%s'", optarg);
+            json_object_set_new(limits, "pids", json_string(optarg));
+            break;
+        case CREATE_OPTION_DISK:
+            if (set_string(limits, "ephemeral-storage", optarg, "--disk", err) < 0)
+                return -1;
+            break;
+        case CREATE_OPTION_TIMEOUT:
+            if (create_parse_timeout(optarg, request, err) < 0)
+                return -1;
+            break;
+        case 'e':
+            if (cli_parse_assignment(optarg, env, "--env", err) < 0)
+                return -1;
+            break;
+        case 'm':
+            if (cli_parse_assignment(optarg, metadata, "--metadata", err) < 0)
+                return -1;
+            break;
+        default:
+            if (cli_common_option(cli, option, optarg, err) < 0)
+                return -1;
+        }
+    }
+
+    json_t *entrypoint;
+    if (optind < argc)
+        string_array((size_t)(argc - optind), (const char *const *)argv + optind, &entrypoint, err);
+    else
+        string_array(sizeof(SANDBOX_DEFAULT_ENTRYPOINT) / sizeof(SANDBOX_DEFAULT_ENTRYPOINT[0]),
+                     SANDBOX_DEFAULT_ENTRYPOINT, &entrypoint, err);
+    if (entrypoint == NULL)
+        return -1;
+    json_object_set_new(request, "entrypoint", entrypoint);
+    json_t *image = json_object();
+    json_object_set_new(request, "image", image);
+    if (set_string(image, "uri", template_name, "--template", err) < 0)
+        return -1;
+    json_object_set(request, "resourceLimits", limits);
+    if (json_object_size(env) > 0)
+        json_object_set(request, "env", env);
+    if (json_object_size(metadata) > 0)
+        json_object_set(request, "metadata", metadata);
+
+    cleanup_json json_t *sandbox = NULL;
+    if (cli_connect(cli, err) < 0 ||
+        client_call(cli->client, "POST", "/v1/sandboxes", request, &sandbox, err) < 0)
+        return -1;
+    if (cli->output == CLI_OUTPUT_JSON)
+        return output_json(sandbox, err);
+    const char *id = json_string_value(json_object_get(sandbox, "id"));
+    if (id == NULL)
+        return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
+                              "the server created a sandbox but sent no id");
+    printf("%s\n", id);
+    return 0;
+}
+
+const struct cli_command sandbox_create_command = {
+    .name = "create",
+    .summary = "Create a sandbox and print its id",
+    .run = create_run,
+    .help = "Usage: cove create [OPTIONS] [--] [ENTRYPOINT [ARGS...]]\n"
+            "\n"
+            "Create a sandbox from a template and print its id (all of it with -o json):\n"
+            "  ID=$(cove create -t base --timeout 600)\n"
+            "Without an entrypoint the sandbox idles until it is killed or expires.\n"
+            "\n"
+            "Options:\n"
+            "  -t, --template NAME   template to start from (" SANDBOX_DEFAULT_TEMPLATE ")\n"
+            "      --cpu QUANTITY    CPU limit, e.g. 2 (" SANDBOX_DEFAULT_CPU ")\n"
+            "      --memory SIZE     memory limit, e.g. 2Gi (" SANDBOX_DEFAULT_MEMORY ")\n"
+            "      --pids N          limit on the number of processes\n"
+            "      --disk SIZE       size cap of the sandbox's writable layer, e.g. 1Gi\n"
+            "      --timeout SECONDS|none\n"
+            "                        kill the sandbox after this long (default: never)\n"
+            "  -e, --env KEY=VALUE   environment variable for the sandbox (repeatable)\n"
+            "  -m, --metadata KEY=VALUE\n"
+            "                        tag to filter by, e.g. owner=me (repeatable)\n",
+};
+
+/* --- get ------------------------------------------------------------------------------- */
+
+/* For commands that take only the common options: leaves optind at the first operand. */
+static int parse_common_options(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {CLI_COMMON_LONG_OPTIONS, {0}};
+    int option;
+    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1)
+        if (cli_common_option(cli, option, optarg, err) < 0)
+            return -1;
+    return 0;
+}
+
+static int get_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    if (parse_common_options(cli, argc, argv, err) < 0)
+        return -1;
+    if (argc - optind != 1)
+        return cli_usage_error(err, "expects one sandbox id");
+
+    cleanup_free char *path = NULL;
+    cleanup_json json_t *sandbox = NULL;
+    if (cli_connect(cli, err) < 0 || sandbox_path(cli, argv[optind], "", &path, err) < 0 ||
+        client_call(cli->client, "GET", path, NULL, &sandbox, err) < 0)
+        return -1;
+    if (cli->output == CLI_OUTPUT_JSON)
+        return output_json(sandbox, err);
+    cleanup_json json_t *one = json_pack("[O]", sandbox);
+    if (one == NULL)
+        return cove_error_sys(err, "cannot build the table");
+    return sandbox_table_print(one, err);
+}
+
+const struct cli_command sandbox_get_command = {
+    .name = "get",
+    .summary = "Show a sandbox",
+    .run = get_run,
+    .help = "Usage: cove get [OPTIONS] ID\n"
+            "\n"
+            "Show a sandbox's state, template and times (everything with -o json).\n"
+            "\n"
+            "Options:\n",
+};
+
+/* --- list ------------------------------------------------------------------------------ */
+
+enum { LIST_OPTION_STATE = CLI_OPTION_COMMAND };
+
+/* Adds "&name=value" with value escaped. */
+static int query_append(struct cli *cli, char **query, const char *name, const char *value,
+                        struct cove_error **err)
+{
+    cleanup_free char *escaped = NULL;
+    if (client_escape(cli->client, value, &escaped, err) < 0)
+        return -1;
+    char *longer;
+    if (asprintf(&longer, "%s&%s=%s", *query != NULL ? *query : "", name, escaped) < 0)
+        return cove_error_sys(err, "cannot build the query");
+    free(*query);
+    *query = longer;
+    return 0;
+}
+
+/* The metadata filter is one parameter holding "k1=v1&k2=v2", each key and value escaped,
+ * the whole escaped again (listSandboxes). */
+static int list_metadata_filter(struct cli *cli, const json_t *metadata, char **filter,
+                                struct cove_error **err)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)metadata, key, value)
+    {
+        cleanup_free char *escaped_key = NULL;
+        cleanup_free char *escaped_value = NULL;
+        if (client_escape(cli->client, key, &escaped_key, err) < 0 ||
+            client_escape(cli->client, json_string_value(value), &escaped_value, err) < 0)
+            return -1;
+        char *longer;
+        if (asprintf(&longer, "%s%s%s=%s", *filter != NULL ? *filter : "",
+                     *filter != NULL ? "&" : "", escaped_key, escaped_value) < 0)
+            return cove_error_sys(err, "cannot build the query");
+        free(*filter);
+        *filter = longer;
+    }
+    return 0;
+}
+
+static int list_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {
+        CLI_COMMON_LONG_OPTIONS,
+        {"state", required_argument, NULL, LIST_OPTION_STATE},
+        {"metadata", required_argument, NULL, 'm'},
+        {0},
+    };
+    cleanup_json json_t *states = json_array();
+    cleanup_json json_t *metadata = json_object();
+    if (states == NULL || metadata == NULL)
+        return cove_error_sys(err, "cannot build the request");
+    int option;
+    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS "m:", options, NULL)) != -1) {
+        switch (option) {
+        case LIST_OPTION_STATE:
+            if (json_array_append_new(states, json_string(optarg)) < 0)
+                return cli_usage_error(err, "--state: '%s' is not valid UTF-8", optarg);
+            break;
+        case 'm':
+            if (cli_parse_assignment(optarg, metadata, "--metadata", err) < 0)
+                return -1;
+            break;
+        default:
+            if (cli_common_option(cli, option, optarg, err) < 0)
+                return -1;
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(err, "unexpected argument '%s'", argv[optind]);
+    if (cli_connect(cli, err) < 0)
+        return -1;
+
+    cleanup_free char *filters = NULL;
+    cleanup_free char *metadata_filter = NULL;
+    size_t index;
+    json_t *state;
+    json_array_foreach(states, index, state)
+    {
+        if (query_append(cli, &filters, "state", json_string_value(state), err) < 0)
+            return -1;
+    }
+    if (list_metadata_filter(cli, metadata, &metadata_filter, err) < 0)
+        return -1;
+    if (metadata_filter != NULL &&
+        query_append(cli, &filters, "metadata", metadata_filter, err) < 0)
+        return -1;
+
+    cleanup_json json_t *all = json_array();
+    if (all == NULL)
+        return cove_error_sys(err, "cannot build the list");
+    for (long page = 1;; page++) {
+        cleanup_free char *path = NULL;
+        cleanup_json json_t *response = NULL;
+        if (asprintf(&path, "/v1/sandboxes?page=%ld&pageSize=%d%s", page, SANDBOX_LIST_PAGE_SIZE,
+                     filters != NULL ? filters : "") < 0) {
+            path = NULL;
+            return cove_error_sys(err, "cannot build the request path");
+        }
+        if (client_call(cli->client, "GET", path, NULL, &response, err) < 0)
+            return -1;
+        json_t *items = json_object_get(response, "items");
+        if (!json_is_array(items))
+            return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
+                                  "the sandbox list has no items");
+        json_array_extend(all, items);
+        json_t *pagination = json_object_get(response, "pagination");
+        if (json_array_size(items) == 0 ||
+            !json_is_true(json_object_get(pagination, "hasNextPage")))
+            break;
+    }
+
+    if (cli->output == CLI_OUTPUT_JSON) {
+        cleanup_json json_t *list = json_pack("{s:O}", "items", all);
+        if (list == NULL)
+            return cove_error_sys(err, "cannot build the list");
+        return output_json(list, err);
+    }
+    return sandbox_table_print(all, err);
+}
+
+const struct cli_command sandbox_list_command = {
+    .name = "list",
+    .summary = "List sandboxes",
+    .run = list_run,
+    .help = "Usage: cove list [OPTIONS]\n"
+            "\n"
+            "List the sandboxes this API key can see, all pages ({\"items\":[...]} with -o json).\n"
+            "\n"
+            "Options:\n"
+            "      --state STATE     only sandboxes in this state, e.g. Running or Paused\n"
+            "                        (repeatable: any of them)\n"
+            "  -m, --metadata KEY=VALUE\n"
+            "                        only sandboxes with this metadata (repeatable: all of them)\n",
+};
+
+/* --- kill, pause, resume --------------------------------------------------------------- */
+
+/* Applies one call to each sandbox id given. A sandbox the server refuses is reported and the
+ * others still handled; the exit status is then that of the last refusal. Losing the server
+ * stops everything. */
+static int sandbox_for_each(struct cli *cli, int argc, char **argv, const char *method,
+                            const char *suffix, struct cove_error **err)
+{
+    if (parse_common_options(cli, argc, argv, err) < 0)
+        return -1;
+    if (optind >= argc)
+        return cli_usage_error(err, "expects at least one sandbox id");
+    if (cli_connect(cli, err) < 0)
+        return -1;
+    for (int i = optind; i < argc; i++) {
+        cleanup_free char *path = NULL;
+        cleanup_json json_t *response = NULL;
+        if (sandbox_path(cli, argv[i], suffix, &path, err) < 0)
+            return -1;
+        if (client_call(cli->client, method, path, NULL, &response, err) == 0)
+            continue;
+        if (strcmp((*err)->code, CLIENT_ERROR_UNREACHABLE) == 0)
+            return -1;
+        cli->exit_status = cli_report_error(cli, *err);
+        cove_error_cleanup(err);
+    }
+    return 0;
+}
+
+static int kill_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    return sandbox_for_each(cli, argc, argv, "DELETE", "", err);
+}
+
+static int pause_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    return sandbox_for_each(cli, argc, argv, "POST", "/pause", err);
+}
+
+static int resume_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    return sandbox_for_each(cli, argc, argv, "POST", "/resume", err);
+}
+
+const struct cli_command sandbox_kill_command = {
+    .name = "kill",
+    .summary = "Delete sandboxes and everything in them",
+    .run = kill_run,
+    .help = "Usage: cove kill [OPTIONS] ID...\n"
+            "\n"
+            "Stop each sandbox's processes and delete its files.\n"
+            "\n"
+            "Options:\n",
+};
+
+const struct cli_command sandbox_pause_command = {
+    .name = "pause",
+    .summary = "Freeze sandboxes; their memory and processes are kept",
+    .run = pause_run,
+    .help = "Usage: cove pause [OPTIONS] ID...\n"
+            "\n"
+            "Freeze every process in each sandbox. Memory, open files and state are kept;\n"
+            "'cove resume' carries on where they stopped.\n"
+            "\n"
+            "Options:\n",
+};
+
+const struct cli_command sandbox_resume_command = {
+    .name = "resume",
+    .summary = "Thaw paused sandboxes",
+    .run = resume_run,
+    .help = "Usage: cove resume [OPTIONS] ID...\n"
+            "\n"
+            "Let the processes of each paused sandbox run again.\n"
+            "\n"
+            "Options:\n",
+};

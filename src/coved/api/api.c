@@ -1,0 +1,271 @@
+#include "coved/api/api.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "lib/log.h"
+
+#define API_MAX_BODY (1024 * 1024)
+#define API_MAX_CONNECTIONS 4096
+#define REQUEST_ID_MAX 128
+
+void api_respond_json(struct http_request *req, int status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (text == NULL && body != NULL) {
+        http_respond(req, 500, "application/json",
+                     "{\"code\":\"COVE::INTERNAL\",\"message\":\"out of memory\"}", 51);
+        return;
+    }
+    http_respond(req, status, "application/json", text ? text : "", text ? strlen(text) : 0);
+    free(text);
+}
+
+void api_respond_errorf(struct http_request *req, int status, const char *code, const char *fmt,
+                        ...)
+{
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof(message), fmt, ap);
+    va_end(ap);
+    api_respond_json(req, status, json_pack("{s:s, s:s}", "code", code, "message", message));
+}
+
+void api_respond_error(struct http_request *req, const struct cove_error *err)
+{
+    int status = err->http_status >= 400 && err->http_status < 600 ? err->http_status : 500;
+    if (status >= 500)
+        log_error("%s %s: %s", http_request_method(req), http_request_path(req), err->message);
+    api_respond_json(req, status, json_pack("{s:s, s:s}", "code", err->code, "message",
+                                            err->message));
+}
+
+static void owner_of_key(const char *key, char out[65])
+{
+    unsigned char digest[32];
+    unsigned int len = 0;
+    EVP_Digest(key, strlen(key), digest, &len, EVP_sha256(), NULL);
+    for (unsigned int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", digest[i]);
+}
+
+int api_authenticate(struct api *api, struct http_request *req, struct api_caller *caller)
+{
+    memset(caller, 0, sizeof(*caller));
+    if (api->config.insecure)
+        return 0;
+    const char *key = http_request_header(req, "OPEN-SANDBOX-API-KEY");
+    if (key == NULL || key[0] == '\0') {
+        api_respond_errorf(req, 401, "AUTH::MISSING_API_KEY",
+                           "missing OPEN-SANDBOX-API-KEY header");
+        return -1;
+    }
+    /* Compare against every key in constant time, so timing tells nothing about them. */
+    char candidate[65], known[65];
+    owner_of_key(key, candidate);
+    bool found = false;
+    for (char **k = api->config.api_keys; *k; k++) {
+        owner_of_key(*k, known);
+        if (CRYPTO_memcmp(candidate, known, 64) == 0)
+            found = true;
+    }
+    if (!found) {
+        api_respond_errorf(req, 401, "AUTH::INVALID_API_KEY", "invalid API key");
+        return -1;
+    }
+    memcpy(caller->owner, candidate, sizeof(caller->owner));
+    return 0;
+}
+
+json_t *api_parse_json_object(struct http_request *req)
+{
+    struct evbuffer *body = http_request_body(req);
+    size_t len = evbuffer_get_length(body);
+    const char *data = (const char *)evbuffer_pullup(body, -1);
+    json_error_t jerr;
+    json_t *j = json_loadb(data ? data : "", len, JSON_REJECT_DUPLICATES, &jerr);
+    if (j == NULL) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_JSON", "malformed JSON body: %s",
+                           len == 0 ? "empty body" : jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_JSON", "the body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+/* Echoes a sane X-Request-ID or makes one. */
+static void add_request_id(struct http_request *req)
+{
+    const char *given = http_request_header(req, "X-Request-ID");
+    char id[REQUEST_ID_MAX + 1];
+    bool ok = given != NULL && given[0] != '\0' && strlen(given) <= REQUEST_ID_MAX;
+    for (const char *p = given; ok && *p; p++)
+        ok = *p > 0x20 && *p < 0x7f;
+    if (ok) {
+        snprintf(id, sizeof(id), "%s", given);
+    } else {
+        unsigned char bytes[16];
+        if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
+            memset(bytes, 0, sizeof(bytes));
+        for (int i = 0; i < 16; i++)
+            snprintf(id + 2 * i, 3, "%02x", bytes[i]);
+    }
+    http_response_add_header(req, "X-Request-ID", id);
+}
+
+/* Splits the path into at most 8 segments, dropping an optional leading "v1". */
+static int split_path(const char *path, char segs[8][128])
+{
+    int n = 0;
+    const char *p = path;
+    while (*p == '/')
+        p++;
+    while (*p && n < 8) {
+        const char *end = strchr(p, '/');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len >= 128)
+            return -1;
+        memcpy(segs[n], p, len);
+        segs[n][len] = '\0';
+        n++;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    if (*p && n == 8 && strchr(p, '/'))
+        return -1;
+    if (n > 0 && strcmp(segs[0], "v1") == 0) {
+        for (int i = 1; i < n; i++)
+            memcpy(segs[i - 1], segs[i], 128);
+        n--;
+    }
+    return n;
+}
+
+static bool method_is(struct http_request *req, const char *m)
+{
+    return strcmp(http_request_method(req), m) == 0;
+}
+
+static void method_not_allowed(struct http_request *req, const char *allowed)
+{
+    http_response_add_header(req, "Allow", allowed);
+    api_respond_errorf(req, 405, "HTTP::METHOD_NOT_ALLOWED", "%s is not allowed here; use %s",
+                       http_request_method(req), allowed);
+}
+
+static void on_request(struct http_request *req, void *arg)
+{
+    struct api *api = arg;
+    add_request_id(req);
+    char segs[8][128];
+    int n = split_path(http_request_path(req), segs);
+    if (n < 0) {
+        api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no such route");
+        return;
+    }
+    if (n == 1 && strcmp(segs[0], "health") == 0) {
+        if (!method_is(req, "GET") && !method_is(req, "HEAD"))
+            return method_not_allowed(req, "GET");
+        api_respond_json(req, 200, json_pack("{s:s}", "status", "healthy"));
+        return;
+    }
+    struct api_caller caller;
+    bool known = (n >= 1 && n <= 3 && strcmp(segs[0], "sandboxes") == 0) ||
+                 (n == 1 && strcmp(segs[0], "templates") == 0) ||
+                 (n >= 1 && strcmp(segs[0], "snapshots") == 0);
+    if (!known) {
+        api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
+                           http_request_method(req), http_request_path(req));
+        return;
+    }
+    if (api_authenticate(api, req, &caller) < 0)
+        return;
+    if (strcmp(segs[0], "templates") == 0) {
+        if (method_is(req, "GET"))
+            return api_templates_list(api, req, &caller);
+        return method_not_allowed(req, "GET");
+    }
+    if (strcmp(segs[0], "snapshots") == 0) {
+        api_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
+                           "snapshots are not supported by this server yet");
+        return;
+    }
+    if (n == 1) {
+        if (method_is(req, "POST"))
+            return api_sandboxes_create(api, req, &caller);
+        if (method_is(req, "GET"))
+            return api_sandboxes_list(api, req, &caller);
+        return method_not_allowed(req, "GET, POST");
+    }
+    const char *id = segs[1];
+    if (n == 2) {
+        if (method_is(req, "GET"))
+            return api_sandbox_get(api, req, &caller, id);
+        if (method_is(req, "DELETE"))
+            return api_sandbox_delete(api, req, &caller, id);
+        return method_not_allowed(req, "GET, DELETE");
+    }
+    if (strcmp(segs[2], "pause") == 0 || strcmp(segs[2], "resume") == 0) {
+        if (!method_is(req, "POST"))
+            return method_not_allowed(req, "POST");
+        if (segs[2][0] == 'p')
+            return api_sandbox_pause(api, req, &caller, id);
+        return api_sandbox_resume(api, req, &caller, id);
+    }
+    if (strcmp(segs[2], "snapshots") == 0) {
+        api_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
+                           "snapshots are not supported by this server yet");
+        return;
+    }
+    api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
+                       http_request_method(req), http_request_path(req));
+}
+
+static bool on_head(struct http_request *req, void *arg)
+{
+    struct api *api = arg;
+    return gateway_handle(api, req);
+}
+
+static void on_error(struct http_request *req, int status, const char *code, const char *message,
+                     void *arg)
+{
+    (void)arg;
+    add_request_id(req);
+    api_respond_json(req, status, json_pack("{s:s, s:s}", "code", code, "message", message));
+}
+
+int api_start(struct api *api, struct cove_error **err)
+{
+    struct http_server_config config = {
+        .max_body = API_MAX_BODY,
+        .max_connections = API_MAX_CONNECTIONS,
+        .on_head = on_head,
+        .on_request = on_request,
+        .on_error = on_error,
+        .arg = api,
+    };
+    if (http_server_new(api->base, &config, &api->http, err) < 0)
+        return -1;
+    if (http_server_listen(api->http, api->config.listen_host, api->config.listen_port, err) < 0)
+        return -1;
+    return 0;
+}
+
+void api_stop(struct api *api)
+{
+    http_server_free(api->http);
+    api->http = NULL;
+}

@@ -1,0 +1,426 @@
+/* Lifecycle routes (sandbox-lifecycle.yml): createSandbox, listSandboxes, getSandbox,
+ * deleteSandbox, pauseSandbox, resumeSandbox. */
+#include <sys/queue.h>
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include "coved/api/api.h"
+#include "coved/api/quantity.h"
+
+#define DEFAULT_MEMORY (1024LL << 20)
+#define DEFAULT_DISK (512LL << 20)
+#define DEFAULT_PIDS 1024
+#define MIN_MEMORY (6LL << 20) /* below this not even the agent fits */
+#define MIN_DISK (1LL << 20)
+#define MAX_PIDS 4194304
+#define MIN_TIMEOUT_S 60
+#define MAX_ENTRYPOINT_ARGS 1024
+#define MAX_MAP_ENTRIES 256
+#define MAX_STRING 65536
+
+static const char *const create_fields[] = {
+    "image", "snapshotId", "platform", "timeout", "resourceLimits", "env", "metadata",
+    "entrypoint", "networkPolicy", "credentialProxy", "secureAccess", "volumes", "extensions",
+};
+
+static int invalid(struct cove_error **err, const char *fmt, const char *what)
+{
+    return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER", fmt, what);
+}
+
+/* An object whose values are all strings (env, metadata), of bounded size. */
+static int check_string_map(json_t *j, const char *field, bool env_keys, struct cove_error **err)
+{
+    if (j == NULL || json_is_null(j))
+        return 0;
+    if (!json_is_object(j))
+        return invalid(err, "%s must be an object of strings", field);
+    if (json_object_size(j) > MAX_MAP_ENTRIES)
+        return invalid(err, "%s has too many entries", field);
+    const char *key;
+    json_t *value;
+    json_object_foreach(j, key, value)
+    {
+        if (!json_is_string(value))
+            return invalid(err, "every value of %s must be a string", field);
+        if (key[0] == '\0' || strlen(key) > 256 || json_string_length(value) > MAX_STRING)
+            return invalid(err, "%s has an empty or oversized key or value", field);
+        if (strlen(json_string_value(value)) != json_string_length(value))
+            return invalid(err, "%s values must not contain NUL characters", field);
+        if (env_keys && strchr(key, '=') != NULL)
+            return invalid(err, "%s names must not contain '='", field);
+    }
+    return 0;
+}
+
+static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove_error **err)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    struct sysinfo si;
+    int64_t ram = sysinfo(&si) == 0 ? (int64_t)si.totalram * si.mem_unit : INT64_MAX;
+    out->cgroup.cpu_millicores = 0;
+    out->cgroup.memory_bytes = DEFAULT_MEMORY < ram ? DEFAULT_MEMORY : ram / 2;
+    out->cgroup.pids_max = DEFAULT_PIDS;
+    out->disk_bytes = 0;
+    if (limits != NULL && !json_is_null(limits)) {
+        if (!json_is_object(limits))
+            return invalid(err, "%s must be an object of strings", "resourceLimits");
+        const char *key;
+        json_t *value;
+        json_object_foreach(limits, key, value)
+        {
+            if (!json_is_string(value))
+                return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                      "resourceLimits.%.64s must be a string like \"500m\" or "
+                                      "\"512Mi\"",
+                                      key);
+            const char *s = json_string_value(value);
+            if (strcmp(key, "cpu") == 0) {
+                int64_t m = quantity_parse_millicores(s);
+                if (m < 10 || m > cpus * 1000)
+                    return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                          "resourceLimits.cpu '%.32s' is out of range: from 10m "
+                                          "to %ld (the CPUs of this host)",
+                                          s, cpus);
+                out->cgroup.cpu_millicores = m;
+            } else if (strcmp(key, "memory") == 0) {
+                int64_t b = quantity_parse_bytes(s);
+                if (b < MIN_MEMORY || b > ram)
+                    return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                          "resourceLimits.memory '%.32s' is out of range: from "
+                                          "6Mi to the host's %lld bytes",
+                                          s, (long long)ram);
+                out->cgroup.memory_bytes = b;
+            } else if (strcmp(key, "pids") == 0) {
+                int64_t n = quantity_parse_count(s);
+                if (n < 8 || n > MAX_PIDS)
+                    return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                          "resourceLimits.pids '%.32s' is out of range: from 8 "
+                                          "to %d",
+                                          s, MAX_PIDS);
+                out->cgroup.pids_max = n;
+            } else if (strcmp(key, "ephemeral-storage") == 0 || strcmp(key, "disk") == 0) {
+                int64_t b = quantity_parse_bytes(s);
+                if (b < MIN_DISK || b > ram)
+                    return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                          "resourceLimits.%s '%.32s' is out of range: from 1Mi "
+                                          "to the host's memory (the writable layer is in RAM)",
+                                          key, s);
+                out->disk_bytes = b;
+            } else {
+                return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                      "unknown resource '%.64s': use cpu, memory, pids or "
+                                      "ephemeral-storage",
+                                      key);
+            }
+        }
+    }
+    if (out->disk_bytes == 0) {
+        /* The writable layer lives in memory charged to the sandbox: by default it may take
+         * half of it, so a full disk is an ENOSPC, not an OOM kill. */
+        out->disk_bytes = out->cgroup.memory_bytes / 2 < DEFAULT_DISK
+                              ? out->cgroup.memory_bytes / 2
+                              : DEFAULT_DISK;
+    }
+    return 0;
+}
+
+static int parse_create(struct api *api, json_t *body, struct sandbox_request *req,
+                        struct cove_error **err)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach(body, key, value)
+    {
+        bool known = false;
+        for (size_t i = 0; i < sizeof(create_fields) / sizeof(create_fields[0]); i++)
+            known = known || strcmp(key, create_fields[i]) == 0;
+        if (!known)
+            return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                  "unknown field '%.64s'", key);
+    }
+    json_t *snapshot = json_object_get(body, "snapshotId");
+    if (snapshot != NULL && !json_is_null(snapshot))
+        return cove_error_set(err, 0, 501, "SANDBOX::API_NOT_SUPPORTED",
+                              "snapshots are not supported by this server yet");
+    json_t *image = json_object_get(body, "image");
+    json_t *uri = json_is_object(image) ? json_object_get(image, "uri") : NULL;
+    if (!json_is_string(uri) || json_string_length(uri) == 0)
+        return invalid(err, "%s is required: {\"uri\": \"<template name>\"}", "image");
+    req->template = template_resolve(api->templates, json_string_value(uri), err);
+    if (req->template == NULL)
+        return -1;
+
+    json_t *entrypoint = json_object_get(body, "entrypoint");
+    if (!json_is_array(entrypoint) || json_array_size(entrypoint) == 0 ||
+        json_array_size(entrypoint) > MAX_ENTRYPOINT_ARGS)
+        return invalid(err, "%s must be a non-empty array of strings", "entrypoint");
+    size_t i;
+    json_t *arg;
+    json_array_foreach(entrypoint, i, arg)
+    {
+        if (!json_is_string(arg) || json_string_length(arg) > MAX_STRING ||
+            strlen(json_string_value(arg)) != json_string_length(arg))
+            return invalid(err, "%s must be a non-empty array of strings", "entrypoint");
+    }
+    req->entrypoint = entrypoint;
+
+    json_t *timeout = json_object_get(body, "timeout");
+    req->timeout_s = 0;
+    if (timeout != NULL && !json_is_null(timeout)) {
+        if (!json_is_integer(timeout))
+            return invalid(err, "%s must be an integer number of seconds or null", "timeout");
+        json_int_t t = json_integer_value(timeout);
+        if (t < MIN_TIMEOUT_S || t > api->config.max_timeout_s)
+            return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                  "timeout must be between %d and %lld seconds", MIN_TIMEOUT_S,
+                                  (long long)api->config.max_timeout_s);
+        req->timeout_s = t;
+    }
+    req->env = json_object_get(body, "env");
+    req->metadata = json_object_get(body, "metadata");
+    if (check_string_map(req->env, "env", true, err) < 0 ||
+        check_string_map(req->metadata, "metadata", false, err) < 0)
+        return -1;
+    if (json_is_null(req->env))
+        req->env = NULL;
+    if (json_is_null(req->metadata))
+        req->metadata = NULL;
+    req->limits = json_object_get(body, "resourceLimits");
+    if (parse_limits(req->limits, req, err) < 0)
+        return -1;
+    if (json_is_null(req->limits))
+        req->limits = NULL;
+
+    json_t *platform = json_object_get(body, "platform");
+    if (platform != NULL && !json_is_null(platform)) {
+        const char *os = json_string_value(json_object_get(platform, "os"));
+        const char *arch = json_string_value(json_object_get(platform, "arch"));
+        if (!json_is_object(platform) || os == NULL || arch == NULL)
+            return invalid(err, "%s must be {\"os\", \"arch\"}", "platform");
+        if (strcmp(os, "linux") != 0 || strcmp(arch, "amd64") != 0)
+            return cove_error_set(err, 0, 400, "SANDBOX::PLATFORM_UNSUPPORTED",
+                                  "this host runs linux/amd64 sandboxes only");
+    }
+    json_t *policy = json_object_get(body, "networkPolicy");
+    if (policy != NULL && !json_is_null(policy)) {
+        json_t *egress = json_object_get(policy, "egress");
+        const char *def = json_string_value(json_object_get(policy, "defaultAction"));
+        if (!json_is_object(policy) || (def && strcmp(def, "deny") != 0) ||
+            json_array_size(egress) > 0)
+            return cove_error_set(err, 0, 400, "SANDBOX::NETWORK_POLICY_UNSUPPORTED",
+                                  "outbound network is not available yet: sandboxes have "
+                                  "loopback only, so only a deny-all policy can be honoured");
+    }
+    json_t *volumes = json_object_get(body, "volumes");
+    if (json_array_size(volumes) > 0)
+        return cove_error_set(err, 0, 400, "SANDBOX::VOLUMES_UNSUPPORTED",
+                              "volumes are not supported yet");
+    return 0;
+}
+
+void api_sandboxes_create(struct api *api, struct http_request *req, const struct api_caller *c)
+{
+    json_t *body = api_parse_json_object(req);
+    if (body == NULL)
+        return;
+    struct cove_error *err = NULL;
+    struct sandbox_request sreq = {.owner = c->owner};
+    struct sandbox *sb = NULL;
+    if (parse_create(api, body, &sreq, &err) < 0 ||
+        sandbox_create(api->sandboxes, &sreq, &sb, &err) < 0) {
+        api_respond_error(req, err);
+        cove_error_free(err);
+        json_decref(body);
+        return;
+    }
+    json_decref(body);
+    char location[128];
+    snprintf(location, sizeof(location), "/v1/sandboxes/%s", sb->id);
+    http_response_add_header(req, "Location", location);
+    api_respond_json(req, 202, sandbox_to_json(sb, false));
+}
+
+struct list_filter {
+    enum sandbox_state states[8];
+    size_t state_count;
+    struct evkeyvalq metadata;
+    bool has_metadata;
+    json_t *items;
+    size_t total;
+    size_t first, last; /* the page's window over the matching sandboxes */
+};
+
+static bool matches(const struct list_filter *f, const struct sandbox *sb)
+{
+    if (f->state_count > 0) {
+        bool any = false;
+        for (size_t i = 0; i < f->state_count; i++)
+            any = any || f->states[i] == sb->state;
+        if (!any)
+            return false;
+    }
+    if (f->has_metadata) {
+        struct evkeyval *kv;
+        TAILQ_FOREACH(kv, &f->metadata, next)
+        {
+            const char *v = json_string_value(json_object_get(sb->metadata, kv->key));
+            if (v == NULL || strcmp(v, kv->value) != 0)
+                return false;
+        }
+    }
+    return true;
+}
+
+static void collect(struct sandbox *sb, void *arg)
+{
+    struct list_filter *f = arg;
+    if (!matches(f, sb))
+        return;
+    if (f->total >= f->first && f->total < f->last)
+        json_array_append_new(f->items, sandbox_to_json(sb, true));
+    f->total++;
+}
+
+static int parse_positive(const char *s, long max, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < 1 || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+void api_sandboxes_list(struct api *api, struct http_request *req, const struct api_caller *c)
+{
+    struct evkeyvalq query;
+    TAILQ_INIT(&query);
+    struct list_filter f = {.items = json_array()};
+    TAILQ_INIT(&f.metadata);
+    long page = 1, page_size = 20;
+    if (evhttp_parse_query_str(http_request_query(req), &query) < 0) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "malformed query string");
+        goto out;
+    }
+    struct evkeyval *kv;
+    TAILQ_FOREACH(kv, &query, next)
+    {
+        if (strcmp(kv->key, "state") == 0) {
+            if (f.state_count == 8 || sandbox_state_parse(kv->value, &f.states[f.state_count]) < 0) {
+                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                   "unknown state '%.32s'", kv->value);
+                goto out;
+            }
+            f.state_count++;
+        } else if (strcmp(kv->key, "metadata") == 0) {
+            /* metadata=k%3Dv%26k2%3Dv2: itself a query string once decoded. */
+            if (f.has_metadata || evhttp_parse_query_str(kv->value, &f.metadata) < 0) {
+                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                   "metadata must be given once, as url-encoded k=v&k2=v2");
+                goto out;
+            }
+            f.has_metadata = true;
+        } else if (strcmp(kv->key, "page") == 0) {
+            if (parse_positive(kv->value, 1000000, &page) < 0) {
+                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                   "page must be an integer >= 1");
+                goto out;
+            }
+        } else if (strcmp(kv->key, "pageSize") == 0) {
+            if (parse_positive(kv->value, 1000, &page_size) < 0) {
+                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                   "pageSize must be an integer from 1 to 1000");
+                goto out;
+            }
+        } else {
+            api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                               "unknown query parameter '%.64s'", kv->key);
+            goto out;
+        }
+    }
+    f.first = (size_t)(page - 1) * page_size;
+    f.last = f.first + page_size;
+    sandbox_foreach(api->sandboxes, c->owner[0] ? c->owner : NULL, collect, &f);
+    size_t pages = (f.total + page_size - 1) / page_size;
+    json_t *pagination = json_pack("{s:i, s:i, s:I, s:I, s:b}", "page", (int)page, "pageSize",
+                                   (int)page_size, "totalItems", (json_int_t)f.total,
+                                   "totalPages", (json_int_t)pages, "hasNextPage",
+                                   (size_t)page < pages);
+    api_respond_json(req, 200, json_pack("{s:O, s:o}", "items", f.items, "pagination",
+                                         pagination));
+out:
+    json_decref(f.items);
+    evhttp_clear_headers(&query);
+    evhttp_clear_headers(&f.metadata);
+}
+
+static struct sandbox *find_or_respond(struct api *api, struct http_request *req,
+                                       const struct api_caller *c, const char *id)
+{
+    struct cove_error *err = NULL;
+    struct sandbox *sb = sandbox_find(api->sandboxes, id, c->owner[0] ? c->owner : NULL, &err);
+    if (sb == NULL) {
+        api_respond_error(req, err);
+        cove_error_free(err);
+    }
+    return sb;
+}
+
+void api_sandbox_get(struct api *api, struct http_request *req, const struct api_caller *c,
+                     const char *id)
+{
+    struct sandbox *sb = find_or_respond(api, req, c, id);
+    if (sb != NULL)
+        api_respond_json(req, 200, sandbox_to_json(sb, true));
+}
+
+void api_sandbox_delete(struct api *api, struct http_request *req, const struct api_caller *c,
+                        const char *id)
+{
+    struct sandbox *sb = find_or_respond(api, req, c, id);
+    if (sb == NULL)
+        return;
+    struct cove_error *err = NULL;
+    if (sandbox_delete(api->sandboxes, sb, "user_delete", &err) < 0) {
+        api_respond_error(req, err);
+        cove_error_free(err);
+        return;
+    }
+    http_respond(req, 204, NULL, NULL, 0);
+}
+
+static void transition(struct api *api, struct http_request *req, const struct api_caller *c,
+                       const char *id, bool pause)
+{
+    struct sandbox *sb = find_or_respond(api, req, c, id);
+    if (sb == NULL)
+        return;
+    struct cove_error *err = NULL;
+    int rc = pause ? sandbox_pause(api->sandboxes, sb, &err)
+                   : sandbox_resume(api->sandboxes, sb, &err);
+    if (rc < 0) {
+        api_respond_error(req, err);
+        cove_error_free(err);
+        return;
+    }
+    http_respond(req, 202, NULL, NULL, 0);
+}
+
+void api_sandbox_pause(struct api *api, struct http_request *req, const struct api_caller *c,
+                       const char *id)
+{
+    transition(api, req, c, id, true);
+}
+
+void api_sandbox_resume(struct api *api, struct http_request *req, const struct api_caller *c,
+                        const char *id)
+{
+    transition(api, req, c, id, false);
+}

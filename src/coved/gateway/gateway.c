@@ -1,0 +1,335 @@
+/* The gateway: /sandboxes/{id}/proxy/{port}/{path} reaches TCP port {port} inside the sandbox
+ * (44772 is the agent, reached on its unix socket).
+ *
+ * It never allocates an address or a host port: a socket for a TCP port is created inside the
+ * sandbox's network namespace (setns there and back), so only the sandbox's loopback is
+ * reached. After the request head has been rewritten (path without the route prefix, the API
+ * key removed, Connection: close), both directions are copied as raw bytes with backpressure,
+ * which streams bodies, chunked and SSE responses and upgraded protocols (WebSocket) alike. */
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include "coved/api/api.h"
+#include "lib/log.h"
+
+#define TUNNEL_HIGH_WATER (1024 * 1024)
+#define TUNNEL_LOW_WATER (256 * 1024)
+
+struct tunnel {
+    struct http_request *req; /* taken over; freed with the tunnel */
+    struct bufferevent *client;
+    struct bufferevent *upstream;
+    bool connected;
+    bool client_eof;
+    bool upstream_eof;
+};
+
+static const char *const dropped_headers[] = {
+    "OPEN-SANDBOX-API-KEY", "Connection", "Keep-Alive", "Proxy-Connection",
+    "Proxy-Authorization", "TE", "Trailer",
+};
+
+static void tunnel_free(struct tunnel *t)
+{
+    if (t->client)
+        bufferevent_free(t->client);
+    if (t->upstream)
+        bufferevent_free(t->upstream);
+    http_request_free_taken(t->req);
+    free(t);
+}
+
+/* Closes the client once everything queued for it is written. */
+static void tunnel_finish(struct tunnel *t)
+{
+    if (evbuffer_get_length(bufferevent_get_output(t->client)) == 0) {
+        tunnel_free(t);
+        return;
+    }
+    bufferevent_disable(t->client, EV_READ);
+    if (t->upstream) {
+        bufferevent_free(t->upstream);
+        t->upstream = NULL;
+    }
+}
+
+static void pump(struct bufferevent *from, struct bufferevent *to)
+{
+    struct evbuffer *out = bufferevent_get_output(to);
+    evbuffer_add_buffer(out, bufferevent_get_input(from));
+    if (evbuffer_get_length(out) >= TUNNEL_HIGH_WATER)
+        bufferevent_disable(from, EV_READ); /* resumed by the write callback of `to` */
+}
+
+static void on_client_read(struct bufferevent *bev, void *arg)
+{
+    struct tunnel *t = arg;
+    if (t->connected && t->upstream)
+        pump(bev, t->upstream);
+}
+
+static void on_upstream_read(struct bufferevent *bev, void *arg)
+{
+    struct tunnel *t = arg;
+    pump(bev, t->client);
+}
+
+static void on_client_write(struct bufferevent *bev, void *arg)
+{
+    struct tunnel *t = arg;
+    (void)bev;
+    if (t->upstream == NULL) {
+        if (evbuffer_get_length(bufferevent_get_output(t->client)) == 0)
+            tunnel_free(t);
+        return;
+    }
+    bufferevent_enable(t->upstream, EV_READ);
+}
+
+static void on_upstream_write(struct bufferevent *bev, void *arg)
+{
+    struct tunnel *t = arg;
+    (void)bev;
+    if (!t->client_eof)
+        bufferevent_enable(t->client, EV_READ);
+    else if (evbuffer_get_length(bufferevent_get_output(t->upstream)) == 0)
+        shutdown(bufferevent_getfd(t->upstream), SHUT_WR);
+}
+
+static void respond_raw_error(struct tunnel *t, int status, const char *code, const char *msg)
+{
+    char body[512];
+    int n = snprintf(body, sizeof(body), "{\"code\":\"%s\",\"message\":\"%s\"}", code, msg);
+    evbuffer_add_printf(bufferevent_get_output(t->client),
+                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                        "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
+                        status, http_status_reason(status), n, body);
+}
+
+static void on_upstream_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct tunnel *t = arg;
+    (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        t->connected = true;
+        pump(t->client, t->upstream); /* body bytes that came with the head */
+        bufferevent_enable(t->client, EV_READ);
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        if (!t->connected)
+            respond_raw_error(t, 502, "GATEWAY::UPSTREAM_UNREACHABLE",
+                              "nothing is listening on that port in the sandbox");
+        else
+            pump(t->upstream, t->client);
+        t->upstream_eof = true;
+        tunnel_finish(t);
+    }
+}
+
+static void on_client_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct tunnel *t = arg;
+    (void)bev;
+    if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && t->upstream != NULL) {
+        /* The client finished sending; its answer may still be on the way. */
+        t->client_eof = true;
+        if (t->connected) {
+            pump(t->client, t->upstream);
+            if (evbuffer_get_length(bufferevent_get_output(t->upstream)) == 0)
+                shutdown(bufferevent_getfd(t->upstream), SHUT_WR);
+        }
+        return;
+    }
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        tunnel_free(t);
+}
+
+/* A TCP socket that belongs to the sandbox's network namespace. */
+static int socket_in_sandbox(const struct sandbox *sb, struct cove_error **err)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->proc.pid);
+    int target = open(path, O_RDONLY | O_CLOEXEC);
+    if (target < 0)
+        return cove_error_sys(err, "open %s", path);
+    int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (self < 0) {
+        close(target);
+        return cove_error_sys(err, "open own netns");
+    }
+    int fd = -1;
+    if (setns(target, CLONE_NEWNET) < 0) {
+        cove_error_sys(err, "enter sandbox netns");
+    } else {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            cove_error_sys(err, "socket");
+        if (setns(self, CLONE_NEWNET) < 0) {
+            /* coved must never keep running inside a sandbox's namespace. */
+            log_error("cannot return to coved's network namespace: %s", strerror(errno));
+            abort();
+        }
+    }
+    close(target);
+    close(self);
+    return fd;
+}
+
+static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port,
+                            struct cove_error **err)
+{
+    struct event_base *base = bufferevent_get_base(t->client);
+    int fd;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    memset(&ss, 0, sizeof(ss));
+    if (port == RUNTIME_AGENT_PORT) {
+        struct sockaddr_un *un = (struct sockaddr_un *)&ss;
+        un->sun_family = AF_UNIX;
+        sandbox_agent_socket(sb, un->sun_path, sizeof(un->sun_path));
+        len = sizeof(*un);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return cove_error_sys(err, "socket");
+    } else {
+        struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)port);
+        in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof(*in);
+        fd = socket_in_sandbox(sb, err);
+        if (fd < 0)
+            return -1;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    /* Deferred callbacks: the connect may finish at once, before the head is written. */
+    t->upstream = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+    if (t->upstream == NULL) {
+        close(fd);
+        return cove_error_sys(err, "bufferevent");
+    }
+    bufferevent_setcb(t->upstream, on_upstream_read, on_upstream_write, on_upstream_event, t);
+    bufferevent_setwatermark(t->upstream, EV_WRITE, TUNNEL_LOW_WATER, 0);
+    if (bufferevent_socket_connect(t->upstream, (struct sockaddr *)&ss, (int)len) < 0)
+        return cove_error_sys(err, "connect");
+    bufferevent_enable(t->upstream, EV_READ | EV_WRITE);
+    return 0;
+}
+
+static void write_head(struct evbuffer *out, struct http_request *req, const char *path,
+                       const char *prefix)
+{
+    const char *query = http_request_query(req);
+    evbuffer_add_printf(out, "%s %s%s%s HTTP/1.1\r\n", http_request_method(req),
+                        path[0] ? path : "/", query[0] ? "?" : "", query);
+    size_t count;
+    const struct http_header *h = http_request_headers(req, &count);
+    for (size_t i = 0; i < count; i++) {
+        bool drop = false;
+        for (size_t d = 0; d < sizeof(dropped_headers) / sizeof(dropped_headers[0]); d++)
+            drop = drop || strcasecmp(h[i].name, dropped_headers[d]) == 0;
+        if (!drop)
+            evbuffer_add_printf(out, "%s: %s\r\n", h[i].name, h[i].value);
+    }
+    /* One request per tunnel: the upstream closes after answering, and so does the client. */
+    evbuffer_add_printf(out, "Connection: %s\r\n", http_request_is_upgrade(req) ? "Upgrade"
+                                                                                : "close");
+    evbuffer_add_printf(out, "X-Forwarded-Prefix: %s\r\n\r\n", prefix);
+}
+
+/* Parses /[v1/]sandboxes/{id}/proxy/{port}[/rest]; returns the rest ("" for none). */
+static const char *match_route(const char *path, char *id, size_t id_size, int *port)
+{
+    const char *p = path;
+    if (strncmp(p, "/v1/", 4) == 0)
+        p += 3;
+    if (strncmp(p, "/sandboxes/", 11) != 0)
+        return NULL;
+    p += 11;
+    const char *slash = strchr(p, '/');
+    if (slash == NULL || (size_t)(slash - p) >= id_size || slash == p)
+        return NULL;
+    memcpy(id, p, slash - p);
+    id[slash - p] = '\0';
+    p = slash;
+    if (strncmp(p, "/proxy/", 7) != 0)
+        return NULL;
+    p += 7;
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || (*end != '\0' && *end != '/'))
+        return NULL;
+    *port = v >= 1 && v <= 65535 ? (int)v : -1;
+    return end;
+}
+
+bool gateway_handle(struct api *api, struct http_request *req)
+{
+    char id[SANDBOX_ID_SIZE + 1];
+    int port;
+    const char *rest = match_route(http_request_path(req), id, sizeof(id), &port);
+    if (rest == NULL)
+        return false;
+    struct api_caller caller;
+    if (api_authenticate(api, req, &caller) < 0)
+        return false;
+    if (port < 0) {
+        api_respond_errorf(req, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
+        return false;
+    }
+    struct cove_error *err = NULL;
+    struct sandbox *sb = sandbox_find(api->sandboxes, id, caller.owner[0] ? caller.owner : NULL,
+                                      &err);
+    if (sb == NULL) {
+        api_respond_error(req, err);
+        cove_error_free(err);
+        return false;
+    }
+    if (sb->state != SANDBOX_RUNNING) {
+        api_respond_errorf(req, 409, "SANDBOX::NOT_RUNNING",
+                           "sandbox %s is %s: resume it before reaching its ports", sb->id,
+                           sandbox_state_name(sb->state));
+        return false;
+    }
+    struct tunnel *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        api_respond_errorf(req, 503, "COVE::OVERLOADED", "out of memory");
+        return false;
+    }
+    t->req = req;
+    t->client = http_request_take_over(req);
+    bufferevent_setcb(t->client, on_client_read, on_client_write, on_client_event, t);
+    bufferevent_setwatermark(t->client, EV_WRITE, TUNNEL_LOW_WATER, 0);
+    bufferevent_disable(t->client, EV_READ); /* until the upstream is connected */
+    bufferevent_enable(t->client, EV_WRITE);
+    if (connect_upstream(t, sb, port, &err) < 0) {
+        log_warn("gateway to %s:%d: %s", sb->id, port, err->message);
+        cove_error_free(err);
+        if (t->upstream) {
+            bufferevent_free(t->upstream);
+            t->upstream = NULL;
+        }
+        respond_raw_error(t, 502, "GATEWAY::UPSTREAM_UNREACHABLE",
+                          "cannot connect to that port in the sandbox");
+        tunnel_finish(t);
+        return true;
+    }
+    char prefix[128];
+    snprintf(prefix, sizeof(prefix), "/sandboxes/%s/proxy/%d", sb->id, port);
+    write_head(bufferevent_get_output(t->upstream), req, rest, prefix);
+    return true;
+}

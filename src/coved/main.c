@@ -1,0 +1,328 @@
+/* coved: the Cove daemon. */
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "coved/api/api.h"
+#include "coved/runtime/runtime.h"
+#include "coved/sandbox/sandbox.h"
+#include "coved/sandbox/template.h"
+#include "coved/store/store.h"
+#include "lib/log.h"
+
+#define DEFAULT_LISTEN "127.0.0.1:8080"
+#define DEFAULT_STATE_DIR "/var/lib/cove"
+#define DEFAULT_MAX_TIMEOUT_S (7 * 24 * 3600)
+#define MAX_KEYS 64
+
+static const char usage[] =
+    "Usage: coved [OPTIONS]\n"
+    "\n"
+    "The Cove daemon: sandboxes for AI agents, over the OpenSandbox lifecycle API.\n"
+    "\n"
+    "Options (each also an environment variable):\n"
+    "  --listen HOST:PORT    address to serve on (COVE_LISTEN; default " DEFAULT_LISTEN ")\n"
+    "  --state-dir DIR       database, templates and run dirs (COVE_STATE_DIR;\n"
+    "                        default " DEFAULT_STATE_DIR ")\n"
+    "  --api-key KEY         accept this OPEN-SANDBOX-API-KEY; repeatable (COVE_API_KEYS,\n"
+    "                        comma-separated). With none, a key is generated once and kept\n"
+    "                        in STATE_DIR/api_key\n"
+    "  --insecure            accept requests without any key (loopback addresses only)\n"
+    "  --agent PATH          the static cove-agent binary (COVE_AGENT; default: next to coved)\n"
+    "  --max-timeout SECONDS longest sandbox timeout accepted (default 604800)\n"
+    "  --log-level LEVEL     debug, info, warn or error (COVE_LOG_LEVEL; default info)\n"
+    "  -h, --help            this text\n"
+    "\n"
+    "Sandboxes outlive coved: a restarted coved re-adopts them from STATE_DIR/cove.db.\n";
+
+struct options {
+    char listen[256];
+    char state_dir[PATH_MAX];
+    char agent[PATH_MAX];
+    char *keys[MAX_KEYS + 1];
+    size_t key_count;
+    bool insecure;
+    int64_t max_timeout_s;
+};
+
+static int add_keys(struct options *o, const char *list)
+{
+    char *copy = strdup(list);
+    char *save = NULL;
+    for (char *k = strtok_r(copy, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
+        if (o->key_count == MAX_KEYS) {
+            free(copy);
+            return -1;
+        }
+        o->keys[o->key_count++] = strdup(k);
+    }
+    free(copy);
+    return 0;
+}
+
+static void default_agent_path(char *out, size_t size)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n < 0) {
+        snprintf(out, size, "cove-agent");
+        return;
+    }
+    exe[n] = '\0';
+    char *dir = dirname(exe);
+    /* Installed side by side, or the build tree (build/src/coved, build/src/agent). */
+    snprintf(out, size, "%s/cove-agent", dir);
+    if (access(out, X_OK) == 0)
+        return;
+    snprintf(out, size, "%s/../agent/cove-agent", dir);
+}
+
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    const char *env;
+    snprintf(o->listen, sizeof(o->listen), "%s",
+             (env = getenv("COVE_LISTEN")) ? env : DEFAULT_LISTEN);
+    snprintf(o->state_dir, sizeof(o->state_dir), "%s",
+             (env = getenv("COVE_STATE_DIR")) ? env : DEFAULT_STATE_DIR);
+    if ((env = getenv("COVE_AGENT")))
+        snprintf(o->agent, sizeof(o->agent), "%s", env);
+    else
+        default_agent_path(o->agent, sizeof(o->agent));
+    if ((env = getenv("COVE_API_KEYS")) && add_keys(o, env) < 0)
+        return -1;
+    if ((env = getenv("COVE_LOG_LEVEL")) && strcmp(env, "debug") == 0)
+        cove_log_set_level(COVE_LOG_DEBUG);
+    o->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"state-dir", required_argument, NULL, 's'},
+        {"api-key", required_argument, NULL, 'k'},
+        {"insecure", no_argument, NULL, 'i'},
+        {"agent", required_argument, NULL, 'a'},
+        {"max-timeout", required_argument, NULL, 't'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l':
+            snprintf(o->listen, sizeof(o->listen), "%s", optarg);
+            break;
+        case 's':
+            snprintf(o->state_dir, sizeof(o->state_dir), "%s", optarg);
+            break;
+        case 'k':
+            if (add_keys(o, optarg) < 0)
+                return -1;
+            break;
+        case 'i':
+            o->insecure = true;
+            break;
+        case 'a':
+            snprintf(o->agent, sizeof(o->agent), "%s", optarg);
+            break;
+        case 't':
+            o->max_timeout_s = strtoll(optarg, NULL, 10);
+            if (o->max_timeout_s < 60)
+                return -1;
+            break;
+        case 'L':
+            if (strcmp(optarg, "debug") == 0)
+                cove_log_set_level(COVE_LOG_DEBUG);
+            else if (strcmp(optarg, "info") == 0)
+                cove_log_set_level(COVE_LOG_INFO);
+            else if (strcmp(optarg, "warn") == 0)
+                cove_log_set_level(COVE_LOG_WARN);
+            else if (strcmp(optarg, "error") == 0)
+                cove_log_set_level(COVE_LOG_ERROR);
+            else
+                return -1;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            exit(0);
+        default:
+            return -1;
+        }
+    }
+    return optind == argc ? 0 : -1;
+}
+
+/* HOST:PORT or [V6]:PORT. */
+static int split_listen(const char *listen, char *host, size_t size, int *port)
+{
+    const char *colon = strrchr(listen, ':');
+    if (colon == NULL)
+        return -1;
+    const char *h = listen;
+    size_t len = colon - listen;
+    if (h[0] == '[' && len >= 2 && h[len - 1] == ']') {
+        h++;
+        len -= 2;
+    }
+    if (len == 0 || len >= size)
+        return -1;
+    memcpy(host, h, len);
+    host[len] = '\0';
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || p < 0 || p > 65535)
+        return -1;
+    *port = (int)p;
+    return 0;
+}
+
+static bool is_loopback(const char *host)
+{
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+           strcmp(host, "localhost") == 0;
+}
+
+/* With no key configured, one is generated on first start and kept for the next ones. */
+static int load_or_make_key(struct options *o, struct cove_error **err)
+{
+    char path[PATH_MAX + 16], key[128];
+    snprintf(path, sizeof(path), "%s/api_key", o->state_dir);
+    FILE *f = fopen(path, "re");
+    if (f != NULL) {
+        bool ok = fgets(key, sizeof(key), f) != NULL;
+        fclose(f);
+        key[strcspn(key, "\r\n")] = '\0';
+        if (ok && key[0]) {
+            o->keys[o->key_count++] = strdup(key);
+            return 0;
+        }
+    }
+    unsigned char bytes[24];
+    if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
+        return cove_error_sys(err, "getrandom");
+    for (size_t i = 0; i < sizeof(bytes); i++)
+        snprintf(key + 2 * i, 3, "%02x", bytes[i]);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return cove_error_sys(err, "create %s", path);
+    dprintf(fd, "%s\n", key);
+    close(fd);
+    o->keys[o->key_count++] = strdup(key);
+    log_info("generated an API key in %s", path);
+    return 0;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    struct event_base *base = arg;
+    log_info("signal %d: stopping (sandboxes keep running)", (int)sig);
+    event_base_loopexit(base, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    cove_log_set_prefix("coved");
+    struct options o = {0};
+    if (parse_options(argc, argv, &o) < 0) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    char host[256];
+    int port;
+    if (split_listen(o.listen, host, sizeof(host), &port) < 0) {
+        fprintf(stderr, "coved: --listen takes HOST:PORT, not '%s'\n", o.listen);
+        return 2;
+    }
+    if (o.insecure && !is_loopback(host)) {
+        fprintf(stderr, "coved: --insecure is only allowed on a loopback address\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    umask(022);
+
+    int rc = 1;
+    struct cove_error *err = NULL;
+    struct event_base *base = NULL;
+    struct store *store = NULL;
+    struct template_registry *templates = NULL;
+    struct sandbox_manager *sandboxes = NULL;
+    struct runtime rt = {.agent_fd = -1};
+    struct api api = {0};
+    struct event *sigterm = NULL, *sigint = NULL;
+    char path[PATH_MAX + 16];
+
+    if (mkdir(o.state_dir, 0700) < 0 && errno != EEXIST) {
+        cove_error_sys(&err, "create state dir %s", o.state_dir);
+        goto out;
+    }
+    if (realpath(o.state_dir, path) == NULL) {
+        cove_error_sys(&err, "state dir %s", o.state_dir);
+        goto out;
+    }
+    snprintf(o.state_dir, sizeof(o.state_dir), "%s", path);
+    if (!o.insecure && o.key_count == 0 && load_or_make_key(&o, &err) < 0)
+        goto out;
+    snprintf(path, sizeof(path), "%s/cove.db", o.state_dir);
+    base = event_base_new();
+    if (base == NULL) {
+        cove_error_set(&err, 0, 500, "COVE::INTERNAL", "event_base_new failed");
+        goto out;
+    }
+    if (runtime_init(&rt, o.agent, &err) < 0 || store_open(path, &store, &err) < 0 ||
+        template_registry_open(o.state_dir, &templates, &err) < 0 ||
+        sandbox_manager_new(base, store, &rt, o.state_dir, &sandboxes, &err) < 0 ||
+        sandbox_manager_restore(sandboxes, &err) < 0)
+        goto out;
+
+    api.base = base;
+    api.sandboxes = sandboxes;
+    api.templates = templates;
+    api.config = (struct api_config){
+        .listen_host = host,
+        .listen_port = port,
+        .api_keys = o.keys,
+        .insecure = o.insecure,
+        .max_timeout_s = o.max_timeout_s,
+    };
+    if (api_start(&api, &err) < 0)
+        goto out;
+    sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    sigint = evsignal_new(base, SIGINT, on_signal, base);
+    evsignal_add(sigterm, NULL);
+    evsignal_add(sigint, NULL);
+    log_info("listening on %s:%d (state %s, cgroup %s)", host, http_server_port(api.http),
+             o.state_dir, rt.cgroups.mode == CGROUP_V2 ? "v2" : "v1");
+    /* Tests and scripts wait for this line on stdout. */
+    printf("coved ready on http://%s:%d\n", host, http_server_port(api.http));
+    fflush(stdout);
+    event_base_dispatch(base);
+    rc = 0;
+out:
+    if (err != NULL) {
+        fprintf(stderr, "coved: %s\n", err->message);
+        cove_error_free(err);
+    }
+    if (sigterm)
+        event_free(sigterm);
+    if (sigint)
+        event_free(sigint);
+    api_stop(&api);
+    sandbox_manager_free(sandboxes);
+    template_registry_free(templates);
+    store_close(store);
+    runtime_fini(&rt);
+    if (base)
+        event_base_free(base);
+    for (size_t i = 0; i < o.key_count; i++)
+        free(o.keys[i]);
+    return rc;
+}

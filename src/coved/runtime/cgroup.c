@@ -1,0 +1,355 @@
+#include "coved/runtime/cgroup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CGROUP_PARENT "cove"
+#define CPU_PERIOD_US 100000
+
+static const char *v1_names[CGROUP_V1_COUNT] = {"cpu", "cpuacct", "memory", "pids", "freezer"};
+
+static int write_file(const char *path, const char *value, struct cove_error **err)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return cove_error_sys(err, "open %s", path);
+    size_t len = strlen(value);
+    ssize_t n = write(fd, value, len);
+    int saved = errno;
+    close(fd);
+    if (n != (ssize_t)len) {
+        errno = n < 0 ? saved : EIO;
+        return cove_error_sys(err, "write '%s' to %s", value, path);
+    }
+    return 0;
+}
+
+static int read_file(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n < 0)
+        return -1;
+    buf[n] = '\0';
+    return 0;
+}
+
+static bool path_exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+static int make_dir(const char *path, struct cove_error **err)
+{
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return cove_error_sys(err, "mkdir %s", path);
+    return 0;
+}
+
+void cgroup_system_v2(struct cgroup_system *sys, const char *root)
+{
+    memset(sys, 0, sizeof(*sys));
+    sys->mode = CGROUP_V2;
+    snprintf(sys->v2_root, sizeof(sys->v2_root), "%s", root);
+}
+
+int cgroup_detect(struct cgroup_system *sys, struct cove_error **err)
+{
+    memset(sys, 0, sizeof(*sys));
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL)
+        return cove_error_sys(err, "open /proc/self/mountinfo");
+    char line[4096];
+    char v2_any[256] = "";
+    bool v2_main = false;
+    while (fgets(line, sizeof(line), f)) {
+        /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS */
+        char mountpoint[256];
+        if (sscanf(line, "%*s %*s %*s %*s %255s", mountpoint) != 1)
+            continue;
+        char *sep = strstr(line, " - ");
+        if (sep == NULL)
+            continue;
+        char fstype[32], source[256], superopts[1024];
+        if (sscanf(sep + 3, "%31s %255s %1023s", fstype, source, superopts) != 3)
+            continue;
+        if (strcmp(fstype, "cgroup2") == 0) {
+            if (strcmp(mountpoint, "/sys/fs/cgroup") == 0)
+                v2_main = true;
+            if (v2_any[0] == '\0' || v2_main)
+                snprintf(v2_any, sizeof(v2_any), "%s", mountpoint);
+        } else if (strcmp(fstype, "cgroup") == 0) {
+            char *save = NULL;
+            for (char *opt = strtok_r(superopts, ",", &save); opt; opt = strtok_r(NULL, ",", &save))
+                for (int c = 0; c < CGROUP_V1_COUNT; c++)
+                    if (strcmp(opt, v1_names[c]) == 0 && sys->v1_mount[c][0] == '\0')
+                        snprintf(sys->v1_mount[c], sizeof(sys->v1_mount[c]), "%s", mountpoint);
+        }
+    }
+    fclose(f);
+    if (v2_main || (sys->v1_mount[CGROUP_V1_MEMORY][0] == '\0' && v2_any[0] != '\0')) {
+        cgroup_system_v2(sys, v2_any);
+        return 0;
+    }
+    if (sys->v1_mount[CGROUP_V1_MEMORY][0] == '\0' || sys->v1_mount[CGROUP_V1_PIDS][0] == '\0' ||
+        sys->v1_mount[CGROUP_V1_FREEZER][0] == '\0')
+        return cove_error_set(err, 0, 500, "COVE::INTERNAL",
+                              "no usable cgroup hierarchy: need cgroup2, or v1 memory, pids and "
+                              "freezer controllers");
+    sys->mode = CGROUP_V1;
+    return 0;
+}
+
+void cgroup_path(const struct cgroup_system *sys, enum cgroup_v1_controller controller,
+                 const char *id, char *out, size_t out_size)
+{
+    const char *root = sys->mode == CGROUP_V2 ? sys->v2_root : sys->v1_mount[controller];
+    if (id == NULL)
+        snprintf(out, out_size, "%s/" CGROUP_PARENT, root);
+    else
+        snprintf(out, out_size, "%s/" CGROUP_PARENT "/%s", root, id);
+}
+
+static int write_in(const struct cgroup_system *sys, enum cgroup_v1_controller controller,
+                    const char *id, const char *file, const char *value, struct cove_error **err)
+{
+    char path[512];
+    cgroup_path(sys, controller, id, path, sizeof(path));
+    size_t len = strlen(path);
+    snprintf(path + len, sizeof(path) - len, "/%s", file);
+    return write_file(path, value, err);
+}
+
+static int v2_create(const struct cgroup_system *sys, const char *id,
+                     const struct cgroup_limits *limits, struct cove_error **err)
+{
+    char path[512], file[600], value[64];
+    /* Controllers must be enabled in every ancestor's subtree_control. The root usually has
+     * them already (systemd); a failure there is reported by the limit writes below. */
+    snprintf(file, sizeof(file), "%s/cgroup.subtree_control", sys->v2_root);
+    struct cove_error *ignored = NULL;
+    write_file(file, "+cpu +memory +pids", &ignored);
+    cove_error_free(ignored);
+
+    cgroup_path(sys, 0, NULL, path, sizeof(path));
+    if (make_dir(path, err) < 0)
+        return -1;
+    snprintf(file, sizeof(file), "%s/cgroup.subtree_control", path);
+    if (write_file(file, "+cpu +memory +pids", err) < 0)
+        return -1;
+    cgroup_path(sys, 0, id, path, sizeof(path));
+    if (make_dir(path, err) < 0)
+        return -1;
+    if (limits->cpu_millicores > 0) {
+        snprintf(value, sizeof(value), "%lld %d",
+                 (long long)limits->cpu_millicores * CPU_PERIOD_US / 1000, CPU_PERIOD_US);
+        if (write_in(sys, 0, id, "cpu.max", value, err) < 0)
+            return -1;
+    }
+    if (limits->memory_bytes > 0) {
+        snprintf(value, sizeof(value), "%lld", (long long)limits->memory_bytes);
+        if (write_in(sys, 0, id, "memory.max", value, err) < 0)
+            return -1;
+        snprintf(file, sizeof(file), "%s/memory.swap.max", path);
+        if (path_exists(file) && write_file(file, "0", err) < 0)
+            return -1;
+    }
+    if (limits->pids_max > 0) {
+        snprintf(value, sizeof(value), "%lld", (long long)limits->pids_max);
+        if (write_in(sys, 0, id, "pids.max", value, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int v1_create(const struct cgroup_system *sys, const char *id,
+                     const struct cgroup_limits *limits, struct cove_error **err)
+{
+    char path[512], value[64];
+    for (int c = 0; c < CGROUP_V1_COUNT; c++) {
+        if (sys->v1_mount[c][0] == '\0')
+            continue;
+        cgroup_path(sys, c, NULL, path, sizeof(path));
+        if (make_dir(path, err) < 0)
+            return -1;
+        cgroup_path(sys, c, id, path, sizeof(path));
+        if (make_dir(path, err) < 0)
+            return -1;
+    }
+    if (limits->cpu_millicores > 0 && sys->v1_mount[CGROUP_V1_CPU][0] != '\0') {
+        snprintf(value, sizeof(value), "%d", CPU_PERIOD_US);
+        if (write_in(sys, CGROUP_V1_CPU, id, "cpu.cfs_period_us", value, err) < 0)
+            return -1;
+        snprintf(value, sizeof(value), "%lld",
+                 (long long)limits->cpu_millicores * CPU_PERIOD_US / 1000);
+        if (write_in(sys, CGROUP_V1_CPU, id, "cpu.cfs_quota_us", value, err) < 0)
+            return -1;
+    }
+    if (limits->memory_bytes > 0) {
+        snprintf(value, sizeof(value), "%lld", (long long)limits->memory_bytes);
+        if (write_in(sys, CGROUP_V1_MEMORY, id, "memory.limit_in_bytes", value, err) < 0)
+            return -1;
+        /* memsw is memory+swap: the same value means no swap at all. */
+        cgroup_path(sys, CGROUP_V1_MEMORY, id, path, sizeof(path));
+        char file[600];
+        snprintf(file, sizeof(file), "%s/memory.memsw.limit_in_bytes", path);
+        if (path_exists(file) && write_file(file, value, err) < 0)
+            return -1;
+    }
+    if (limits->pids_max > 0) {
+        snprintf(value, sizeof(value), "%lld", (long long)limits->pids_max);
+        if (write_in(sys, CGROUP_V1_PIDS, id, "pids.max", value, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int cgroup_create(const struct cgroup_system *sys, const char *id,
+                  const struct cgroup_limits *limits, struct cove_error **err)
+{
+    int ret = sys->mode == CGROUP_V2 ? v2_create(sys, id, limits, err)
+                                     : v1_create(sys, id, limits, err);
+    if (ret < 0) {
+        struct cove_error *ignored = NULL;
+        cgroup_destroy(sys, id, &ignored);
+        cove_error_free(ignored);
+    }
+    return ret;
+}
+
+int cgroup_add_pid(const struct cgroup_system *sys, const char *id, pid_t pid,
+                   struct cove_error **err)
+{
+    char value[32];
+    snprintf(value, sizeof(value), "%d", (int)pid);
+    if (sys->mode == CGROUP_V2)
+        return write_in(sys, 0, id, "cgroup.procs", value, err);
+    for (int c = 0; c < CGROUP_V1_COUNT; c++) {
+        if (sys->v1_mount[c][0] == '\0')
+            continue;
+        if (write_in(sys, c, id, "cgroup.procs", value, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int cgroup_freeze(const struct cgroup_system *sys, const char *id, bool frozen,
+                  struct cove_error **err)
+{
+    char path[512], file[600], buf[4096];
+    bool v2 = sys->mode == CGROUP_V2;
+    cgroup_path(sys, CGROUP_V1_FREEZER, id, path, sizeof(path));
+    if (v2)
+        snprintf(file, sizeof(file), "%s/cgroup.freeze", path);
+    else
+        snprintf(file, sizeof(file), "%s/freezer.state", path);
+    if (write_file(file, v2 ? (frozen ? "1" : "0") : (frozen ? "FROZEN" : "THAWED"), err) < 0)
+        return -1;
+    /* The kernel freezes asynchronously; wait until every task is really stopped. */
+    if (v2)
+        snprintf(file, sizeof(file), "%s/cgroup.events", path);
+    for (int i = 0; i < 5000; i++) {
+        if (read_file(file, buf, sizeof(buf)) < 0)
+            return cove_error_sys(err, "read %s", file);
+        bool done;
+        if (v2)
+            done = strstr(buf, frozen ? "frozen 1" : "frozen 0") != NULL;
+        else
+            done = strncmp(buf, frozen ? "FROZEN" : "THAWED", 6) == 0;
+        if (done)
+            return 0;
+        if (!v2 && frozen && strncmp(buf, "FREEZING", 8) == 0 && i % 100 == 99)
+            write_file(file, "FROZEN", err); /* v1 may need a nudge after a signal race */
+        sleep_ms(1);
+    }
+    return cove_error_set(err, ETIMEDOUT, 500, "COVE::INTERNAL", "cgroup %s did not %s in time",
+                          id, frozen ? "freeze" : "thaw");
+}
+
+static void kill_procs(const char *dir)
+{
+    char file[600], buf[65536];
+    snprintf(file, sizeof(file), "%s/cgroup.procs", dir);
+    if (read_file(file, buf, sizeof(buf)) < 0)
+        return;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, "\n", &save); tok; tok = strtok_r(NULL, "\n", &save)) {
+        pid_t pid = (pid_t)atoi(tok);
+        if (pid > 0)
+            kill(pid, SIGKILL);
+    }
+}
+
+static int remove_dir(const char *dir, struct cove_error **err)
+{
+    /* rmdir fails with EBUSY while killed tasks are still exiting. */
+    for (int i = 0; i < 2000; i++) {
+        if (rmdir(dir) == 0 || errno == ENOENT)
+            return 0;
+        if (errno != EBUSY)
+            return cove_error_sys(err, "rmdir %s", dir);
+        kill_procs(dir);
+        sleep_ms(1);
+    }
+    return cove_error_set(err, EBUSY, 500, "COVE::INTERNAL", "cgroup %s stays busy", dir);
+}
+
+int cgroup_destroy(const struct cgroup_system *sys, const char *id, struct cove_error **err)
+{
+    char path[512], file[600];
+    if (sys->mode == CGROUP_V2) {
+        cgroup_path(sys, 0, id, path, sizeof(path));
+        if (!path_exists(path))
+            return 0;
+        snprintf(file, sizeof(file), "%s/cgroup.kill", path);
+        struct cove_error *ignored = NULL;
+        if (!path_exists(file) || write_file(file, "1", &ignored) < 0)
+            kill_procs(path);
+        cove_error_free(ignored);
+        return remove_dir(path, err);
+    }
+    /* v1: frozen tasks do not act on SIGKILL until thawed. */
+    cgroup_path(sys, CGROUP_V1_FREEZER, id, path, sizeof(path));
+    if (path_exists(path)) {
+        snprintf(file, sizeof(file), "%s/freezer.state", path);
+        struct cove_error *ignored = NULL;
+        write_file(file, "THAWED", &ignored);
+        cove_error_free(ignored);
+        kill_procs(path);
+    }
+    int ret = 0;
+    for (int c = 0; c < CGROUP_V1_COUNT; c++) {
+        if (sys->v1_mount[c][0] == '\0')
+            continue;
+        cgroup_path(sys, c, id, path, sizeof(path));
+        if (!path_exists(path))
+            continue;
+        kill_procs(path);
+        if (remove_dir(path, err) < 0)
+            ret = -1;
+    }
+    return ret;
+}
+
+bool cgroup_exists(const struct cgroup_system *sys, const char *id)
+{
+    char path[512];
+    cgroup_path(sys, sys->mode == CGROUP_V2 ? 0 : CGROUP_V1_MEMORY, id, path, sizeof(path));
+    return path_exists(path);
+}

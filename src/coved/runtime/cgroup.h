@@ -1,0 +1,58 @@
+/* Per-sandbox cgroups on cgroup v2 (unified) and v1 (one hierarchy per controller).
+ *
+ * A sandbox gets /cove/<id> in every hierarchy Cove uses. All paths are relative to a root
+ * (normally /sys/fs/cgroup) so that unit tests can point the module at a scratch directory. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "lib/error.h"
+
+enum cgroup_mode { CGROUP_V1, CGROUP_V2 };
+
+struct cgroup_limits {
+    int64_t cpu_millicores; /* 0: unlimited */
+    int64_t memory_bytes;   /* 0: unlimited; swap is limited to the same total */
+    int64_t pids_max;       /* 0: unlimited */
+};
+
+/* v1 controllers Cove uses; each may be mounted on its own or co-mounted. */
+enum cgroup_v1_controller {
+    CGROUP_V1_CPU,
+    CGROUP_V1_CPUACCT,
+    CGROUP_V1_MEMORY,
+    CGROUP_V1_PIDS,
+    CGROUP_V1_FREEZER,
+    CGROUP_V1_COUNT,
+};
+
+struct cgroup_system {
+    enum cgroup_mode mode;
+    char v2_root[256];                    /* v2: the unified mount */
+    char v1_mount[CGROUP_V1_COUNT][256];  /* v1: mount point of each controller ("" if absent) */
+};
+
+/* Detects the host's layout from /proc/self/mountinfo: v2 when /sys/fs/cgroup is cgroup2 (or
+ * when no v1 controller is mounted), else v1. A hybrid host whose v2 mount has no controllers
+ * counts as v1. */
+int cgroup_detect(struct cgroup_system *sys, struct cove_error **err);
+
+/* Sets up a v2 system rooted at `root` (used by unit tests and pure v2 hosts). */
+void cgroup_system_v2(struct cgroup_system *sys, const char *root);
+
+int cgroup_create(const struct cgroup_system *sys, const char *id,
+                  const struct cgroup_limits *limits, struct cove_error **err);
+int cgroup_add_pid(const struct cgroup_system *sys, const char *id, pid_t pid,
+                   struct cove_error **err);
+/* Freezes (true) or thaws (false) and waits until the kernel reports the new state. */
+int cgroup_freeze(const struct cgroup_system *sys, const char *id, bool frozen,
+                  struct cove_error **err);
+/* Kills every process left in the cgroup and removes it in every hierarchy. Absent cgroups are
+ * not an error. */
+int cgroup_destroy(const struct cgroup_system *sys, const char *id, struct cove_error **err);
+bool cgroup_exists(const struct cgroup_system *sys, const char *id);
+/* Writes the v2 directory path of a sandbox (or the v1 path for `controller`). */
+void cgroup_path(const struct cgroup_system *sys, enum cgroup_v1_controller controller,
+                 const char *id, char *out, size_t out_size);

@@ -1,0 +1,637 @@
+/* The native runtime: clone into new pid, mount, net, uts, ipc namespaces; build the root as
+ * real root (overlay of the template over a size-capped tmpfs, /proc with masks, read-only
+ * /sys, a minimal /dev); pivot into it; then enter the cgroup namespace and a user namespace
+ * in which root maps to an unprivileged host id, drop privileges and exec the agent.
+ *
+ * Doing the mounts before the user namespace exists means the mount, pid, net and uts
+ * namespaces belong to the host's user namespace: root inside the sandbox holds no capability
+ * over them, so it cannot unmount a mask, remount /usr writable or reconfigure its network. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coved/runtime/runtime.h"
+#include "lib/log.h"
+
+#define AGENT_LISTEN_FD 3
+
+/* Child-side: report a failure to the parent through the status pipe and exit. */
+static __attribute__((noreturn, format(printf, 2, 3))) void child_fail(int status_fd,
+                                                                      const char *fmt, ...)
+{
+    char msg[512];
+    int saved = errno;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof(msg))
+        snprintf(msg + n, sizeof(msg) - n, ": %s", strerror(saved));
+    char buf[sizeof(msg) + 1];
+    buf[0] = 'E';
+    memcpy(buf + 1, msg, strlen(msg) + 1);
+    ssize_t ignored = write(status_fd, buf, strlen(msg) + 1);
+    (void)ignored;
+    _exit(127);
+}
+
+static void child_mount(int status_fd, const char *src, const char *target, const char *type,
+                        unsigned long flags, const char *data)
+{
+    if (mount(src, target, type, flags, data) < 0)
+        child_fail(status_fd, "mount %s on %s", type ? type : (src ? src : "(none)"), target);
+}
+
+/* Bind-mounts src on target read-only (a bind mount ignores MS_RDONLY until remounted). */
+static void child_bind_ro(int status_fd, const char *src, const char *target,
+                          unsigned long extra)
+{
+    child_mount(status_fd, src, target, NULL, MS_BIND | MS_REC, NULL);
+    child_mount(status_fd, NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | extra, NULL);
+}
+
+static void child_mkdir(int status_fd, const char *path, mode_t mode)
+{
+    if (mkdir(path, mode) < 0 && errno != EEXIST)
+        child_fail(status_fd, "mkdir %s", path);
+}
+
+static void child_touch(int status_fd, const char *path)
+{
+    int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0)
+        child_fail(status_fd, "create %s", path);
+    close(fd);
+}
+
+static void read_byte(int status_fd, int fd, char expected)
+{
+    char c = 0;
+    ssize_t n;
+    do {
+        n = read(fd, &c, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1 || c != expected) {
+        errno = n == 0 ? EPIPE : (n < 0 ? errno : EPROTO);
+        child_fail(status_fd, "handshake with coved");
+    }
+}
+
+/* Docker's masked /proc paths: files get /dev/null, directories an empty read-only tmpfs. */
+static const char *const proc_masked[] = {
+    "proc/acpi",        "proc/asound",      "proc/interrupts", "proc/kcore",
+    "proc/keys",        "proc/latency_stats", "proc/timer_list", "proc/timer_stats",
+    "proc/sched_debug", "proc/scsi",        "sys/firmware",    "sys/devices/virtual/powercap",
+};
+static const char *const proc_readonly[] = {
+    "proc/bus", "proc/fs", "proc/irq", "proc/sys", "proc/sysrq-trigger",
+};
+
+static void mount_proc_and_sys(int status_fd)
+{
+    child_mkdir(status_fd, "proc", 0555);
+    child_mount(status_fd, "proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    child_mkdir(status_fd, "sys", 0555);
+    child_mount(status_fd, "sysfs", "sys", "sysfs",
+                MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL);
+    for (size_t i = 0; i < sizeof(proc_readonly) / sizeof(proc_readonly[0]); i++) {
+        if (access(proc_readonly[i], F_OK) < 0)
+            continue;
+        child_bind_ro(status_fd, proc_readonly[i], proc_readonly[i],
+                      MS_NOSUID | MS_NODEV | MS_NOEXEC);
+    }
+    for (size_t i = 0; i < sizeof(proc_masked) / sizeof(proc_masked[0]); i++) {
+        struct stat st;
+        if (lstat(proc_masked[i], &st) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            child_mount(status_fd, "tmpfs", proc_masked[i], "tmpfs", MS_RDONLY, "size=0");
+        else
+            child_mount(status_fd, "/dev/null", proc_masked[i], NULL, MS_BIND, NULL);
+    }
+}
+
+static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+
+static void mount_dev(int status_fd)
+{
+    char opts[128], path[64], host[64];
+    child_mkdir(status_fd, "dev", 0755);
+    snprintf(opts, sizeof(opts), "mode=0755,size=65536,uid=%u,gid=%u", RUNTIME_HOST_ID_BASE,
+             RUNTIME_HOST_ID_BASE);
+    child_mount(status_fd, "tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, opts);
+    for (size_t i = 0; i < sizeof(dev_nodes) / sizeof(dev_nodes[0]); i++) {
+        snprintf(path, sizeof(path), "dev/%s", dev_nodes[i]);
+        snprintf(host, sizeof(host), "/dev/%s", dev_nodes[i]);
+        child_touch(status_fd, path);
+        child_mount(status_fd, host, path, NULL, MS_BIND, NULL);
+    }
+    child_mkdir(status_fd, "dev/pts", 0755);
+    /* gid 5 (tty) inside the sandbox. */
+    snprintf(opts, sizeof(opts), "newinstance,ptmxmode=0666,mode=0620,gid=%u",
+             RUNTIME_HOST_ID_BASE + 5);
+    child_mount(status_fd, "devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, opts);
+    if (symlink("pts/ptmx", "dev/ptmx") < 0)
+        child_fail(status_fd, "symlink dev/ptmx");
+    child_mkdir(status_fd, "dev/shm", 01777);
+    snprintf(opts, sizeof(opts), "mode=1777,size=67108864,uid=%u,gid=%u", RUNTIME_HOST_ID_BASE,
+             RUNTIME_HOST_ID_BASE);
+    child_mount(status_fd, "shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts);
+    static const char *const links[][2] = {
+        {"/proc/self/fd", "dev/fd"},
+        {"/proc/self/fd/0", "dev/stdin"},
+        {"/proc/self/fd/1", "dev/stdout"},
+        {"/proc/self/fd/2", "dev/stderr"},
+    };
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+        if (symlink(links[i][0], links[i][1]) < 0)
+            child_fail(status_fd, "symlink %s", links[i][1]);
+}
+
+static void bring_up_loopback(int status_fd)
+{
+    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        child_fail(status_fd, "socket for lo");
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+    if (ioctl(sock, SIOCGIFFLAGS, &ifr) < 0)
+        child_fail(status_fd, "get lo flags");
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(sock, SIOCSIFFLAGS, &ifr) < 0)
+        child_fail(status_fd, "bring lo up");
+    close(sock);
+}
+
+static void build_root(int status_fd, const struct runtime_spec *spec)
+{
+    char path[4096], opts[8192];
+    /* Nothing mounted from here on may propagate back to the host. */
+    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+    if (chdir(spec->run_dir) < 0)
+        child_fail(status_fd, "chdir %s", spec->run_dir);
+
+    /* The writable layer: a tmpfs whose size is the disk cap. Its pages are charged to the
+     * sandbox's memory cgroup, so the cap can never exceed what the sandbox may use anyway. */
+    snprintf(opts, sizeof(opts), "size=%lld,mode=0755", (long long)spec->disk_bytes);
+    child_mount(status_fd, "cove-layer", "layer", "tmpfs", MS_NOSUID | MS_NODEV, opts);
+    child_mkdir(status_fd, "layer/upper", 0755);
+    child_mkdir(status_fd, "layer/work", 0700);
+    if (chown("layer/upper", RUNTIME_HOST_ID_BASE, RUNTIME_HOST_ID_BASE) < 0)
+        child_fail(status_fd, "chown upper");
+    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/layer/upper,workdir=%s/layer/work",
+             spec->rootfs, spec->run_dir, spec->run_dir);
+    child_mount(status_fd, "cove-root", "root", "overlay", MS_NOSUID, opts);
+    if (chdir("root") < 0)
+        child_fail(status_fd, "chdir root");
+
+    if (spec->host_os) {
+        child_mkdir(status_fd, "usr", 0755);
+        child_bind_ro(status_fd, "/usr", "usr", MS_NOSUID | MS_NODEV);
+    }
+    mount_proc_and_sys(status_fd);
+    mount_dev(status_fd);
+    child_mkdir(status_fd, "tmp", 01777);
+
+    /* pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only
+     * the sandbox's tree. */
+    if (syscall(SYS_pivot_root, ".", ".") < 0)
+        child_fail(status_fd, "pivot_root");
+    if (umount2(".", MNT_DETACH) < 0)
+        child_fail(status_fd, "detach old root");
+    if (chdir("/") < 0)
+        child_fail(status_fd, "chdir /");
+    snprintf(path, sizeof(path), "%s", spec->id);
+    if (sethostname(path, strlen(path)) < 0)
+        child_fail(status_fd, "sethostname");
+    bring_up_loopback(status_fd);
+}
+
+/* Docker's default capability set; everything else leaves the bounding set. */
+static const int kept_caps[] = {
+    CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FSETID,           CAP_FOWNER,     CAP_MKNOD,
+    CAP_NET_RAW, CAP_SETGID,      CAP_SETUID,           CAP_SETFCAP,    CAP_SETPCAP,
+    CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_KILL,     CAP_AUDIT_WRITE,
+};
+
+int runtime_caps_trim(struct cove_error **err)
+{
+    int last = CAP_LAST_CAP;
+    FILE *f = fopen("/proc/sys/kernel/cap_last_cap", "re");
+    if (f != NULL) {
+        if (fscanf(f, "%d", &last) != 1)
+            last = CAP_LAST_CAP;
+        fclose(f);
+    }
+    for (int cap = 0; cap <= last; cap++) {
+        bool keep = false;
+        for (size_t i = 0; i < sizeof(kept_caps) / sizeof(kept_caps[0]); i++)
+            keep = keep || kept_caps[i] == cap;
+        if (!keep && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+            return cove_error_sys(err, "drop capability %d", cap);
+    }
+    return 0;
+}
+
+struct child_args {
+    const struct runtime_spec *spec;
+    int agent_fd;
+    int listen_fd;
+    int go_fd;     /* parent -> child */
+    int status_fd; /* child -> parent, close-on-exec: EOF means the agent was exec'd */
+};
+
+static __attribute__((noreturn)) void child_main(struct child_args *a)
+{
+    int status_fd = a->status_fd;
+    /* coved's own descriptors (its listener, the database, other sandboxes' sockets) must not
+     * reach the sandbox: keep only what the child needs, at fixed numbers. */
+    int fds[4] = {a->listen_fd, a->agent_fd, a->go_fd, a->status_fd};
+    for (int i = 0; i < 4; i++) {
+        fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
+        if (fds[i] < 0)
+            child_fail(status_fd, "dup");
+    }
+    status_fd = fds[3];
+    for (int i = 0; i < 4; i++) {
+        if (dup3(fds[i], AGENT_LISTEN_FD + i, i == 0 ? 0 : O_CLOEXEC) < 0)
+            child_fail(status_fd, "dup3");
+        close(fds[i]);
+    }
+    status_fd = AGENT_LISTEN_FD + 3;
+    int agent_fd = AGENT_LISTEN_FD + 1, go_fd = AGENT_LISTEN_FD + 2;
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0)
+        child_fail(status_fd, "stdio");
+    char log_path[4096];
+    snprintf(log_path, sizeof(log_path), "%s/agent.log", a->spec->run_dir);
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (log_fd < 0 || dup2(log_fd, 2) < 0)
+        child_fail(status_fd, "open %s", log_path);
+    if (syscall(SYS_close_range, AGENT_LISTEN_FD + 4, ~0U, 0) < 0)
+        child_fail(status_fd, "close_range");
+
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    for (int sig = 1; sig < NSIG; sig++)
+        signal(sig, SIG_DFL);
+
+    read_byte(status_fd, go_fd, 'C'); /* placed in the sandbox's cgroups */
+    build_root(status_fd, a->spec);
+    if (unshare(CLONE_NEWCGROUP) < 0)
+        child_fail(status_fd, "unshare cgroup namespace");
+    if (unshare(CLONE_NEWUSER) < 0)
+        child_fail(status_fd, "unshare user namespace");
+    if (write(status_fd, "U", 1) != 1)
+        child_fail(status_fd, "handshake");
+    read_byte(status_fd, go_fd, 'M'); /* uid and gid maps written */
+    if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
+        child_fail(status_fd, "become root of the user namespace");
+
+    struct cove_error *err = NULL;
+    if (runtime_caps_trim(&err) < 0) {
+        errno = err->errnum;
+        child_fail(status_fd, "%s", err->message);
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        child_fail(status_fd, "no_new_privs");
+    if (runtime_seccomp_load(&err) < 0) {
+        errno = err->errnum;
+        child_fail(status_fd, "%s", err->message);
+    }
+
+    int argc = 0;
+    while (a->spec->entrypoint && a->spec->entrypoint[argc])
+        argc++;
+    char **argv = calloc(argc + 5, sizeof(char *));
+    if (argv == NULL)
+        child_fail(status_fd, "calloc");
+    int i = 0;
+    argv[i++] = "cove-agent";
+    argv[i++] = "--listen-fd";
+    argv[i++] = "3";
+    argv[i++] = "--";
+    for (int j = 0; j < argc; j++)
+        argv[i++] = a->spec->entrypoint[j];
+    argv[i] = NULL;
+    syscall(SYS_execveat, agent_fd, "", argv, a->spec->env, AT_EMPTY_PATH);
+    child_fail(status_fd, "exec cove-agent");
+}
+
+uint64_t runtime_process_start_time(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* The command name may contain spaces and parentheses: fields restart after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return 0;
+    unsigned long long start = 0;
+    /* state(3) ... starttime is field 22, i.e. the 20th after ')' */
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                      "%*d %llu",
+               &start) != 1)
+        return 0;
+    return start;
+}
+
+bool runtime_alive(const struct runtime_process *proc)
+{
+    if (proc->pid <= 0)
+        return false;
+    uint64_t start = runtime_process_start_time(proc->pid);
+    if (start == 0 || start != proc->start_time)
+        return false;
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)proc->pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+static int write_id_map(pid_t pid, const char *file, struct cove_error **err)
+{
+    char path[64], map[64];
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+    int len = snprintf(map, sizeof(map), "0 %u %u\n", RUNTIME_HOST_ID_BASE, RUNTIME_ID_COUNT);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return cove_error_sys(err, "open %s", path);
+    ssize_t n = write(fd, map, len);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    if (n != len)
+        return cove_error_sys(err, "write %s", path);
+    return 0;
+}
+
+static int make_agent_socket(const char *run_dir, struct cove_error **err)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if ((size_t)snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/agent.sock", run_dir) >=
+        sizeof(addr.sun_path))
+        return cove_error_set(err, ENAMETOOLONG, 500, "COVE::INTERNAL",
+                              "run dir %s is too long for a unix socket path", run_dir);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return cove_error_sys(err, "socket");
+    unlink(addr.sun_path);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || chmod(addr.sun_path, 0600) < 0 ||
+        listen(fd, 128) < 0) {
+        cove_error_sys(err, "listen on %s", addr.sun_path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Waits for the child's report: EOF (exec succeeded), 'U' (needs its id maps) or 'E'+text. */
+static int read_status(int fd, char *buf, size_t size)
+{
+    size_t got = 0;
+    while (got < size - 1) {
+        ssize_t n = read(fd, buf + got, size - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += n;
+        if (buf[0] == 'U')
+            break;
+    }
+    buf[got] = '\0';
+    return (int)got;
+}
+
+static void reap_child(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
+int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct runtime_process *out,
+                  struct cove_error **err)
+{
+    int ret = -1, listen_fd = -1, go[2] = {-1, -1}, status[2] = {-1, -1};
+    pid_t pid = -1;
+    char path[4096], msg[600];
+    bool cgroup_made = false;
+
+    if (mkdir(spec->run_dir, 0700) < 0 && errno != EEXIST)
+        return cove_error_sys(err, "mkdir %s", spec->run_dir);
+    snprintf(path, sizeof(path), "%s/root", spec->run_dir);
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return cove_error_sys(err, "mkdir %s", path);
+    snprintf(path, sizeof(path), "%s/layer", spec->run_dir);
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return cove_error_sys(err, "mkdir %s", path);
+
+    listen_fd = make_agent_socket(spec->run_dir, err);
+    if (listen_fd < 0)
+        goto out;
+    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0) {
+        cove_error_sys(err, "pipe");
+        goto out;
+    }
+    if (cgroup_create(&rt->cgroups, spec->id, &spec->limits, err) < 0)
+        goto out;
+    cgroup_made = true;
+
+    struct child_args args = {
+        .spec = spec,
+        .agent_fd = rt->agent_fd,
+        .listen_fd = listen_fd,
+        .go_fd = go[0],
+        .status_fd = status[1],
+    };
+    /* A fork-like clone: the child runs on a copy of this stack, so it may use `args`. */
+    pid = (pid_t)syscall(SYS_clone,
+                         CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC |
+                             SIGCHLD,
+                         NULL, NULL, NULL, 0);
+    if (pid < 0) {
+        cove_error_sys(err, "clone");
+        goto out;
+    }
+    if (pid == 0)
+        child_main(&args);
+    close(go[0]);
+    go[0] = -1;
+    close(status[1]);
+    status[1] = -1;
+
+    /* The agent survives an OOM in its sandbox; it resets its children to 0. */
+    snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
+    int oom_fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (oom_fd >= 0) {
+        if (write(oom_fd, "-998", 4) != 4)
+            log_warn("sandbox %s: cannot set oom_score_adj", spec->id);
+        close(oom_fd);
+    }
+    if (cgroup_add_pid(&rt->cgroups, spec->id, pid, err) < 0)
+        goto fail_child;
+    if (write(go[1], "C", 1) != 1) {
+        cove_error_sys(err, "handshake");
+        goto fail_child;
+    }
+    int n = read_status(status[0], msg, sizeof(msg));
+    if (n >= 1 && msg[0] == 'U') {
+        if (write_id_map(pid, "uid_map", err) < 0 || write_id_map(pid, "gid_map", err) < 0)
+            goto fail_child;
+        if (write(go[1], "M", 1) != 1) {
+            cove_error_sys(err, "handshake");
+            goto fail_child;
+        }
+        n = read_status(status[0], msg, sizeof(msg));
+    } else if (n == 0) {
+        cove_error_set(err, EPROTO, 500, "SANDBOX::START_FAILED",
+                       "sandbox process exited during set-up");
+        goto fail_child;
+    }
+    if (n > 0) {
+        cove_error_set(err, 0, 500, "SANDBOX::START_FAILED", "sandbox set-up failed: %s",
+                       msg[0] == 'E' ? msg + 1 : msg);
+        goto fail_child;
+    }
+    out->pid = pid;
+    out->start_time = runtime_process_start_time(pid);
+    ret = 0;
+    goto out;
+
+fail_child:
+    reap_child(pid);
+out:
+    if (ret < 0 && cgroup_made) {
+        struct cove_error *ignored = NULL;
+        cgroup_destroy(&rt->cgroups, spec->id, &ignored);
+        cove_error_free(ignored);
+    }
+    if (listen_fd >= 0)
+        close(listen_fd);
+    for (int i = 0; i < 2; i++) {
+        if (go[i] >= 0)
+            close(go[i]);
+        if (status[i] >= 0)
+            close(status[i]);
+    }
+    return ret;
+}
+
+int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err)
+{
+    return cgroup_freeze(&rt->cgroups, id, true, err);
+}
+
+int runtime_resume(struct runtime *rt, const char *id, struct cove_error **err)
+{
+    return cgroup_freeze(&rt->cgroups, id, false, err);
+}
+
+/* Waits until pid has exited, reaping it if it is our child. */
+static void wait_exit(pid_t pid)
+{
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd >= 0) {
+        struct pollfd p = {.fd = pidfd, .events = POLLIN};
+        poll(&p, 1, 10000);
+        close(pidfd);
+    }
+    waitpid(pid, NULL, WNOHANG);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    int rc = flag == FTW_DP ? rmdir(path) : unlink(path);
+    if (rc < 0 && errno != ENOENT)
+        log_warn("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* The run dir holds only what coved made (the agent socket, its log, empty mount points):
+ * the sandbox's own files lived in its tmpfs, gone with its mount namespace. FTW_PHYS and
+ * FTW_MOUNT keep the walk from following a link or entering a mount. */
+static void remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,
+                    const struct runtime_process *proc, struct cove_error **err)
+{
+    if (runtime_alive(proc)) {
+        /* A frozen task acts on SIGKILL only once thawed (cgroup v1). */
+        struct cove_error *ignored = NULL;
+        if (cgroup_exists(&rt->cgroups, id))
+            cgroup_freeze(&rt->cgroups, id, false, &ignored);
+        cove_error_free(ignored);
+        /* Killing PID 1 of a pid namespace kills every process in it. */
+        kill(proc->pid, SIGKILL);
+        wait_exit(proc->pid);
+    } else if (proc->pid > 0) {
+        waitpid(proc->pid, NULL, WNOHANG);
+    }
+    int ret = cgroup_destroy(&rt->cgroups, id, err);
+    if (run_dir != NULL && run_dir[0] != '\0')
+        remove_tree(run_dir);
+    return ret;
+}
+
+int runtime_init(struct runtime *rt, const char *agent_path, struct cove_error **err)
+{
+    memset(rt, 0, sizeof(*rt));
+    rt->agent_fd = -1;
+    if (cgroup_detect(&rt->cgroups, err) < 0)
+        return -1;
+    rt->agent_fd = open(agent_path, O_PATH | O_CLOEXEC);
+    if (rt->agent_fd < 0)
+        return cove_error_sys(err, "open agent binary %s", agent_path);
+    return 0;
+}
+
+void runtime_fini(struct runtime *rt)
+{
+    if (rt->agent_fd >= 0)
+        close(rt->agent_fd);
+    rt->agent_fd = -1;
+}

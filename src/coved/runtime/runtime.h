@@ -1,0 +1,61 @@
+/* How a sandbox is made. The native runtime: a process tree in fresh Linux namespaces, its root
+ * an overlay of a template over a size-capped tmpfs, limited by cgroups, PID 1 the agent. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "coved/runtime/cgroup.h"
+#include "lib/error.h"
+
+/* Host ids that sandbox ids 0..65535 map to (shared by all sandboxes, like Docker's
+ * userns-remap): root inside is HOST_ID_BASE outside, never 0. */
+#define RUNTIME_HOST_ID_BASE 100000u
+#define RUNTIME_ID_COUNT 65536u
+/* The agent listens on this TCP port inside sandboxes reached over TCP; the gateway maps this
+ * port to the agent's unix socket for native sandboxes. */
+#define RUNTIME_AGENT_PORT 44772
+
+struct runtime {
+    struct cgroup_system cgroups;
+    int agent_fd; /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
+};
+
+struct runtime_spec {
+    const char *id;          /* also the hostname; [a-z0-9-], at most 63 characters */
+    const char *run_dir;     /* host directory owned by this sandbox alone */
+    const char *rootfs;      /* template root: the read-only lower layer */
+    bool host_os;            /* bind the host's /usr read-only (the `base` template) */
+    char *const *entrypoint; /* NULL-terminated argv, or NULL */
+    char *const *env;        /* NULL-terminated KEY=VALUE list */
+    struct cgroup_limits limits;
+    int64_t disk_bytes;      /* cap of the writable layer */
+};
+
+struct runtime_process {
+    pid_t pid;           /* host pid of the sandbox's PID 1 (the agent) */
+    uint64_t start_time; /* from /proc/PID/stat, to tell a reused pid apart */
+};
+
+int runtime_init(struct runtime *rt, const char *agent_path, struct cove_error **err);
+void runtime_fini(struct runtime *rt);
+
+/* Starts the sandbox; on return the agent has been exec'd and its socket, run_dir/agent.sock,
+ * accepts connections. */
+int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct runtime_process *out,
+                  struct cove_error **err);
+int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err);
+int runtime_resume(struct runtime *rt, const char *id, struct cove_error **err);
+/* Kills every process, waits for them, removes the cgroups and the run dir. Safe to call on a
+ * sandbox that is already (partly) gone. */
+int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,
+                    const struct runtime_process *proc, struct cove_error **err);
+/* True while the sandbox's PID 1 is the process that was started (not a reused pid). */
+bool runtime_alive(const struct runtime_process *proc);
+uint64_t runtime_process_start_time(pid_t pid);
+
+/* Loads the seccomp profile into the calling process (used by the sandbox child). */
+int runtime_seccomp_load(struct cove_error **err);
+/* Trims the capability bounding set to Docker's default set. */
+int runtime_caps_trim(struct cove_error **err);

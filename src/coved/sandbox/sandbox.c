@@ -1,0 +1,475 @@
+#include "coved/sandbox/sandbox.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "coved/store/store.h"
+#include "lib/log.h"
+
+#define TTL_SWEEP_MS 200
+
+struct sandbox_manager {
+    struct event_base *base;
+    struct store *store;
+    struct runtime *rt;
+    char run_root[512]; /* STATE/run */
+    struct sandbox **items;
+    size_t count, cap;
+    struct event *ttl_timer;
+    struct event *sigchld;
+};
+
+static const char *const state_names[] = {
+    [SANDBOX_PENDING] = "Pending",   [SANDBOX_RUNNING] = "Running",
+    [SANDBOX_PAUSING] = "Pausing",   [SANDBOX_PAUSED] = "Paused",
+    [SANDBOX_RESUMING] = "Resuming", [SANDBOX_STOPPING] = "Stopping",
+    [SANDBOX_TERMINATED] = "Terminated", [SANDBOX_FAILED] = "Failed",
+};
+
+const char *sandbox_state_name(enum sandbox_state state)
+{
+    return state_names[state];
+}
+
+int sandbox_state_parse(const char *name, enum sandbox_state *out)
+{
+    for (size_t i = 0; i < sizeof(state_names) / sizeof(state_names[0]); i++) {
+        if (strcasecmp(name, state_names[i]) == 0) {
+            *out = (enum sandbox_state)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int64_t sandbox_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void sandbox_format_time(int64_t ms, char *out, size_t size)
+{
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    snprintf(out, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+}
+
+static void set_state(struct sandbox *sb, enum sandbox_state state, const char *reason,
+                      const char *message)
+{
+    sb->state = state;
+    snprintf(sb->reason, sizeof(sb->reason), "%s", reason);
+    snprintf(sb->message, sizeof(sb->message), "%s", message);
+    sb->transition_ms = sandbox_now_ms();
+}
+
+json_t *sandbox_to_json(const struct sandbox *sb, bool full)
+{
+    char created[40], transition[40], expires[40];
+    sandbox_format_time(sb->created_ms, created, sizeof(created));
+    sandbox_format_time(sb->transition_ms, transition, sizeof(transition));
+    json_t *status = json_pack("{s:s, s:s, s:s, s:s}", "state", sandbox_state_name(sb->state),
+                               "reason", sb->reason, "message", sb->message, "lastTransitionAt",
+                               transition);
+    json_t *j = json_pack("{s:s, s:o, s:O, s:O, s:s}", "id", sb->id, "status", status,
+                          "metadata", json_is_object(sb->metadata) ? sb->metadata : json_object(),
+                          "entrypoint", sb->entrypoint, "createdAt", created);
+    if (!json_is_object(sb->metadata))
+        json_decref(json_object_get(j, "metadata")); /* json_pack took a new reference */
+    if (sb->expires_ms > 0) {
+        sandbox_format_time(sb->expires_ms, expires, sizeof(expires));
+        json_object_set_new(j, "expiresAt", json_string(expires));
+    } else {
+        json_object_set_new(j, "expiresAt", json_null());
+    }
+    if (full) {
+        json_object_set_new(j, "image", json_pack("{s:s}", "uri", sb->template_name));
+        json_object_set(j, "resourceLimits", sb->limits);
+    }
+    return j;
+}
+
+static void sandbox_free(struct sandbox *sb)
+{
+    if (sb == NULL)
+        return;
+    json_decref(sb->entrypoint);
+    json_decref(sb->env);
+    json_decref(sb->metadata);
+    json_decref(sb->limits);
+    free(sb);
+}
+
+static int registry_add(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
+{
+    if (mgr->count == mgr->cap) {
+        size_t cap = mgr->cap ? mgr->cap * 2 : 64;
+        struct sandbox **items = realloc(mgr->items, cap * sizeof(*items));
+        if (items == NULL)
+            return cove_error_sys(err, "realloc");
+        mgr->items = items;
+        mgr->cap = cap;
+    }
+    mgr->items[mgr->count++] = sb;
+    return 0;
+}
+
+static void registry_remove(struct sandbox_manager *mgr, struct sandbox *sb)
+{
+    for (size_t i = 0; i < mgr->count; i++) {
+        if (mgr->items[i] == sb) {
+            memmove(&mgr->items[i], &mgr->items[i + 1], (mgr->count - i - 1) * sizeof(sb));
+            mgr->count--;
+            return;
+        }
+    }
+}
+
+static void save_or_log(struct sandbox_manager *mgr, struct sandbox *sb)
+{
+    struct cove_error *err = NULL;
+    if (store_save(mgr->store, sb, &err) < 0)
+        log_error("sandbox %s: %s", sb->id, err->message);
+    cove_error_free(err);
+}
+
+static void new_id(char *out, size_t size)
+{
+    static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    unsigned char bytes[16];
+    if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
+        abort(); /* the kernel's CSPRNG does not fail once initialised */
+    size_t n = size - 1 < sizeof(bytes) ? size - 1 : sizeof(bytes);
+    for (size_t i = 0; i < n; i++)
+        out[i] = alphabet[bytes[i] % 36];
+    out[n] = '\0';
+}
+
+/* NULL-terminated KEY=VALUE list: Cove's defaults, then the request's env. */
+static char **build_env(const struct sandbox *sb)
+{
+    size_t n = json_object_size(sb->env);
+    char **env = calloc(n + 5, sizeof(char *));
+    if (env == NULL)
+        return NULL;
+    size_t i = 0;
+    bool has_path = json_object_get(sb->env, "PATH") != NULL;
+    if (!has_path)
+        env[i++] = strdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    if (json_object_get(sb->env, "HOME") == NULL)
+        env[i++] = strdup("HOME=/root");
+    if (json_object_get(sb->env, "LANG") == NULL)
+        env[i++] = strdup("LANG=C.UTF-8");
+    char *host = NULL;
+    if (asprintf(&host, "HOSTNAME=%s", sb->id) >= 0)
+        env[i++] = host;
+    const char *key;
+    json_t *value;
+    json_object_foreach(sb->env, key, value)
+    {
+        char *kv = NULL;
+        if (asprintf(&kv, "%s=%s", key, json_string_value(value)) >= 0)
+            env[i++] = kv;
+    }
+    env[i] = NULL;
+    return env;
+}
+
+static char **build_argv(const json_t *array)
+{
+    size_t n = json_array_size(array);
+    char **argv = calloc(n + 1, sizeof(char *));
+    if (argv == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        argv[i] = (char *)json_string_value(json_array_get(array, i));
+    return argv;
+}
+
+static void free_strv(char **v, bool owned)
+{
+    if (v == NULL)
+        return;
+    for (size_t i = 0; owned && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
+                   struct sandbox **out, struct cove_error **err)
+{
+    struct sandbox *sb = calloc(1, sizeof(*sb));
+    if (sb == NULL)
+        return cove_error_sys(err, "calloc");
+    new_id(sb->id, sizeof(sb->id) < 17 ? sizeof(sb->id) : 17);
+    snprintf(sb->owner, sizeof(sb->owner), "%s", req->owner);
+    snprintf(sb->template_name, sizeof(sb->template_name), "%s", req->template->name);
+    sb->created_ms = sandbox_now_ms();
+    sb->expires_ms = req->timeout_s > 0 ? sb->created_ms + req->timeout_s * 1000 : 0;
+    sb->entrypoint = json_incref(req->entrypoint);
+    sb->env = req->env ? json_incref(req->env) : json_object();
+    sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
+    sb->limits = req->limits ? json_incref(req->limits) : json_object();
+    snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
+    set_state(sb, SANDBOX_PENDING, "provisioning", "sandbox is being created");
+
+    char **env = build_env(sb);
+    char **argv = build_argv(sb->entrypoint);
+    struct runtime_spec spec = {
+        .id = sb->id,
+        .run_dir = sb->run_dir,
+        .rootfs = req->template->rootfs,
+        .host_os = req->template->host_os,
+        .entrypoint = argv,
+        .env = env,
+        .limits = req->cgroup,
+        .disk_bytes = req->disk_bytes,
+    };
+    int rc = (env && argv) ? runtime_start(mgr->rt, &spec, &sb->proc, err)
+                           : cove_error_sys(err, "calloc");
+    free_strv(env, true);
+    free_strv(argv, false);
+    if (rc < 0) {
+        struct cove_error *ignored = NULL;
+        runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
+        cove_error_free(ignored);
+        sandbox_free(sb);
+        return -1;
+    }
+    set_state(sb, SANDBOX_RUNNING, "started", "sandbox is running");
+    if (store_save(mgr->store, sb, err) < 0 || registry_add(mgr, sb, err) < 0) {
+        struct cove_error *ignored = NULL;
+        runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
+        store_delete(mgr->store, sb->id, &ignored);
+        cove_error_free(ignored);
+        sandbox_free(sb);
+        return -1;
+    }
+    log_info("sandbox %s: created from %s (pid %d)", sb->id, sb->template_name, sb->proc.pid);
+    *out = sb;
+    return 0;
+}
+
+struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const char *owner,
+                             struct cove_error **err)
+{
+    for (size_t i = 0; i < mgr->count; i++) {
+        struct sandbox *sb = mgr->items[i];
+        if (strcmp(sb->id, id) == 0 && (owner == NULL || strcmp(sb->owner, owner) == 0))
+            return sb;
+    }
+    cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %.64s not found", id);
+    return NULL;
+}
+
+int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
+                   struct cove_error **err)
+{
+    set_state(sb, SANDBOX_STOPPING, reason, "sandbox is being terminated");
+    if (runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, err) < 0) {
+        set_state(sb, SANDBOX_FAILED, "teardown_failed", (*err)->message);
+        save_or_log(mgr, sb);
+        return -1;
+    }
+    if (store_delete(mgr->store, sb->id, err) < 0)
+        return -1;
+    log_info("sandbox %s: terminated (%s)", sb->id, reason);
+    registry_remove(mgr, sb);
+    sandbox_free(sb);
+    return 0;
+}
+
+static int conflict(struct sandbox *sb, const char *action, struct cove_error **err)
+{
+    return cove_error_set(err, 0, 409, "SANDBOX::INVALID_STATE", "cannot %s sandbox %s: it is %s",
+                          action, sb->id, sandbox_state_name(sb->state));
+}
+
+int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
+{
+    if (sb->state != SANDBOX_RUNNING)
+        return conflict(sb, "pause", err);
+    set_state(sb, SANDBOX_PAUSING, "user_pause", "sandbox is pausing");
+    if (runtime_pause(mgr->rt, sb->id, err) < 0) {
+        struct cove_error *ignored = NULL;
+        runtime_resume(mgr->rt, sb->id, &ignored);
+        cove_error_free(ignored);
+        set_state(sb, SANDBOX_RUNNING, "pause_failed", (*err)->message);
+        return -1;
+    }
+    set_state(sb, SANDBOX_PAUSED, "user_pause", "sandbox is paused");
+    return store_save(mgr->store, sb, err);
+}
+
+int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
+{
+    if (sb->state != SANDBOX_PAUSED)
+        return conflict(sb, "resume", err);
+    set_state(sb, SANDBOX_RESUMING, "user_resume", "sandbox is resuming");
+    if (runtime_resume(mgr->rt, sb->id, err) < 0) {
+        set_state(sb, SANDBOX_PAUSED, "resume_failed", (*err)->message);
+        return -1;
+    }
+    set_state(sb, SANDBOX_RUNNING, "user_resume", "sandbox is running");
+    return store_save(mgr->store, sb, err);
+}
+
+void sandbox_foreach(struct sandbox_manager *mgr, const char *owner,
+                     void (*fn)(struct sandbox *sb, void *arg), void *arg)
+{
+    for (size_t i = 0; i < mgr->count; i++)
+        if (owner == NULL || strcmp(mgr->items[i]->owner, owner) == 0)
+            fn(mgr->items[i], arg);
+}
+
+void sandbox_agent_socket(const struct sandbox *sb, char *out, size_t size)
+{
+    snprintf(out, size, "%s/agent.sock", sb->run_dir);
+}
+
+/* A sandbox whose PID 1 is gone keeps its record, Failed, so that its owner learns why. */
+static void mark_gone(struct sandbox_manager *mgr, struct sandbox *sb, const char *message)
+{
+    struct cove_error *ignored = NULL;
+    runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
+    cove_error_free(ignored);
+    sb->proc.pid = 0;
+    set_state(sb, SANDBOX_FAILED, "process_exited", message);
+    save_or_log(mgr, sb);
+    log_warn("sandbox %s: %s", sb->id, message);
+}
+
+static void on_sigchld(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct sandbox_manager *mgr = arg;
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (size_t i = 0; i < mgr->count; i++) {
+            struct sandbox *sb = mgr->items[i];
+            if (sb->proc.pid != pid || sb->state == SANDBOX_STOPPING)
+                continue;
+            char message[128];
+            if (WIFSIGNALED(status))
+                snprintf(message, sizeof(message), "sandbox init was killed by signal %d",
+                         WTERMSIG(status));
+            else
+                snprintf(message, sizeof(message), "sandbox init exited with status %d",
+                         WEXITSTATUS(status));
+            mark_gone(mgr, sb, message);
+            break;
+        }
+    }
+}
+
+static void on_ttl_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct sandbox_manager *mgr = arg;
+    int64_t now = sandbox_now_ms();
+    for (size_t i = 0; i < mgr->count;) {
+        struct sandbox *sb = mgr->items[i];
+        if (sb->expires_ms > 0 && sb->expires_ms <= now) {
+            struct cove_error *err = NULL;
+            if (sandbox_delete(mgr, sb, "ttl_expiry", &err) == 0)
+                continue; /* the array shifted left */
+            log_error("sandbox %s: expiry failed: %s", sb->id, err->message);
+            cove_error_free(err);
+            sb->expires_ms = 0; /* do not retry forever; it is Failed now */
+        }
+        i++;
+    }
+}
+
+int sandbox_manager_new(struct event_base *base, struct store *store, struct runtime *rt,
+                        const char *state_dir, struct sandbox_manager **out,
+                        struct cove_error **err)
+{
+    struct sandbox_manager *mgr = calloc(1, sizeof(*mgr));
+    if (mgr == NULL)
+        return cove_error_sys(err, "calloc");
+    mgr->base = base;
+    mgr->store = store;
+    mgr->rt = rt;
+    snprintf(mgr->run_root, sizeof(mgr->run_root), "%s/run", state_dir);
+    if (mkdir(mgr->run_root, 0700) < 0 && errno != EEXIST) {
+        free(mgr);
+        return cove_error_sys(err, "mkdir %s", mgr->run_root);
+    }
+    mgr->sigchld = evsignal_new(base, SIGCHLD, on_sigchld, mgr);
+    mgr->ttl_timer = event_new(base, -1, EV_PERSIST, on_ttl_tick, mgr);
+    struct timeval tick = {.tv_sec = 0, .tv_usec = TTL_SWEEP_MS * 1000};
+    if (mgr->sigchld == NULL || mgr->ttl_timer == NULL || evsignal_add(mgr->sigchld, NULL) < 0 ||
+        event_add(mgr->ttl_timer, &tick) < 0) {
+        sandbox_manager_free(mgr);
+        return cove_error_set(err, 0, 500, "COVE::INTERNAL", "cannot set up sandbox events");
+    }
+    *out = mgr;
+    return 0;
+}
+
+void sandbox_manager_free(struct sandbox_manager *mgr)
+{
+    if (mgr == NULL)
+        return;
+    if (mgr->sigchld)
+        event_free(mgr->sigchld);
+    if (mgr->ttl_timer)
+        event_free(mgr->ttl_timer);
+    /* Sandboxes outlive the daemon: free the records, leave the processes running. */
+    for (size_t i = 0; i < mgr->count; i++)
+        sandbox_free(mgr->items[i]);
+    free(mgr->items);
+    free(mgr);
+}
+
+static void adopt(struct sandbox *sb, void *arg)
+{
+    struct sandbox_manager *mgr = arg;
+    struct cove_error *err = NULL;
+    if (registry_add(mgr, sb, &err) < 0) {
+        log_error("sandbox %s: %s", sb->id, err->message);
+        cove_error_free(err);
+        sandbox_free(sb);
+        return;
+    }
+    if (sb->state == SANDBOX_FAILED)
+        return;
+    if (!runtime_alive(&sb->proc)) {
+        mark_gone(mgr, sb, "sandbox processes were gone when coved restarted");
+        return;
+    }
+    /* An interrupted transition is finished by looking at what the cgroup really is. */
+    if (sb->state == SANDBOX_PAUSING || sb->state == SANDBOX_RESUMING ||
+        sb->state == SANDBOX_PENDING) {
+        set_state(sb, sb->state == SANDBOX_PAUSING ? SANDBOX_PAUSED : SANDBOX_RUNNING,
+                  "restored", "state settled after a daemon restart");
+        if (sb->state == SANDBOX_PAUSED)
+            runtime_pause(mgr->rt, sb->id, &err);
+        else
+            runtime_resume(mgr->rt, sb->id, &err);
+        cove_error_free(err);
+        save_or_log(mgr, sb);
+    }
+    log_info("sandbox %s: re-adopted (%s, pid %d)", sb->id, sandbox_state_name(sb->state),
+             sb->proc.pid);
+}
+
+int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err)
+{
+    return store_load_all(mgr->store, adopt, mgr, err);
+}

@@ -1,0 +1,84 @@
+/* Sandboxes: the registry, the state machine and TTL, persisted in the store. */
+#pragma once
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coved/runtime/runtime.h"
+#include "coved/sandbox/template.h"
+#include "lib/error.h"
+
+struct store;
+
+enum sandbox_state {
+    SANDBOX_PENDING,
+    SANDBOX_RUNNING,
+    SANDBOX_PAUSING,
+    SANDBOX_PAUSED,
+    SANDBOX_RESUMING,
+    SANDBOX_STOPPING,
+    SANDBOX_TERMINATED,
+    SANDBOX_FAILED,
+};
+
+#define SANDBOX_ID_SIZE 24
+
+struct sandbox {
+    char id[SANDBOX_ID_SIZE];
+    char owner[65]; /* hex SHA-256 of the API key that created it */
+    char template_name[TEMPLATE_NAME_SIZE];
+    enum sandbox_state state;
+    char reason[64];
+    char message[256];
+    int64_t transition_ms;
+    int64_t created_ms;
+    int64_t expires_ms; /* 0: no expiry (timeout null) */
+    json_t *entrypoint; /* array of strings */
+    json_t *env;        /* object of strings */
+    json_t *metadata;   /* object of strings */
+    json_t *limits;     /* resourceLimits as requested */
+    struct runtime_process proc;
+    char run_dir[512];
+};
+
+/* What a create request asks for, already validated. */
+struct sandbox_request {
+    const char *owner;
+    const struct template *template;
+    json_t *entrypoint, *env, *metadata, *limits; /* borrowed */
+    struct cgroup_limits cgroup;
+    int64_t disk_bytes;
+    int64_t timeout_s; /* 0: none */
+};
+
+struct sandbox_manager;
+
+int sandbox_manager_new(struct event_base *base, struct store *store, struct runtime *rt,
+                        const char *state_dir, struct sandbox_manager **out,
+                        struct cove_error **err);
+void sandbox_manager_free(struct sandbox_manager *mgr);
+/* Re-adopts the sandboxes the store knows: running ones keep running, gone ones are Failed. */
+int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err);
+
+int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
+                   struct sandbox **out, struct cove_error **err);
+/* NULL (and a SANDBOX::NOT_FOUND error) unless the sandbox exists and owner may see it. */
+struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const char *owner,
+                             struct cove_error **err);
+int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
+                   struct cove_error **err);
+int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err);
+int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err);
+/* Calls fn for every sandbox owner may see, in creation order. */
+void sandbox_foreach(struct sandbox_manager *mgr, const char *owner,
+                     void (*fn)(struct sandbox *sb, void *arg), void *arg);
+/* Unix socket path of the sandbox's agent. */
+void sandbox_agent_socket(const struct sandbox *sb, char *out, size_t size);
+
+const char *sandbox_state_name(enum sandbox_state state);
+int sandbox_state_parse(const char *name, enum sandbox_state *out);
+json_t *sandbox_to_json(const struct sandbox *sb, bool full);
+int64_t sandbox_now_ms(void);
+void sandbox_format_time(int64_t ms, char *out, size_t size);

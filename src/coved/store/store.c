@@ -1,0 +1,163 @@
+#include "coved/store/store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *save;
+    sqlite3_stmt *remove;
+};
+
+static const char schema[] =
+    "PRAGMA journal_mode=WAL;"
+    "PRAGMA synchronous=FULL;"
+    "CREATE TABLE IF NOT EXISTS sandboxes ("
+    " id TEXT PRIMARY KEY, owner TEXT NOT NULL, template TEXT NOT NULL,"
+    " state TEXT NOT NULL, reason TEXT NOT NULL, message TEXT NOT NULL,"
+    " transition_ms INTEGER NOT NULL, created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,"
+    " entrypoint TEXT NOT NULL, env TEXT NOT NULL, metadata TEXT NOT NULL, limits TEXT NOT NULL,"
+    " pid INTEGER NOT NULL, start_time INTEGER NOT NULL, run_dir TEXT NOT NULL);";
+
+static int db_error(struct store *store, struct cove_error **err, const char *what)
+{
+    return cove_error_set(err, 0, 500, "COVE::STORE", "%s: %s", what, sqlite3_errmsg(store->db));
+}
+
+int store_open(const char *path, struct store **out, struct cove_error **err)
+{
+    struct store *store = calloc(1, sizeof(*store));
+    if (store == NULL)
+        return cove_error_sys(err, "calloc");
+    if (sqlite3_open_v2(path, &store->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK ||
+        sqlite3_busy_timeout(store->db, 5000) != SQLITE_OK ||
+        sqlite3_exec(store->db, schema, NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(store->db,
+                           "INSERT OR REPLACE INTO sandboxes VALUES "
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           -1, &store->save, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(store->db, "DELETE FROM sandboxes WHERE id = ?", -1, &store->remove,
+                           NULL) != SQLITE_OK) {
+        db_error(store, err, path);
+        store_close(store);
+        return -1;
+    }
+    *out = store;
+    return 0;
+}
+
+void store_close(struct store *store)
+{
+    if (store == NULL)
+        return;
+    sqlite3_finalize(store->save);
+    sqlite3_finalize(store->remove);
+    sqlite3_close(store->db);
+    free(store);
+}
+
+static void bind_json(sqlite3_stmt *st, int col, const json_t *j)
+{
+    char *text = json_dumps(j ? j : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+    sqlite3_bind_text(st, col, text ? text : "null", -1, SQLITE_TRANSIENT);
+    free(text);
+}
+
+int store_save(struct store *store, const struct sandbox *sb, struct cove_error **err)
+{
+    sqlite3_stmt *st = store->save;
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, sb->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, sb->owner, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, sb->template_name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, sandbox_state_name(sb->state), -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, sb->reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, sb->message, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 7, sb->transition_ms);
+    sqlite3_bind_int64(st, 8, sb->created_ms);
+    sqlite3_bind_int64(st, 9, sb->expires_ms);
+    bind_json(st, 10, sb->entrypoint);
+    bind_json(st, 11, sb->env);
+    bind_json(st, 12, sb->metadata);
+    bind_json(st, 13, sb->limits);
+    sqlite3_bind_int64(st, 14, sb->proc.pid);
+    sqlite3_bind_int64(st, 15, (sqlite3_int64)sb->proc.start_time);
+    sqlite3_bind_text(st, 16, sb->run_dir, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "save sandbox");
+    return 0;
+}
+
+int store_delete(struct store *store, const char *id, struct cove_error **err)
+{
+    sqlite3_stmt *st = store->remove;
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "delete sandbox");
+    return 0;
+}
+
+static json_t *column_json(sqlite3_stmt *st, int col)
+{
+    const char *text = (const char *)sqlite3_column_text(st, col);
+    json_t *j = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+    return j ? j : json_null();
+}
+
+static void column_copy(sqlite3_stmt *st, int col, char *out, size_t size)
+{
+    const char *text = (const char *)sqlite3_column_text(st, col);
+    snprintf(out, size, "%s", text ? text : "");
+}
+
+int store_load_all(struct store *store, void (*fn)(struct sandbox *sb, void *arg), void *arg,
+                   struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db,
+                           "SELECT id, owner, template, state, reason, message, transition_ms,"
+                           " created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
+                           " start_time, run_dir FROM sandboxes ORDER BY created_ms, id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "load sandboxes");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct sandbox *sb = calloc(1, sizeof(*sb));
+        if (sb == NULL)
+            break;
+        column_copy(st, 0, sb->id, sizeof(sb->id));
+        column_copy(st, 1, sb->owner, sizeof(sb->owner));
+        column_copy(st, 2, sb->template_name, sizeof(sb->template_name));
+        char state[32];
+        column_copy(st, 3, state, sizeof(state));
+        if (sandbox_state_parse(state, &sb->state) < 0)
+            sb->state = SANDBOX_FAILED;
+        column_copy(st, 4, sb->reason, sizeof(sb->reason));
+        column_copy(st, 5, sb->message, sizeof(sb->message));
+        sb->transition_ms = sqlite3_column_int64(st, 6);
+        sb->created_ms = sqlite3_column_int64(st, 7);
+        sb->expires_ms = sqlite3_column_int64(st, 8);
+        sb->entrypoint = column_json(st, 9);
+        sb->env = column_json(st, 10);
+        sb->metadata = column_json(st, 11);
+        sb->limits = column_json(st, 12);
+        sb->proc.pid = (pid_t)sqlite3_column_int64(st, 13);
+        sb->proc.start_time = (uint64_t)sqlite3_column_int64(st, 14);
+        column_copy(st, 15, sb->run_dir, sizeof(sb->run_dir));
+        fn(sb, arg);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "load sandboxes");
+    return 0;
+}

@@ -1,0 +1,38 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from covetest import Coved  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def coved():
+    """A daemon shared by one test module; each test makes its own sandboxes."""
+    d = Coved().start()
+    try:
+        yield d
+    finally:
+        d.cleanup()
+
+
+@pytest.fixture
+def fresh_coved():
+    """A daemon of the test's own, for tests that restart or kill it."""
+    d = Coved()
+    try:
+        yield d
+    finally:
+        d.cleanup()
+
+
+@pytest.fixture
+def sandbox(coved):
+    sid = coved.create()
+    yield sid
+    try:
+        coved.delete(sid)
+    except Exception:
+        pass

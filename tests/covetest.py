@@ -1,0 +1,252 @@
+"""Test harness: starts a real coved on its own state dir and port, talks to it over HTTP,
+and cleans up every process, cgroup and file it made, even when a test fails."""
+
+import glob
+import http.client
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("COVE_BUILD_DIR", os.path.join(ROOT, "build"))
+COVED = os.path.join(BUILD, "src", "coved", "coved")
+AGENT = os.path.join(BUILD, "src", "agent", "cove-agent")
+CLI = os.path.join(BUILD, "src", "cli", "cove")
+AGENT_PORT = 44772
+
+
+class ApiError(Exception):
+    def __init__(self, status, body):
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+class ExecResult:
+    def __init__(self, events):
+        self.events = events
+        self.stdout = "".join(e["text"] + "\n" for e in events if e.get("type") == "stdout")
+        self.stderr = "".join(e["text"] + "\n" for e in events if e.get("type") == "stderr")
+        self.exit_code = None
+        for e in events:
+            if e.get("type") == "execution_complete" and self.exit_code is None:
+                self.exit_code = 0
+            if e.get("type") == "error":
+                err = e.get("error") or {}
+                try:
+                    self.exit_code = int(err.get("evalue"))
+                except (TypeError, ValueError):
+                    self.exit_code = -1
+
+
+def parse_events(raw):
+    """Splits an execd event stream into JSON events (bare JSON or `data:` lines)."""
+    events = []
+    for block in raw.replace("\r\n", "\n").split("\n\n"):
+        lines = [l[5:].lstrip() if l.startswith("data:") else l for l in block.split("\n")
+                 if l and not l.startswith((":", "event:", "id:"))]
+        if lines:
+            events.append(json.loads("\n".join(lines)))
+    return events
+
+
+def cgroup_dirs(sandbox_id):
+    """Every cgroup directory (v1 or v2) Cove may have made for a sandbox."""
+    return [d for d in glob.glob(f"/sys/fs/cgroup/**/cove/{sandbox_id}", recursive=True)
+            if os.path.isdir(d)]
+
+
+def kill_cgroup(sandbox_id):
+    for d in cgroup_dirs(sandbox_id):
+        for state in glob.glob(os.path.join(d, "freezer.state")):
+            try:
+                open(state, "w").write("THAWED")
+            except OSError:
+                pass
+        for kill in glob.glob(os.path.join(d, "cgroup.kill")):
+            try:
+                open(kill, "w").write("1")
+            except OSError:
+                pass
+        for _ in range(200):
+            try:
+                pids = [int(p) for p in open(os.path.join(d, "cgroup.procs")).read().split()]
+            except OSError:
+                break
+            if not pids:
+                break
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.01)
+        for _ in range(200):
+            try:
+                os.rmdir(d)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+
+
+class Coved:
+    """One coved process with its own state dir and port."""
+
+    def __init__(self, api_keys=("test-key",), extra_args=(), state_dir=None, env=None):
+        self.state_dir = state_dir or tempfile.mkdtemp(prefix="cove-test-")
+        self.api_keys = list(api_keys)
+        self.key = self.api_keys[0] if self.api_keys else None
+        self.extra_args = list(extra_args)
+        self.env = env
+        self.proc = None
+        self.port = None
+        self.log_path = os.path.join(self.state_dir, "coved.log")
+
+    def start(self, port=0):
+        args = [COVED, "--listen", f"127.0.0.1:{port}", "--state-dir", self.state_dir]
+        for k in self.api_keys:
+            args += ["--api-key", k]
+        args += self.extra_args
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
+                                     env=self.env or os.environ.copy())
+        line = self.proc.stdout.readline().decode()
+        if "ready on" not in line:
+            self.proc.wait(5)
+            raise RuntimeError(f"coved did not start: {line!r}\n{self.log()}")
+        self.port = int(line.strip().rsplit(":", 1)[1])
+        return self
+
+    def log(self):
+        try:
+            return open(self.log_path).read()
+        except OSError:
+            return ""
+
+    def kill(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(10)
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
+
+    def known_sandboxes(self):
+        db = os.path.join(self.state_dir, "cove.db")
+        if not os.path.exists(db):
+            return []
+        con = sqlite3.connect(db)
+        try:
+            return [r[0] for r in con.execute("SELECT id FROM sandboxes")]
+        except sqlite3.Error:
+            return []
+        finally:
+            con.close()
+
+    def cleanup(self):
+        """Stops coved and removes whatever its sandboxes left, whatever state they are in."""
+        ids = self.known_sandboxes()
+        self.kill(signal.SIGKILL)
+        for i in ids:
+            kill_cgroup(i)
+        run = os.path.join(self.state_dir, "run")
+        for i in ids + (os.listdir(run) if os.path.isdir(run) else []):
+            kill_cgroup(i)
+        shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    # ---- HTTP ----
+
+    def headers(self, key=None):
+        h = {"Content-Type": "application/json"}
+        k = self.key if key is None else key
+        if k:
+            h["OPEN-SANDBOX-API-KEY"] = k
+        return h
+
+    def request(self, method, path, body=None, headers=None, raw=None, timeout=60):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        conn.request(method, path, body=data, headers=headers or self.headers())
+        resp = conn.getresponse()
+        payload = resp.read()
+        conn.close()
+        text = payload.decode(errors="replace")
+        try:
+            parsed = json.loads(text) if text else None
+        except json.JSONDecodeError:
+            parsed = text
+        return resp.status, parsed, resp
+
+    def ok(self, method, path, body=None, expect=(200,), **kw):
+        status, parsed, _ = self.request(method, path, body, **kw)
+        if status not in expect:
+            raise ApiError(status, parsed)
+        return parsed
+
+    def create(self, template="base", entrypoint=("sleep", "infinity"), limits=None, **extra):
+        body = {"image": {"uri": template}, "entrypoint": list(entrypoint),
+                "resourceLimits": limits or {"cpu": "1", "memory": "512Mi"}}
+        body.update(extra)
+        return self.ok("POST", "/v1/sandboxes", body, expect=(202,))["id"]
+
+    def get(self, sandbox_id):
+        return self.ok("GET", f"/v1/sandboxes/{sandbox_id}")
+
+    def delete(self, sandbox_id):
+        return self.ok("DELETE", f"/v1/sandboxes/{sandbox_id}", expect=(204,))
+
+    def pause(self, sandbox_id):
+        return self.ok("POST", f"/v1/sandboxes/{sandbox_id}/pause", expect=(202,))
+
+    def resume(self, sandbox_id):
+        return self.ok("POST", f"/v1/sandboxes/{sandbox_id}/resume", expect=(202,))
+
+    def exec(self, sandbox_id, command, timeout_ms=None, key=None, http_timeout=120, **extra):
+        body = {"command": command}
+        if timeout_ms is not None:
+            body["timeout"] = timeout_ms
+        body.update(extra)
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=http_timeout)
+        conn.request("POST", f"/sandboxes/{sandbox_id}/proxy/{AGENT_PORT}/command",
+                     body=json.dumps(body), headers=self.headers(key))
+        resp = conn.getresponse()
+        raw = resp.read().decode(errors="replace")
+        conn.close()
+        if resp.status != 200:
+            raise ApiError(resp.status, raw)
+        return ExecResult(parse_events(raw))
+
+    def sh(self, sandbox_id, command, **kw):
+        """Runs a command that must succeed; returns its stdout."""
+        r = self.exec(sandbox_id, command, **kw)
+        assert r.exit_code == 0, f"{command!r} failed ({r.exit_code}): {r.stderr}"
+        return r.stdout
+
+    def run_dir(self, sandbox_id):
+        return os.path.join(self.state_dir, "run", sandbox_id)
+
+
+def sandbox_leftovers(coved, sandbox_id):
+    """What a deleted sandbox left on the host: cgroups, run dir, processes."""
+    left = []
+    if cgroup_dirs(sandbox_id):
+        left.append(f"cgroups {cgroup_dirs(sandbox_id)}")
+    if os.path.exists(coved.run_dir(sandbox_id)):
+        left.append(f"run dir {coved.run_dir(sandbox_id)}")
+    for p in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            if f"HOSTNAME={sandbox_id}".encode() in open(p, "rb").read().split(b"\0"):
+                left.append(f"process {p.split('/')[2]}")
+        except OSError:
+            pass
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            if sandbox_id in line:
+                left.append(f"mount {line.split()[4]}")
+    return left
