@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from covetest import Coved  # noqa: E402
+from covetest import Coved, sanitizer_problems  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -16,6 +16,8 @@ def coved():
         yield d
     finally:
         d.cleanup()
+    problems = sanitizer_problems(d)
+    assert problems is None, problems
 
 
 @pytest.fixture
@@ -26,6 +28,8 @@ def fresh_coved():
         yield d
     finally:
         d.cleanup()
+    problems = sanitizer_problems(d)
+    assert problems is None, problems
 
 
 @pytest.fixture

@@ -108,6 +108,8 @@ class Coved:
         self.proc = None
         self.port = None
         self.log_path = os.path.join(self.state_dir, "coved.log")
+        self.returncode = None
+        self.final_log = ""
 
     def start(self, port=0):
         args = [COVED, "--listen", f"127.0.0.1:{port}", "--state-dir", self.state_dir]
@@ -150,9 +152,15 @@ class Coved:
             con.close()
 
     def cleanup(self):
-        """Stops coved and removes whatever its sandboxes left, whatever state they are in."""
+        """Stops coved and removes whatever its sandboxes left, whatever state they are in.
+        coved gets SIGTERM first so that a sanitizer build reports leaks at exit."""
         ids = self.known_sandboxes()
-        self.kill(signal.SIGKILL)
+        try:
+            self.kill(signal.SIGTERM)
+        except subprocess.TimeoutExpired:
+            self.kill(signal.SIGKILL)
+        self.returncode = self.proc.returncode if self.proc else None
+        self.final_log = self.log()
         for i in ids:
             kill_cgroup(i)
         run = os.path.join(self.state_dir, "run")
@@ -230,6 +238,17 @@ class Coved:
 
     def run_dir(self, sandbox_id):
         return os.path.join(self.state_dir, "run", sandbox_id)
+
+
+def sanitizer_problems(coved):
+    """With a sanitizer build (COVE_SANITIZED=1): what ASan/UBSan/LSan reported, if anything."""
+    if not os.environ.get("COVE_SANITIZED") or coved.proc is None:
+        return None
+    markers = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
+    found = [line for line in coved.final_log.splitlines() if any(m in line for m in markers)]
+    if coved.returncode not in (0, None) or found:
+        return f"coved exit {coved.returncode}; " + "\n".join(found[:20])
+    return None
 
 
 def sandbox_leftovers(coved, sandbox_id):

@@ -234,8 +234,7 @@ static void stream_finish(struct command *cmd)
         const char *traceback[2] = {cmd->error, reason};
         size_t traceback_len = 1;
         if (cmd->timed_out) {
-            snprintf(reason, sizeof(reason), "timed out after %lld ms",
-                     (long long)cmd->timeout_ms);
+            snprintf(reason, sizeof(reason), "timed out after %lld ms", (long long)cmd->timeout_ms);
             traceback_len = 2;
         }
         struct sse_error error = {.ename = "CommandExecError",
@@ -343,8 +342,7 @@ static void on_stream_close(void *arg)
     stream_detach(cmd);
     /* A client that hangs up takes its foreground command with it. */
     if (cmd->running && cmd->pid > 0) {
-        log_info("command %s: client disconnected, killing process group %d", cmd->id,
-                 cmd->pid);
+        log_info("command %s: client disconnected, killing process group %d", cmd->id, cmd->pid);
         kill(-cmd->pid, SIGKILL);
     }
     for (size_t i = 0; i < cmd->pipes_len; i++)
@@ -358,9 +356,11 @@ static void on_ping(evutil_socket_t fd, short what, void *arg)
     if (cmd->req == NULL || http_stream_pending(cmd->req) > 0 ||
         monotonic_ms() - cmd->last_write_mono_ms < PING_INTERVAL_MS)
         return;
-    struct sse_event ping = {
-        .type = "ping", .text = "pong", .text_len = 4, .execution_time = -1,
-        .timestamp = sse_now_ms()};
+    struct sse_event ping = {.type = "ping",
+                             .text = "pong",
+                             .text_len = 4,
+                             .execution_time = -1,
+                             .timestamp = sse_now_ms()};
     stream_event(cmd, &ping);
     stream_flush(cmd);
 }
@@ -378,10 +378,11 @@ static void describe_status(int status, int *exit_code, char *error, size_t size
     *exit_code = -1; /* what Go's ProcessState.ExitCode() says for a signal */
     int sig = WTERMSIG(status);
     char name[48];
-    snprintf(name, sizeof(name), "%s", sig == SIGKILL   ? "killed"
-                                       : sig == SIGTERM ? "terminated"
-                                       : sig == SIGINT  ? "interrupt"
-                                                        : strsignal(sig));
+    snprintf(name, sizeof(name), "%s",
+             sig == SIGKILL   ? "killed"
+             : sig == SIGTERM ? "terminated"
+             : sig == SIGINT  ? "interrupt"
+                              : strsignal(sig));
     name[0] = (char)((name[0] >= 'A' && name[0] <= 'Z') ? name[0] - 'A' + 'a' : name[0]);
     snprintf(error, size, "signal: %s%s", name, WCOREDUMP(status) ? " (core dumped)" : "");
 }
@@ -496,8 +497,7 @@ static int parse_run_request(json_t *body, struct run_request *out, struct cove_
                                       "%s envs.%s must be a string", parse_error, key);
             if (key[0] == '\0' || strchr(key, '=') != NULL)
                 return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                                      "%s invalid environment variable name '%s'", invalid,
-                                      key);
+                                      "%s invalid environment variable name '%s'", invalid, key);
         }
         out->envs = envs;
     }
@@ -522,8 +522,7 @@ static int parse_run_request(json_t *body, struct run_request *out, struct cove_
         if (stat(out->cwd, &st) < 0) {
             if (errno == ENOENT)
                 return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                                      "%s working directory does not exist: %s", invalid,
-                                      out->cwd);
+                                      "%s working directory does not exist: %s", invalid, out->cwd);
             return cove_error_set(err, errno, 400, "INVALID_REQUEST_BODY",
                                   "%s cannot access working directory %s", invalid, out->cwd);
         }
@@ -540,8 +539,7 @@ static int parse_run_request(json_t *body, struct run_request *out, struct cove_
 /* The identity to run as. Like execd, a uid found in /etc/passwd brings its primary group
  * and supplementary groups; an explicit gid wins. Files are read directly (fgetpwent), not
  * through NSS, which a static binary cannot load. */
-static void resolve_user(const struct run_request *run, struct process_spec *spec,
-                         gid_t *groups)
+static void resolve_user(const struct run_request *run, struct process_spec *spec, gid_t *groups)
 {
     spec->set_user = true;
     spec->uid = run->uid;
@@ -764,8 +762,7 @@ void command_handle_run(struct http_request *req, const struct route_params *par
     json_t *json = json_loadb(body, len, 0, &json_error);
     if (json == NULL) {
         http_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                           "error parsing request, MAYBE invalid body format. %s",
-                           json_error.text);
+                           "error parsing request, MAYBE invalid body format. %s", json_error.text);
         return;
     }
     struct run_request run = {0};
@@ -923,8 +920,7 @@ void command_handle_logs(struct http_request *req, const struct route_params *pa
     char tail_text[32];
     snprintf(tail_text, sizeof(tail_text), "%llu", (unsigned long long)tail);
     http_response_add_header(req, "EXECD-COMMANDS-TAIL-CURSOR", tail_text);
-    http_respond(req, 200, "text/plain; charset=utf-8", data ? data + offset : NULL,
-                 have - offset);
+    http_respond(req, 200, "text/plain; charset=utf-8", data ? data + offset : NULL, have - offset);
 }
 
 void command_init(struct event_base *base)

@@ -141,8 +141,8 @@ static int listen_inherited(const char *text, struct cove_error **err)
     if (*end != '\0' || fd < 0 || fd > 65535)
         return cove_error_set(err, 0, 500, "COVE::INTERNAL", "bad --listen-fd %s", text);
     if (getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) < 0 || !accepting)
-        return cove_error_set(err, errno, 500, "COVE::INTERNAL",
-                              "fd %ld is not a listening socket", fd);
+        return cove_error_set(err, errno, 500, "COVE::INTERNAL", "fd %ld is not a listening socket",
+                              fd);
     fcntl((int)fd, F_SETFD, FD_CLOEXEC); /* never leak it into commands */
     return (int)fd;
 }
@@ -218,6 +218,10 @@ int main(int argc, char **argv)
 {
     cove_log_set_prefix("cove-agent");
     ensure_standard_fds();
+    /* Whoever exec'd the agent may have blocked signals; SIGTERM and SIGCHLD must arrive. */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     /* A client that disconnects mid-write must be an error return, not death of PID 1. */
     signal(SIGPIPE, SIG_IGN);
 
@@ -269,9 +273,9 @@ int main(int argc, char **argv)
     command_init(agent.base);
     for (size_t n = 0; n < fds_len + specs_len; n++) {
         const char *spec = n < fds_len ? listen_fds[n] : listen_specs[n - fds_len];
-        int fd = n < fds_len                        ? listen_inherited(spec, &err)
+        int fd = n < fds_len                      ? listen_inherited(spec, &err)
                  : strncmp(spec, "unix:", 5) == 0 ? listen_unix(spec + 5, &err)
-                                                    : listen_tcp(spec, &err);
+                                                  : listen_tcp(spec, &err);
         if (fd < 0 || http_server_add_listener(agent.server, fd, &err) < 0) {
             log_error("%s", err->message);
             return 1;

@@ -21,9 +21,9 @@ struct child_failure {
 enum { STEP_STDIO, STEP_SETSID, STEP_SETGROUPS, STEP_SETGID, STEP_SETUID, STEP_CHDIR, STEP_EXEC };
 
 static const char *step_names[] = {
-    [STEP_STDIO] = "cannot set up stdio",     [STEP_SETSID] = "cannot start a session",
-    [STEP_SETGROUPS] = "cannot set groups",   [STEP_SETGID] = "cannot set gid",
-    [STEP_SETUID] = "cannot set uid",         [STEP_CHDIR] = "cannot enter working directory",
+    [STEP_STDIO] = "cannot set up stdio",   [STEP_SETSID] = "cannot start a session",
+    [STEP_SETGROUPS] = "cannot set groups", [STEP_SETGID] = "cannot set gid",
+    [STEP_SETUID] = "cannot set uid",       [STEP_CHDIR] = "cannot enter working directory",
     [STEP_EXEC] = "cannot execute program",
 };
 
@@ -157,12 +157,11 @@ int process_spawn(const struct process_spec *spec, pid_t *pid_out, struct cove_e
         int status;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
             ;
-        const char *what = failure.step >= 0 && failure.step <= STEP_EXEC
-                               ? step_names[failure.step]
-                               : "cannot start process";
+        const char *what = failure.step >= 0 && failure.step <= STEP_EXEC ? step_names[failure.step]
+                                                                          : "cannot start process";
         if (failure.step == STEP_CHDIR)
-            return cove_error_set(err, failure.errnum, 400, "INVALID_REQUEST_BODY", "%s %s",
-                                  what, spec->cwd);
+            return cove_error_set(err, failure.errnum, 400, "INVALID_REQUEST_BODY", "%s %s", what,
+                                  spec->cwd);
         if (failure.step == STEP_EXEC)
             return cove_error_set(err, failure.errnum, 500, "RUNTIME_ERROR", "%s %s", what,
                                   spec->argv[0]);

@@ -19,7 +19,7 @@ struct process_spec {
     gid_t gid;
     const gid_t *groups;
     size_t groups_len;
-    int stdin_fd; /* -1: /dev/null */
+    int stdin_fd;  /* -1: /dev/null */
     int stdout_fd; /* -1: the agent's */
     int stderr_fd; /* -1: the agent's */
 };

@@ -28,11 +28,13 @@ struct http_server {
     struct evconnlistener *listeners[MAX_LISTENERS];
     size_t listener_count;
     size_t connections;
+    struct http_conn *conns; /* every open connection, freed with the server */
     int port;
 };
 
 struct http_conn {
     struct http_server *srv;
+    struct http_conn *prev, *next;
     struct bufferevent *bev;
     http_parser parser;
     struct http_request *req;
@@ -392,6 +394,12 @@ static void conn_free(struct http_conn *conn)
     }
     if (conn->bev != NULL)
         bufferevent_free(conn->bev);
+    if (conn->prev)
+        conn->prev->next = conn->next;
+    else
+        conn->srv->conns = conn->next;
+    if (conn->next)
+        conn->next->prev = conn->prev;
     conn->srv->connections--;
     free(conn);
 }
@@ -461,6 +469,10 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd,
         return;
     }
     srv->connections++;
+    conn->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = conn;
+    srv->conns = conn;
     http_parser_init(&conn->parser, HTTP_REQUEST);
     conn->parser.data = conn;
     bufferevent_setcb(conn->bev, on_read, on_write, on_event, conn);
@@ -546,6 +558,8 @@ void http_server_free(struct http_server *srv)
         return;
     for (size_t i = 0; i < srv->listener_count; i++)
         evconnlistener_free(srv->listeners[i]);
+    while (srv->conns)
+        conn_free(srv->conns);
     free(srv);
 }
 

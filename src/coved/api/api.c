@@ -266,6 +266,7 @@ int api_start(struct api *api, struct cove_error **err)
 
 void api_stop(struct api *api)
 {
+    gateway_close_all();
     http_server_free(api->http);
     api->http = NULL;
 }

@@ -61,3 +61,5 @@ void api_templates_list(struct api *api, struct http_request *req, const struct 
 /* The gateway (gateway/gateway.c): takes over a proxy request's connection. Returns false when
  * the path is not a proxy route. */
 bool gateway_handle(struct api *api, struct http_request *req);
+/* Closes every open tunnel (the daemon is stopping). */
+void gateway_close_all(void);

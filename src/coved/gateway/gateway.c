@@ -28,6 +28,7 @@
 #define TUNNEL_LOW_WATER (256 * 1024)
 
 struct tunnel {
+    struct tunnel *prev, *next;
     struct http_request *req; /* taken over; freed with the tunnel */
     struct bufferevent *client;
     struct bufferevent *upstream;
@@ -41,8 +42,17 @@ static const char *const dropped_headers[] = {
     "Proxy-Authorization", "TE", "Trailer",
 };
 
+/* Open tunnels, so that a stopping daemon closes them. */
+static struct tunnel *tunnels;
+
 static void tunnel_free(struct tunnel *t)
 {
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        tunnels = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
     if (t->client)
         bufferevent_free(t->client);
     if (t->upstream)
@@ -311,6 +321,10 @@ bool gateway_handle(struct api *api, struct http_request *req)
         return false;
     }
     t->req = req;
+    t->next = tunnels;
+    if (tunnels)
+        tunnels->prev = t;
+    tunnels = t;
     t->client = http_request_take_over(req);
     bufferevent_setcb(t->client, on_client_read, on_client_write, on_client_event, t);
     bufferevent_setwatermark(t->client, EV_WRITE, TUNNEL_LOW_WATER, 0);
@@ -332,4 +346,10 @@ bool gateway_handle(struct api *api, struct http_request *req)
     snprintf(prefix, sizeof(prefix), "/sandboxes/%s/proxy/%d", sb->id, port);
     write_head(bufferevent_get_output(t->upstream), req, rest, prefix);
     return true;
+}
+
+void gateway_close_all(void)
+{
+    while (tunnels)
+        tunnel_free(tunnels);
 }

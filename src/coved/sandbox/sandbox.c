@@ -82,11 +82,10 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool full)
     json_t *status = json_pack("{s:s, s:s, s:s, s:s}", "state", sandbox_state_name(sb->state),
                                "reason", sb->reason, "message", sb->message, "lastTransitionAt",
                                transition);
-    json_t *j = json_pack("{s:s, s:o, s:O, s:O, s:s}", "id", sb->id, "status", status,
-                          "metadata", json_is_object(sb->metadata) ? sb->metadata : json_object(),
-                          "entrypoint", sb->entrypoint, "createdAt", created);
-    if (!json_is_object(sb->metadata))
-        json_decref(json_object_get(j, "metadata")); /* json_pack took a new reference */
+    json_t *metadata = json_is_object(sb->metadata) ? json_incref(sb->metadata) : json_object();
+    json_t *j = json_pack("{s:s, s:o, s:o, s:O, s:s}", "id", sb->id, "status", status,
+                          "metadata", metadata, "entrypoint", sb->entrypoint, "createdAt",
+                          created);
     if (sb->expires_ms > 0) {
         sandbox_format_time(sb->expires_ms, expires, sizeof(expires));
         json_object_set_new(j, "expiresAt", json_string(expires));
@@ -95,7 +94,8 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool full)
     }
     if (full) {
         json_object_set_new(j, "image", json_pack("{s:s}", "uri", sb->template_name));
-        json_object_set(j, "resourceLimits", sb->limits);
+        json_object_set_new(j, "resourceLimits",
+                            json_is_object(sb->limits) ? json_incref(sb->limits) : json_object());
     }
     return j;
 }
@@ -407,8 +407,9 @@ int sandbox_manager_new(struct event_base *base, struct store *store, struct run
     mgr->rt = rt;
     snprintf(mgr->run_root, sizeof(mgr->run_root), "%s/run", state_dir);
     if (mkdir(mgr->run_root, 0700) < 0 && errno != EEXIST) {
+        cove_error_sys(err, "mkdir %s", mgr->run_root);
         free(mgr);
-        return cove_error_sys(err, "mkdir %s", mgr->run_root);
+        return -1;
     }
     mgr->sigchld = evsignal_new(base, SIGCHLD, on_sigchld, mgr);
     mgr->ttl_timer = event_new(base, -1, EV_PERSIST, on_ttl_tick, mgr);

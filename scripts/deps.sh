@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing Cove needs, from Debian's packages.
+set -euo pipefail
+
+packages=(
+  build-essential meson ninja-build pkg-config
+  libevent-dev libjansson-dev libsqlite3-dev libseccomp-dev libhttp-parser-dev
+  libssl-dev libcurl4-openssl-dev
+  python3 python3-pytest python3-ipykernel
+  busybox-static iproute2 procps tar
+)
+# Benchmarks compare against these, in the same run.
+bench_packages=(bubblewrap crun runc podman)
+
+missing=()
+for p in "${packages[@]}" ${COVE_WITH_BENCH:+"${bench_packages[@]}"}; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "Installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  log=$(mktemp)
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } \
+      >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    exit 1
+  fi
+  rm -f "$log"
+fi

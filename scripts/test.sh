@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what the tests need, builds Cove (plain and ASan+UBSan) and runs the whole suite:
+# C unit tests on both builds, then the end-to-end and security suites against the real
+# daemon, then the end-to-end suite again against the sanitizer build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "the tests need root (namespaces, cgroups, mounts)" >&2; exit 1; }
+scripts/deps.sh
+scripts/build.sh --asan
+
+PY=/usr/bin/python3   # Debian's python, with python3-pytest
+
+echo "== unit tests (plain and ASan+UBSan builds)"
+meson test -C build --suite unit --print-errorlogs
+meson test -C build-asan --suite unit --print-errorlogs
+
+echo "== end-to-end and security tests"
+$PY -m pytest -q -p no:cacheprovider tests/e2e tests/security "$@"
+
+echo "== end-to-end tests against coved built with ASan+UBSan"
+COVE_BUILD_DIR=build-asan COVE_SANITIZED=1 \
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87 \
+  $PY -m pytest -q -p no:cacheprovider tests/e2e "$@"

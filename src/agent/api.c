@@ -1,0 +1,196 @@
+#include "agent/api.h"
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "agent/command.h"
+
+/* Clients are coved (one socket per sandbox) and, under OCI runtimes, the gateway: few. */
+#define API_MAX_CONNECTIONS 256
+
+/* Health (operation ping): 200 with an empty body, as execd. */
+static void handle_ping(struct http_request *req, const struct api_params *params)
+{
+    http_respond(req, 200, NULL, NULL, 0);
+}
+
+struct route {
+    const char *method;
+    const char *pattern;
+    api_handler_fn handler;
+};
+
+static const struct route routes[] = {
+    {"GET", "/ping", handle_ping},                          /* ping */
+    {"POST", "/command", command_handle_run},               /* runCommand */
+    {"DELETE", "/command", command_handle_interrupt},       /* interruptCommand */
+    {"GET", "/command/status/{id}", command_handle_status}, /* getCommandStatus */
+    {"GET", "/command/{id}/logs", command_handle_logs},     /* getBackgroundCommandLogs */
+};
+
+const char *api_param(const struct api_params *params, const char *name)
+{
+    for (size_t i = 0; i < params->len; i++)
+        if (strcmp(params->names[i], name) == 0)
+            return params->values[i];
+    return NULL;
+}
+
+/* Next non-empty '/'-separated segment of *s; advances *s past it. */
+static const char *next_segment(const char **s, size_t *len)
+{
+    while (**s == '/')
+        (*s)++;
+    if (**s == '\0')
+        return NULL;
+    const char *start = *s;
+    while (**s != '\0' && **s != '/')
+        (*s)++;
+    *len = (size_t)(*s - start);
+    return start;
+}
+
+/* Copies n bytes to params->storage as a string; NULL when it does not fit. */
+static const char *store(struct api_params *params, size_t *used, const char *s, size_t n)
+{
+    if (*used + n + 1 > sizeof(params->storage))
+        return NULL;
+    char *copy = params->storage + *used;
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    *used += n + 1;
+    return copy;
+}
+
+bool api_route_match(const char *pattern, const char *path, struct api_params *params)
+{
+    params->len = 0;
+    size_t used = 0;
+    for (;;) {
+        size_t pattern_len = 0, path_len = 0;
+        const char *p = next_segment(&pattern, &pattern_len);
+        const char *s = next_segment(&path, &path_len);
+        if (p == NULL || s == NULL)
+            return p == NULL && s == NULL;
+        if (p[0] == '{' && p[pattern_len - 1] == '}') {
+            if (params->len == API_MAX_PARAMS)
+                return false;
+            const char *name = store(params, &used, p + 1, pattern_len - 2);
+            const char *value = store(params, &used, s, path_len);
+            if (name == NULL || value == NULL)
+                return false;
+            params->names[params->len] = name;
+            params->values[params->len] = value;
+            params->len++;
+        } else if (pattern_len != path_len || memcmp(p, s, path_len) != 0) {
+            return false;
+        }
+    }
+}
+
+static void dispatch(struct http_request *req, void *arg)
+{
+    const char *method = http_request_method(req);
+    char *path = evhttp_uridecode(http_request_path(req), 0, NULL);
+    if (path == NULL) {
+        api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
+        return;
+    }
+    struct api_params params;
+    char allowed[128] = "";
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (!api_route_match(routes[i].pattern, path, &params))
+            continue;
+        if (strcmp(routes[i].method, method) == 0) {
+            free(path);
+            routes[i].handler(req, &params);
+            return;
+        }
+        if (strlen(allowed) + strlen(routes[i].method) + 3 < sizeof(allowed)) {
+            if (allowed[0] != '\0')
+                strcat(allowed, ", ");
+            strcat(allowed, routes[i].method);
+        }
+    }
+    free(path);
+    if (allowed[0] != '\0') {
+        http_response_add_header(req, "Allow", allowed);
+        api_respond_error(req, 405, "METHOD_NOT_ALLOWED", "method %s not allowed on this path",
+                          method);
+        return;
+    }
+    api_respond_error(req, 404, "NOT_FOUND", "no such route");
+}
+
+/* Errors the server answers by itself (malformed request, 413, 431, ...). */
+static void respond_server_error(struct http_request *req, int status, const char *code,
+                                 const char *message, void *arg)
+{
+    api_respond_error(req, status, code, "%s", message);
+}
+
+struct http_server_config api_server_config(void)
+{
+    return (struct http_server_config){
+        .max_body = API_MAX_BODY,
+        .max_connections = API_MAX_CONNECTIONS,
+        .on_request = dispatch,
+        .on_error = respond_server_error,
+    };
+}
+
+bool api_query_param(const struct http_request *req, const char *name, char *value,
+                     size_t size)
+{
+    struct evkeyvalq params;
+    TAILQ_INIT(&params);
+    bool found = false;
+    if (evhttp_parse_query_str(http_request_query(req), &params) == 0) {
+        const char *v = evhttp_find_header(&params, name);
+        if (v != NULL && strlen(v) < size) {
+            strcpy(value, v);
+            found = true;
+        }
+    }
+    evhttp_clear_headers(&params);
+    return found;
+}
+
+void api_respond_json(struct http_request *req, int status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (text == NULL) {
+        static const char fallback[] = "{\"code\":\"RUNTIME_ERROR\",\"message\":\"cannot encode "
+                                       "the response\"}";
+        http_respond(req, 500, "application/json", fallback, sizeof(fallback) - 1);
+        return;
+    }
+    http_respond(req, status, "application/json", text, strlen(text));
+    free(text);
+}
+
+void api_respond_error(struct http_request *req, int status, const char *code, const char *fmt,
+                       ...)
+{
+    char message[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof(message), fmt, ap);
+    va_end(ap);
+    json_t *body = json_pack("{s:s, s:s}", "code", code, "message", message);
+    if (body == NULL) /* the message was not UTF-8 (e.g. a path the client sent) */
+        body = json_pack("{s:s, s:s}", "code", code, "message", "invalid request");
+    api_respond_json(req, status, body);
+}
+
+void api_respond_cove_error(struct http_request *req, const struct cove_error *err)
+{
+    int status = err->http_status >= 400 ? err->http_status : 500;
+    api_respond_error(req, status, err->code, "%s", err->message);
+}
