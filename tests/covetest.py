@@ -30,8 +30,10 @@ class ApiError(Exception):
 class ExecResult:
     def __init__(self, events):
         self.events = events
-        self.stdout = "".join(e["text"] + "\n" for e in events if e.get("type") == "stdout")
-        self.stderr = "".join(e["text"] + "\n" for e in events if e.get("type") == "stderr")
+        # execd sends a line per event, its ending stripped; an empty line comes as "\n".
+        line = lambda t: "\n" if t == "\n" else t + "\n"
+        self.stdout = "".join(line(e["text"]) for e in events if e.get("type") == "stdout")
+        self.stderr = "".join(line(e["text"]) for e in events if e.get("type") == "stderr")
         self.exit_code = None
         for e in events:
             if e.get("type") == "execution_complete" and self.exit_code is None:
@@ -180,7 +182,8 @@ class Coved:
     def request(self, method, path, body=None, headers=None, raw=None, timeout=60):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         data = raw if raw is not None else (json.dumps(body) if body is not None else None)
-        conn.request(method, path, body=data, headers=headers or self.headers())
+        conn.request(method, path, body=data,
+                     headers=headers if headers is not None else self.headers())
         resp = conn.getresponse()
         payload = resp.read()
         conn.close()

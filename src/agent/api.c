@@ -144,8 +144,7 @@ struct http_server_config api_server_config(void)
     };
 }
 
-bool api_query_param(const struct http_request *req, const char *name, char *value,
-                     size_t size)
+bool api_query_param(const struct http_request *req, const char *name, char *value, size_t size)
 {
     struct evkeyvalq params;
     TAILQ_INIT(&params);
@@ -175,8 +174,7 @@ void api_respond_json(struct http_request *req, int status, json_t *body)
     free(text);
 }
 
-void api_respond_error(struct http_request *req, int status, const char *code, const char *fmt,
-                       ...)
+void api_respond_error(struct http_request *req, int status, const char *code, const char *fmt, ...)
 {
     char message[1024];
     va_list ap;

@@ -36,12 +36,11 @@ const char *api_param(const struct api_params *params, const char *name);
 struct http_server_config api_server_config(void);
 
 /* A query parameter, percent-decoded, copied into value; false when absent. */
-bool api_query_param(const struct http_request *req, const char *name, char *value,
-                     size_t size);
+bool api_query_param(const struct http_request *req, const char *name, char *value, size_t size);
 
 /* Sends body as JSON; takes the reference. */
 void api_respond_json(struct http_request *req, int status, json_t *body);
 /* The OpenSandbox error shape: {"code": ..., "message": ...}. */
-void api_respond_error(struct http_request *req, int status, const char *code, const char *fmt,
-                       ...) __attribute__((format(printf, 4, 5)));
+void api_respond_error(struct http_request *req, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void api_respond_cove_error(struct http_request *req, const struct cove_error *err);

@@ -18,16 +18,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/http.h"
+#include "agent/api.h"
 #include "agent/output_lines.h"
 #include "agent/process.h"
 #include "agent/reaper.h"
-#include "agent/routes.h"
 #include "agent/sse.h"
+#include "lib/http.h"
 #include "lib/log.h"
 
 /* A foreground stream stops reading the command's pipes while more than this is waiting to
- * go to the client; it resumes at HTTP_STREAM_LOW_WATER. Memory stays flat however much the
+ * go to the client, and resumes once that is sent. Memory stays flat however much the
  * command prints and however slow the client is. */
 #define STREAM_HIGH_WATER (256 * 1024)
 /* Bytes read from a pipe at once (one HTTP chunk of events at most). */
@@ -74,7 +74,8 @@ struct command {
 
     /* foreground stream; req is NULL once the client is gone or the stream ended */
     struct http_request *req;
-    struct evbuffer *frames;
+    struct evbuffer *frames; /* events not yet handed to the server */
+    size_t queued;           /* bytes the server held for the client at the last write */
     struct event *ping_event;
     int64_t last_write_mono_ms;
 
@@ -182,9 +183,11 @@ static void registry_prune(void)
 
 static void stream_flush(struct command *cmd)
 {
-    if (cmd->req == NULL || evbuffer_get_length(cmd->frames) == 0)
+    size_t len = cmd->frames ? evbuffer_get_length(cmd->frames) : 0;
+    if (cmd->req == NULL || len == 0)
         return;
-    http_stream_write(cmd->req, cmd->frames);
+    cmd->queued = http_stream_write(cmd->req, evbuffer_pullup(cmd->frames, -1), len);
+    evbuffer_drain(cmd->frames, len);
     cmd->last_write_mono_ms = monotonic_ms();
 }
 
@@ -246,8 +249,10 @@ static void stream_finish(struct command *cmd)
         stream_event(cmd, &event);
     }
     stream_flush(cmd);
-    http_stream_end(cmd->req);
+    /* Detach first: ending the response may run the connection's next request right away. */
+    struct http_request *req = cmd->req;
     stream_detach(cmd);
+    http_stream_end(req);
     registry_prune();
 }
 
@@ -265,7 +270,7 @@ static void log_append(struct command *cmd, const char *data, size_t len)
 
 static bool stream_backpressured(const struct command *cmd)
 {
-    return cmd->req != NULL && http_stream_pending(cmd->req) > STREAM_HIGH_WATER;
+    return cmd->req != NULL && cmd->queued > STREAM_HIGH_WATER;
 }
 
 static void pipe_end(struct command *cmd, struct output_pipe *p)
@@ -331,12 +336,14 @@ static void on_pipe_readable(evutil_socket_t fd, short what, void *arg)
 
 /* --- stream callbacks --- */
 
-static void on_stream_drain(void *arg)
+static void on_stream_drain(struct http_request *req, void *arg)
 {
-    command_pump(arg);
+    struct command *cmd = arg;
+    cmd->queued = 0; /* the server calls this when everything was sent */
+    command_pump(cmd);
 }
 
-static void on_stream_close(void *arg)
+static void on_stream_abort(struct http_request *req, void *arg)
 {
     struct command *cmd = arg;
     stream_detach(cmd);
@@ -353,7 +360,7 @@ static void on_stream_close(void *arg)
 static void on_ping(evutil_socket_t fd, short what, void *arg)
 {
     struct command *cmd = arg;
-    if (cmd->req == NULL || http_stream_pending(cmd->req) > 0 ||
+    if (cmd->req == NULL || cmd->queued > 0 ||
         monotonic_ms() - cmd->last_write_mono_ms < PING_INTERVAL_MS)
         return;
     struct sse_event ping = {.type = "ping",
@@ -435,8 +442,8 @@ struct run_request {
     json_t *envs;
 };
 
-static int parse_id(json_t *value, const char *field, bool *has, uint32_t *out,
-                    struct cove_error **err)
+static int parse_user_id(json_t *value, const char *field, bool *has, uint32_t *out,
+                         struct cove_error **err)
 {
     if (value == NULL || json_is_null(value))
         return 0;
@@ -479,8 +486,8 @@ static int parse_run_request(json_t *body, struct run_request *out, struct cove_
         return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
                               "%s timeout must be an integer (milliseconds)", parse_error);
     uint32_t uid = 0, gid = 0;
-    if (parse_id(json_object_get(body, "uid"), "uid", &out->has_uid, &uid, err) < 0 ||
-        parse_id(json_object_get(body, "gid"), "gid", &out->has_gid, &gid, err) < 0)
+    if (parse_user_id(json_object_get(body, "uid"), "uid", &out->has_uid, &uid, err) < 0 ||
+        parse_user_id(json_object_get(body, "gid"), "gid", &out->has_gid, &gid, err) < 0)
         return -1;
     out->uid = uid;
     out->gid = gid;
@@ -753,27 +760,28 @@ static void stream_open(struct http_request *req, struct command *cmd)
 }
 
 /* runCommand: POST /command */
-void command_handle_run(struct http_request *req, const struct route_params *params)
+void command_handle_run(struct http_request *req, const struct api_params *params)
 {
     cleanup_error struct cove_error *err = NULL;
-    size_t len;
-    const char *body = http_request_body(req, &len);
+    struct evbuffer *body = http_request_body(req);
+    size_t len = evbuffer_get_length(body);
     json_error_t json_error;
-    json_t *json = json_loadb(body, len, 0, &json_error);
+    json_t *json =
+        json_loadb(len ? (const char *)evbuffer_pullup(body, -1) : "", len, 0, &json_error);
     if (json == NULL) {
-        http_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                           "error parsing request, MAYBE invalid body format. %s", json_error.text);
+        api_respond_error(req, 400, "INVALID_REQUEST_BODY",
+                          "error parsing request, MAYBE invalid body format. %s", json_error.text);
         return;
     }
     struct run_request run = {0};
     if (parse_run_request(json, &run, &err) < 0) {
-        http_respond_cove_error(req, err);
+        api_respond_cove_error(req, err);
         json_decref(json);
         return;
     }
     struct command *cmd = command_new(&run);
     if (cmd == NULL) {
-        http_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
+        api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
         json_decref(json);
         return;
     }
@@ -788,7 +796,7 @@ void command_handle_run(struct http_request *req, const struct route_params *par
         log_warn("command %s: %s", cmd->id, err->message);
         if (run.background || err->http_status == 400) {
             /* Nothing was streamed yet: a plain JSON error (a bad cwd is the client's). */
-            http_respond_cove_error(req, err);
+            api_respond_cove_error(req, err);
         } else {
             /* execd reports a start failure inside the stream: init, then the error. */
             stream_open(req, cmd);
@@ -801,8 +809,8 @@ void command_handle_run(struct http_request *req, const struct route_params *par
                 .type = "error", .execution_time = -1, .timestamp = sse_now_ms(), .error = &error};
             stream_event(cmd, &event);
             stream_flush(cmd);
-            http_stream_end(req);
             stream_detach(cmd);
+            http_stream_end(req);
         }
         registry_prune();
         return;
@@ -818,11 +826,12 @@ void command_handle_run(struct http_request *req, const struct route_params *par
                                  .timestamp = sse_now_ms()};
         stream_event(cmd, &done);
         stream_flush(cmd);
-        http_stream_end(req);
         stream_detach(cmd);
+        http_stream_end(req);
         return;
     }
-    http_stream_set_callbacks(req, on_stream_drain, on_stream_close, cmd);
+    http_stream_on_drain(req, on_stream_drain, cmd);
+    http_request_on_abort(req, on_stream_abort, cmd);
     cmd->ping_event = event_new(event_base, -1, EV_PERSIST, on_ping, cmd);
     struct timeval second = {1, 0};
     if (cmd->ping_event != NULL)
@@ -830,16 +839,16 @@ void command_handle_run(struct http_request *req, const struct route_params *par
 }
 
 /* interruptCommand: DELETE /command?id= */
-void command_handle_interrupt(struct http_request *req, const struct route_params *params)
+void command_handle_interrupt(struct http_request *req, const struct api_params *params)
 {
-    const char *id = http_request_query(req, "id");
-    if (id == NULL || id[0] == '\0') {
-        http_respond_error(req, 400, "MISSING_QUERY", "missing query parameter 'id'");
+    char id[64];
+    if (!api_query_param(req, "id", id, sizeof(id)) || id[0] == '\0') {
+        api_respond_error(req, 400, "MISSING_QUERY", "missing query parameter 'id'");
         return;
     }
     struct command *cmd = command_find(id);
     if (cmd == NULL) {
-        http_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id);
+        api_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id);
         return;
     }
     /* Interrupting a command that already ended is not an error: the goal is reached. */
@@ -866,12 +875,12 @@ static json_t *rfc3339(const struct timespec *ts)
 }
 
 /* getCommandStatus: GET /command/status/{id} */
-void command_handle_status(struct http_request *req, const struct route_params *params)
+void command_handle_status(struct http_request *req, const struct api_params *params)
 {
-    const char *id = route_param(params, "id");
+    const char *id = api_param(params, "id");
     struct command *cmd = id ? command_find(id) : NULL;
     if (cmd == NULL) {
-        http_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
+        api_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
         return;
     }
     json_t *status = json_pack("{s:s, s:s, s:b, s:o}", "id", cmd->id, "content", cmd->content,
@@ -883,31 +892,32 @@ void command_handle_status(struct http_request *req, const struct route_params *
         json_object_set_new(status, "finished_at", rfc3339(&cmd->finished_at));
     }
     if (status == NULL) {
-        http_respond_error(req, 500, "RUNTIME_ERROR", "cannot encode the status");
+        api_respond_error(req, 500, "RUNTIME_ERROR", "cannot encode the status");
         return;
     }
-    http_respond_json(req, 200, status);
+    api_respond_json(req, 200, status);
 }
 
 /* getBackgroundCommandLogs: GET /command/{id}/logs?cursor=N. Like execd, the cursor is a
  * byte offset into the combined output, and the tail cursor header is the next one. */
-void command_handle_logs(struct http_request *req, const struct route_params *params)
+void command_handle_logs(struct http_request *req, const struct api_params *params)
 {
-    const char *id = route_param(params, "id");
+    const char *id = api_param(params, "id");
     struct command *cmd = id ? command_find(id) : NULL;
     if (cmd == NULL) {
-        http_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
+        api_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
         return;
     }
     if (cmd->log == NULL) {
-        http_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                           "command %s is not running in background", cmd->id);
+        api_respond_error(req, 400, "INVALID_REQUEST_BODY",
+                          "command %s is not running in background", cmd->id);
         return;
     }
-    const char *cursor_text = http_request_query(req, "cursor");
+    char cursor_text[32];
     char *end = NULL;
-    unsigned long long cursor = cursor_text ? strtoull(cursor_text, &end, 10) : 0;
-    if (cursor_text != NULL && (end == cursor_text || *end != '\0' || cursor_text[0] == '-'))
+    bool has_cursor = api_query_param(req, "cursor", cursor_text, sizeof(cursor_text));
+    unsigned long long cursor = has_cursor ? strtoull(cursor_text, &end, 10) : 0;
+    if (has_cursor && (end == cursor_text || *end != '\0' || cursor_text[0] == '-'))
         cursor = 0; /* execd ignores a cursor it cannot parse */
     size_t have = evbuffer_get_length(cmd->log);
     uint64_t tail = cmd->log_base + have;

@@ -20,12 +20,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/api.h"
 #include "agent/command.h"
-#include "agent/http.h"
 #include "agent/process.h"
 #include "agent/reaper.h"
-#include "agent/routes.h"
 #include "lib/error.h"
+#include "lib/http.h"
 #include "lib/log.h"
 
 /* On SIGTERM: how long processes get to exit before SIGKILL. */
@@ -265,8 +265,9 @@ int main(int argc, char **argv)
         log_error("cannot create the event loop");
         return 1;
     }
+    struct http_server_config config = api_server_config();
     if (reaper_init(agent.base, &err) < 0 ||
-        http_server_new(agent.base, routes_dispatch, NULL, &agent.server, &err) < 0) {
+        http_server_new(agent.base, &config, &agent.server, &err) < 0) {
         log_error("%s", err->message);
         return 1;
     }
@@ -276,7 +277,7 @@ int main(int argc, char **argv)
         int fd = n < fds_len                      ? listen_inherited(spec, &err)
                  : strncmp(spec, "unix:", 5) == 0 ? listen_unix(spec + 5, &err)
                                                   : listen_tcp(spec, &err);
-        if (fd < 0 || http_server_add_listener(agent.server, fd, &err) < 0) {
+        if (fd < 0 || http_server_listen_fd(agent.server, fd, &err) < 0) {
             log_error("%s", err->message);
             return 1;
         }

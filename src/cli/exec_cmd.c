@@ -25,12 +25,17 @@ struct exec_state {
     struct event_stream events;
 };
 
+/* execd sends output a line per event, the line ending stripped; an empty line comes as
+ * "\n" itself. */
 static int exec_write(FILE *out, const json_t *text, struct cove_error **err)
 {
     size_t len = json_string_length(text);
-    if (len == 0)
+    const char *s = json_string_value(text);
+    if (s == NULL)
         return 0;
-    if (fwrite(json_string_value(text), 1, len, out) != len || fflush(out) != 0)
+    bool empty_line = len == 1 && s[0] == '\n';
+    if ((!empty_line && fwrite(s, 1, len, out) != len) || fputc('\n', out) == EOF ||
+        fflush(out) != 0)
         return cove_error_sys(err, "cannot write the command's output");
     return 0;
 }

@@ -5,9 +5,11 @@
 #include <stdlib.h>
 
 #include "cli/cli.h"
+#include "cli/config.h"
+#include "coved/sandbox/template.h"
 #include "cli/output.h"
 
-enum { TEMPLATE_OPTION_ROOTFS = CLI_OPTION_COMMAND };
+enum { TEMPLATE_OPTION_ROOTFS = CLI_OPTION_COMMAND, TEMPLATE_OPTION_STATE_DIR };
 
 static int template_list_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
@@ -32,18 +34,27 @@ static int template_list_run(struct cli *cli, int argc, char **argv, struct cove
     return output_objects_table(items, err);
 }
 
+/* Registering reads a path on this machine: it is done here, with this user's rights over the
+ * path and over coved's state dir (root, normally), not by asking the daemon to read paths on
+ * a client's behalf. coved sees the new template the next time an image names it. */
 static int template_add_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
     static const struct option options[] = {
         CLI_COMMON_LONG_OPTIONS,
         {"rootfs", required_argument, NULL, TEMPLATE_OPTION_ROOTFS},
+        {"state-dir", required_argument, NULL, TEMPLATE_OPTION_STATE_DIR},
         {0},
     };
     const char *rootfs = NULL;
+    const char *state_dir = getenv("COVE_STATE_DIR");
+    if (state_dir == NULL || state_dir[0] == '\0')
+        state_dir = CONFIG_DEFAULT_STATE_DIR;
     int option;
     while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1) {
         if (option == TEMPLATE_OPTION_ROOTFS)
             rootfs = optarg;
+        else if (option == TEMPLATE_OPTION_STATE_DIR)
+            state_dir = optarg;
         else if (cli_common_option(cli, option, optarg, err) < 0)
             return -1;
     }
@@ -52,21 +63,21 @@ static int template_add_run(struct cli *cli, int argc, char **argv, struct cove_
     if (rootfs == NULL)
         return cli_usage_error(err, "--rootfs DIR|TAR is required");
 
-    /* coved runs on this machine and opens the path itself, from its own working directory */
     char absolute[PATH_MAX];
     if (realpath(rootfs, absolute) == NULL)
         return cove_error_set(err, errno, 0, CLI_ERROR_USAGE, "--rootfs '%s'", rootfs);
-
-    cleanup_json json_t *request =
-        json_pack("{s:s, s:s}", "name", argv[optind], "rootfs", absolute);
-    if (request == NULL)
-        return cli_usage_error(err, "the template name and path must be valid UTF-8");
-    cleanup_json json_t *response = NULL;
-    if (cli_connect(cli, err) < 0 ||
-        client_call(cli->client, "POST", "/v1/templates", request, &response, err) < 0)
+    struct template_registry *registry = NULL;
+    if (template_registry_open(state_dir, &registry, err) < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON && response != NULL)
-        return output_json(response, err);
+    int rc = template_add(registry, argv[optind], absolute, err);
+    template_registry_free(registry);
+    if (rc < 0)
+        return -1;
+    if (cli->output == CLI_OUTPUT_JSON) {
+        cleanup_json json_t *out = json_pack("{s:s}", "name", argv[optind]);
+        return output_json(out, err);
+    }
+    printf("%s\n", argv[optind]);
     return 0;
 }
 
@@ -87,11 +98,14 @@ static const struct cli_command template_add_command = {
     .run = template_add_run,
     .help = "Usage: cove template add [OPTIONS] NAME --rootfs DIR|TAR\n"
             "\n"
-            "Register a root filesystem (a directory or a tarball on the server's machine) as\n"
-            "template NAME, for 'cove create -t NAME'.\n"
+            "Register a root filesystem (a directory or a tarball) as template NAME, for\n"
+            "'cove create -t NAME'. It is imported into coved's state dir on this machine\n"
+            "(ownership shifted to the sandboxes' id range), so it needs write access there.\n"
             "\n"
             "Options:\n"
-            "      --rootfs DIR|TAR  the root filesystem\n",
+            "      --rootfs DIR|TAR  the root filesystem\n"
+            "      --state-dir DIR   coved's state dir (default $COVE_STATE_DIR or\n"
+            "                        " CONFIG_DEFAULT_STATE_DIR ")\n",
 };
 
 static const struct cli_command *const template_subcommands[] = {

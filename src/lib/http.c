@@ -238,6 +238,10 @@ static int on_headers_complete(http_parser *p)
     if (req == NULL || req->target == NULL)
         return -1;
     snprintf(req->method, sizeof(req->method), "%s", http_method_str(p->method));
+    if (p->http_major != 1 || p->http_minor > 1) {
+        server_error(req, 400, "HTTP::VERSION_NOT_SUPPORTED", "only HTTP/1.0 and 1.1 are served");
+        return -1;
+    }
     for (size_t i = 0; i < req->header_count; i++)
         if (req->headers[i].value == NULL)
             req->headers[i].value = strdup("");

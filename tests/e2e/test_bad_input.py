@@ -1,0 +1,169 @@
+"""Bad input gets a clear 4xx {"code","message"} and changes nothing."""
+
+import http.client
+import json
+import os
+
+import pytest
+
+VALID = {"image": {"uri": "base"}, "entrypoint": ["sleep", "infinity"],
+         "resourceLimits": {"cpu": "500m", "memory": "256Mi"}}
+
+
+def with_(**changes):
+    body = json.loads(json.dumps(VALID))
+    for k, v in changes.items():
+        if v is KeyError:
+            body.pop(k, None)
+        else:
+            body[k] = v
+    return body
+
+
+def limits(**kw):
+    return with_(resourceLimits=kw)
+
+
+BAD_CREATES = [
+    ("malformed JSON", b'{"image": {"uri": "base"', 400),
+    ("not an object", b'[1, 2, 3]', 400),
+    ("empty body", b'', 400),
+    ("trailing garbage", b'{"image":{"uri":"base"},"entrypoint":["sh"]} xyz', 400),
+    ("duplicate keys", b'{"image":{"uri":"base"},"image":{"uri":"base"},"entrypoint":["sh"]}', 400),
+    ("invalid UTF-8", b'{"image":{"uri":"\xff\xfe"},"entrypoint":["sh"]}', 400),
+    ("unknown template", with_(image={"uri": "no-such-template"}), 400),
+    ("image missing", with_(image=KeyError), 400),
+    ("image uri wrong type", with_(image={"uri": 42}), 400),
+    ("entrypoint missing", with_(entrypoint=KeyError), 400),
+    ("entrypoint empty", with_(entrypoint=[]), 400),
+    ("entrypoint not strings", with_(entrypoint=["sleep", 5]), 400),
+    ("entrypoint a string", with_(entrypoint="sleep infinity"), 400),
+    ("unknown field", with_(colour="blue"), 400),
+    ("timeout too small", with_(timeout=59), 400),
+    ("timeout negative", with_(timeout=-1), 400),
+    ("timeout absurd", with_(timeout=10**12), 400),
+    ("timeout a string", with_(timeout="60"), 400),
+    ("timeout a float", with_(timeout=60.5), 400),
+    ("cpu negative", limits(cpu="-1"), 400),
+    ("cpu zero", limits(cpu="0"), 400),
+    ("cpu absurd", limits(cpu="100000"), 400),
+    ("cpu garbage", limits(cpu="lots"), 400),
+    ("cpu a number", limits(cpu=1), 400),
+    ("memory negative", limits(memory="-512Mi"), 400),
+    ("memory tiny", limits(memory="1Ki"), 400),
+    ("memory absurd", limits(memory="1000Ti"), 400),
+    ("memory overflow", limits(memory="99999999999999999999Gi"), 400),
+    ("pids zero", limits(pids="0"), 400),
+    ("pids absurd", limits(pids="999999999"), 400),
+    ("disk absurd", limits(**{"ephemeral-storage": "1000Ti"}), 400),
+    ("unknown resource", limits(gpu="1"), 400),
+    ("limits not an object", with_(resourceLimits=["cpu"]), 400),
+    ("env not strings", with_(env={"A": 1}), 400),
+    ("env key with =", with_(env={"A=B": "c"}), 400),
+    ("env not an object", with_(env="A=B"), 400),
+    ("metadata not strings", with_(metadata={"a": {"b": "c"}}), 400),
+    ("platform unsupported", with_(platform={"os": "windows", "arch": "amd64"}), 400),
+    ("snapshot restore", with_(snapshotId="snap-1", image=KeyError), 501),
+]
+
+
+def sandbox_count(coved):
+    return coved.ok("GET", "/v1/sandboxes?pageSize=1000")["pagination"]["totalItems"]
+
+
+def run_dirs(coved):
+    run = os.path.join(coved.state_dir, "run")
+    return sorted(os.listdir(run)) if os.path.isdir(run) else []
+
+
+def assert_error(status, body, expected):
+    assert status == expected, body
+    assert isinstance(body, dict), body
+    assert set(body) == {"code", "message"}, body
+    assert body["code"] and body["message"]
+
+
+@pytest.mark.parametrize("name,body,expected", BAD_CREATES, ids=[c[0] for c in BAD_CREATES])
+def test_bad_create_changes_nothing(coved, name, body, expected):
+    before, dirs = sandbox_count(coved), run_dirs(coved)
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    status, parsed, _ = coved.request("POST", "/v1/sandboxes", raw=raw)
+    assert_error(status, parsed, expected)
+    assert sandbox_count(coved) == before
+    assert run_dirs(coved) == dirs
+
+
+def test_unknown_template_lists_known_ones(coved):
+    status, body, _ = coved.request("POST", "/v1/sandboxes", with_(image={"uri": "nope"}))
+    assert status == 400
+    assert "base" in body["message"] and "code-interpreter" in body["message"]
+
+
+@pytest.mark.parametrize("method,path,expected", [
+    ("GET", "/v1/sandboxes/does-not-exist", 404),
+    ("DELETE", "/v1/sandboxes/does-not-exist", 404),
+    ("POST", "/v1/sandboxes/does-not-exist/pause", 404),
+    ("POST", "/v1/sandboxes/does-not-exist/resume", 404),
+    ("POST", "/sandboxes/does-not-exist/proxy/44772/command", 404),
+    ("GET", "/v1/sandboxes/../../etc/passwd", 404),
+    ("GET", "/v1/no-such-route", 404),
+    ("PUT", "/v1/sandboxes", 405),
+    ("GET", "/v1/sandboxes/x/pause", 405),
+    ("GET", "/v1/sandboxes?page=0", 400),
+    ("GET", "/v1/sandboxes?pageSize=-3", 400),
+    ("GET", "/v1/sandboxes?state=Sleeping", 400),
+    ("GET", "/v1/sandboxes?colour=blue", 400),
+])
+def test_bad_routes(coved, method, path, expected):
+    status, body, _ = coved.request(method, path)
+    assert_error(status, body, expected)
+
+
+def test_missing_and_wrong_key_are_401(coved):
+    for headers in ({}, {"OPEN-SANDBOX-API-KEY": "wrong"}, {"OPEN-SANDBOX-API-KEY": ""}):
+        for method, path in (("GET", "/v1/sandboxes"), ("POST", "/v1/sandboxes"),
+                             ("POST", "/sandboxes/x/proxy/44772/command")):
+            status, body, _ = coved.request(method, path, VALID, headers=headers)
+            assert_error(status, body, 401)
+
+
+def test_huge_body_is_413_and_daemon_survives(coved):
+    before = sandbox_count(coved)
+    conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=30)
+    big = b'{"image":{"uri":"base"},"entrypoint":["' + b"a" * (8 * 1024 * 1024) + b'"]}'
+    try:
+        conn.request("POST", "/v1/sandboxes", body=big, headers=coved.headers())
+        resp = conn.getresponse()
+        status, body = resp.status, json.loads(resp.read())
+    except (BrokenPipeError, ConnectionResetError):
+        status, body = 413, {"code": "x", "message": "connection closed before the body was sent"}
+    finally:
+        conn.close()
+    assert_error(status, body, 413)
+    assert coved.ok("GET", "/health")["status"] == "healthy"
+    assert sandbox_count(coved) == before
+
+
+def test_malformed_http_is_400(coved):
+    import socket
+    for junk in (b"GARBAGE\r\n\r\n", b"GET / HTTP/9.9\r\n\r\n", b"\x00\x01\x02\r\n\r\n",
+                 b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n"):
+        s = socket.create_connection(("127.0.0.1", coved.port), timeout=10)
+        s.sendall(junk)
+        reply = s.recv(65536)
+        s.close()
+        assert reply.startswith(b"HTTP/1.1 400"), reply
+    assert coved.ok("GET", "/health")["status"] == "healthy"
+
+
+def test_wrong_state_transitions_are_409(coved):
+    sid = coved.create()
+    try:
+        status, body, _ = coved.request("POST", f"/v1/sandboxes/{sid}/resume")
+        assert_error(status, body, 409)
+        coved.pause(sid)
+        status, body, _ = coved.request("POST", f"/v1/sandboxes/{sid}/pause")
+        assert_error(status, body, 409)
+        assert coved.get(sid)["status"]["state"] == "Paused"
+    finally:
+        coved.delete(sid)

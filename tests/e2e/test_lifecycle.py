@@ -1,0 +1,132 @@
+"""Lifecycle through the API: create, get, list, pause, resume, delete, daemon restarts."""
+
+import os
+import signal
+import time
+
+from covetest import sandbox_leftovers
+
+
+def test_create_returns_spec_shape(coved):
+    status, body, resp = coved.request("POST", "/v1/sandboxes", {
+        "image": {"uri": "base"}, "entrypoint": ["sleep", "infinity"],
+        "env": {"GREETING": "hello there"}, "metadata": {"team": "ml"},
+        "resourceLimits": {"cpu": "500m", "memory": "256Mi"}, "timeout": 3600})
+    assert status == 202, body
+    sid = body["id"]
+    try:
+        assert resp.getheader("Location") == f"/v1/sandboxes/{sid}"
+        assert resp.getheader("X-Request-ID")
+        assert body["status"]["state"] == "Running"
+        assert body["metadata"] == {"team": "ml"}
+        assert body["entrypoint"] == ["sleep", "infinity"]
+        assert body["expiresAt"] and body["createdAt"]
+        full = coved.get(sid)
+        assert full["image"] == {"uri": "base"}
+        assert full["status"]["lastTransitionAt"]
+        # the env reaches commands, the hostname is the id
+        out = coved.sh(sid, 'echo "$GREETING"; hostname')
+        assert out == f"hello there\n{sid}\n"
+    finally:
+        coved.delete(sid)
+    status, body, _ = coved.request("GET", f"/v1/sandboxes/{sid}")
+    assert status == 404
+
+
+def test_request_id_is_echoed(coved):
+    _, _, resp = coved.request("GET", "/health", headers={"X-Request-ID": "abc-123"})
+    assert resp.getheader("X-Request-ID") == "abc-123"
+
+
+def test_list_filters_by_state_and_metadata(coved):
+    a = coved.create(metadata={"project": "apollo", "note": "demo test"})
+    b = coved.create(metadata={"project": "apollo"})
+    c = coved.create(metadata={"project": "gemini"})
+    try:
+        coved.pause(b)
+        ids = lambda q: {s["id"] for s in coved.ok("GET", "/v1/sandboxes" + q)["items"]}
+        assert {a, b, c} <= ids("")
+        assert ids("?metadata=project%3Dapollo") == {a, b}
+        assert ids("?metadata=project%3Dapollo%26note%3Ddemo%2520test") == {a}
+        assert ids("?state=Paused") == {b}
+        assert ids("?state=Running&state=Paused&metadata=project%3Dapollo") == {a, b}
+        page = coved.ok("GET", "/v1/sandboxes?pageSize=2&page=1")
+        assert len(page["items"]) == 2 and page["pagination"]["hasNextPage"]
+        assert page["pagination"]["totalItems"] >= 3
+    finally:
+        for s in (a, b, c):
+            coved.delete(s)
+
+
+def test_delete_removes_everything(coved):
+    sid = coved.create()
+    coved.sh(sid, "sleep 1000 >/dev/null 2>&1 & echo started")
+    coved.delete(sid)
+    assert sandbox_leftovers(coved, sid) == []
+
+
+def test_paused_sandbox_can_be_deleted(coved):
+    sid = coved.create()
+    coved.pause(sid)
+    coved.delete(sid)
+    assert sandbox_leftovers(coved, sid) == []
+
+
+def test_sandboxes_survive_daemon_kill(fresh_coved):
+    d = fresh_coved.start()
+    running = [d.create() for _ in range(3)]
+    paused = [d.create() for _ in range(2)]
+    for sid in running + paused:
+        d.sh(sid, "echo kept > /tmp/marker")
+    for sid in paused:
+        d.pause(sid)
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait(10)
+    d.start()
+    states = {s["id"]: s["status"]["state"] for s in d.ok("GET", "/v1/sandboxes")["items"]}
+    for sid in running:
+        assert states[sid] == "Running"
+        assert d.sh(sid, "cat /tmp/marker") == "kept\n"
+    for sid in paused:
+        assert states[sid] == "Paused"
+        d.resume(sid)
+        assert d.sh(sid, "cat /tmp/marker") == "kept\n"
+    for sid in running + paused:
+        d.delete(sid)
+        assert sandbox_leftovers(d, sid) == []
+
+
+def test_sandbox_whose_processes_died_is_failed_after_restart(fresh_coved):
+    d = fresh_coved.start()
+    sid = d.create()
+    pid = int(open(os.path.join("/sys/fs/cgroup/pids/cove", sid, "cgroup.procs")).read().split()[0]) \
+        if os.path.isdir("/sys/fs/cgroup/pids/cove") else None
+    d.kill(signal.SIGKILL)
+    if pid is None:  # cgroup v2 host
+        pid = int(open(f"/sys/fs/cgroup/cove/{sid}/cgroup.procs").read().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    d.start()
+    body = d.get(sid)
+    assert body["status"]["state"] == "Failed"
+    assert body["status"]["message"]
+    assert sandbox_leftovers(d, sid) == []
+
+
+def test_agent_crash_marks_sandbox_failed(coved):
+    sid = coved.create()
+    pid = None
+    for d in ("/sys/fs/cgroup/pids/cove", "/sys/fs/cgroup/cove"):
+        p = os.path.join(d, sid, "cgroup.procs")
+        if os.path.exists(p):
+            pid = min(int(x) for x in open(p).read().split())
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(100):
+        if coved.get(sid)["status"]["state"] == "Failed":
+            break
+        time.sleep(0.05)
+    assert coved.get(sid)["status"]["state"] == "Failed"
+    status, _, _ = coved.request("POST", f"/sandboxes/{sid}/proxy/44772/command",
+                                 {"command": "true"})
+    assert status == 409
+    coved.delete(sid)
