@@ -101,11 +101,13 @@ def kill_cgroup(sandbox_id):
 class Coved:
     """One coved process with its own state dir and port."""
 
-    def __init__(self, api_keys=("test-key",), extra_args=(), state_dir=None, env=None):
+    def __init__(self, api_keys=("test-key",), extra_args=(), state_dir=None, env=None,
+                 wrapper=()):
         self.state_dir = state_dir or tempfile.mkdtemp(prefix="cove-test-")
         self.api_keys = list(api_keys)
         self.key = self.api_keys[0] if self.api_keys else None
         self.extra_args = list(extra_args)
+        self.wrapper = list(wrapper)  # e.g. valgrind and its options
         self.env = env
         self.proc = None
         self.port = None
@@ -114,7 +116,8 @@ class Coved:
         self.final_log = ""
 
     def start(self, port=0):
-        args = [COVED, "--listen", f"127.0.0.1:{port}", "--state-dir", self.state_dir]
+        args = self.wrapper + [COVED, "--listen", f"127.0.0.1:{port}", "--state-dir",
+                               self.state_dir, "--agent", AGENT]
         for k in self.api_keys:
             args += ["--api-key", k]
         args += self.extra_args
@@ -137,7 +140,7 @@ class Coved:
     def kill(self, sig=signal.SIGTERM):
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(10)
+            self.proc.wait(60 if self.wrapper else 10)
         if self.proc and self.proc.stdout:
             self.proc.stdout.close()
 

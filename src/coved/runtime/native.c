@@ -337,6 +337,10 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         argv[i++] = a->spec->entrypoint[j];
     argv[i] = NULL;
     syscall(SYS_execveat, agent_fd, "", argv, a->spec->env, AT_EMPTY_PATH);
+    /* Without execveat (old kernels, valgrind), the same file through the new /proc. */
+    char fd_path[64];
+    snprintf(fd_path, sizeof(fd_path), "/proc/self/fd/%d", agent_fd);
+    execve(fd_path, argv, a->spec->env);
     child_fail(status_fd, "exec cove-agent");
 }
 
@@ -574,8 +578,16 @@ static void wait_exit(pid_t pid)
         struct pollfd p = {.fd = pidfd, .events = POLLIN};
         poll(&p, 1, 10000);
         close(pidfd);
+        waitpid(pid, NULL, WNOHANG);
+        return;
     }
-    waitpid(pid, NULL, WNOHANG);
+    /* No pidfd (old kernel, valgrind): poll the pid itself. */
+    for (int i = 0; i < 10000; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid || (kill(pid, 0) < 0 && errno == ESRCH))
+            return;
+        struct timespec ms = {.tv_nsec = 1000000};
+        nanosleep(&ms, NULL);
+    }
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -1,0 +1,1037 @@
+#!/usr/bin/python3
+"""Cove start-up and memory benchmark. Run it through bench/run.sh (as root).
+
+Measures, for Cove and for bwrap, crun and podman (runc) doing the same job:
+start an isolated environment, run `echo hi`, read its first output, tear it down.
+
+  first  = from the start of the request until "hi" reaches the client
+  cycle  = the same, plus waiting for the end of the command and the teardown
+
+Sequential (one at a time) and concurrent (a fixed number in flight, in threads).
+Then the host memory an idle, paused Cove sandbox costs.
+
+Only the Python 3 standard library is used. Everything made (coved and its state dir,
+sandboxes, the busybox rootfs, the OCI bundle, podman's storage, containers, cgroups,
+mounts) is removed at the end, also on failure or Ctrl-C."""
+
+import argparse
+import concurrent.futures
+import glob
+import http.client
+import itertools
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("COVE_BUILD_DIR", os.path.join(ROOT, "build"))
+AGENT_PORT = 44772
+BUSYBOX = "/usr/bin/busybox"
+BUSYBOX_APPLETS = ["sh", "echo", "sleep", "cat", "true", "ls"]
+# Host paths the container tools create on first use. Whatever of these did not exist before
+# the run is removed after it.
+TOOL_GLOBAL_PATHS = ["/run/crun", "/run/runc", "/run/libpod", "/run/containers",
+                     "/var/lib/containers", "/etc/containers/networks"]
+LIBPOD_CGROUP = "libpod_parent"
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def now():
+    return time.perf_counter()
+
+
+# ---------------------------------------------------------------- statistics and output
+
+def percentile(values, p):
+    """Linear interpolation between closest ranks (like numpy's default)."""
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = (len(s) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summary(values):
+    ms = [v * 1000.0 for v in values]
+    return {"n": len(ms), "p50": percentile(ms, 50), "p95": percentile(ms, 95),
+            "mean": statistics.fmean(ms) if ms else float("nan"),
+            "min": min(ms) if ms else float("nan"), "max": max(ms) if ms else float("nan")}
+
+
+def fmt(x):
+    if x != x:  # NaN
+        return "-"
+    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+# ---------------------------------------------------------------- machine description
+
+def machine_info():
+    info = {}
+    try:
+        cpu = open("/proc/cpuinfo").read()
+        m = re.search(r"^model name\s*:\s*(.*)$", cpu, re.M)
+        info["cpu"] = m.group(1).strip() if m else platform.processor()
+    except OSError:
+        info["cpu"] = "?"
+    info["cores"] = os.cpu_count()
+    mem = read_meminfo()
+    info["ram_gib"] = round(mem.get("MemTotal", 0) / 1024 / 1024, 1)
+    info["kernel"] = platform.release()
+    info["cgroups"] = cgroup_mode()
+    try:
+        info["os"] = re.search(r'^PRETTY_NAME="?(.*?)"?$', open("/etc/os-release").read(),
+                               re.M).group(1)
+    except (OSError, AttributeError):
+        info["os"] = "?"
+    vers = {}
+    for name, cmd in [("bwrap", ["bwrap", "--version"]), ("crun", ["crun", "--version"]),
+                      ("runc", ["runc", "--version"]), ("podman", ["podman", "--version"]),
+                      ("python", [sys.executable, "--version"])]:
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+            vers[name] = out.splitlines()[0].strip() if out else "?"
+        except (OSError, subprocess.SubprocessError):
+            vers[name] = "not installed"
+    info["versions"] = vers
+    return info
+
+
+def cgroup_mode():
+    v2_root = v1_memory = v2_other = False
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            mp = left.split()[4]
+            fstype = right.split()[0]
+            if fstype == "cgroup2":
+                if mp == "/sys/fs/cgroup":
+                    v2_root = True
+                else:
+                    v2_other = True
+            elif fstype == "cgroup" and "memory" in right.split()[2].split(","):
+                v1_memory = True
+    if v2_root:
+        return "v2"
+    if v1_memory and v2_other:
+        return "hybrid"
+    return "v1" if v1_memory else "unknown"
+
+
+def read_meminfo():
+    out = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            out[k] = int(v.split()[0])
+    return out
+
+
+def mounts_under(prefix):
+    res = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4].replace("\\040", " ")
+            if mp == prefix or mp.startswith(prefix.rstrip("/") + "/"):
+                res.append(mp)
+    return res
+
+
+def unmount_under(prefix):
+    for mp in sorted(mounts_under(prefix), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mp], capture_output=True)
+
+
+# ---------------------------------------------------------------- subprocess-based tools
+
+class ProcTool:
+    """A tool whose one iteration is a process: it prints "hi" and exits after teardown."""
+
+    name = "?"
+    note = ""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.errlog = os.path.join(tmp, f"{self.name}.stderr")
+        self.errf = None
+        self.counter = itertools.count()
+
+    def setup(self):
+        self.errf = open(self.errlog, "ab")
+
+    def argv(self, n):
+        raise NotImplementedError
+
+    def once(self):
+        n = next(self.counter)
+        t0 = now()
+        p = subprocess.Popen(self.argv(n), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=self.errf, close_fds=True)
+        fd = p.stdout.fileno()
+        buf = b""
+        t_first = None
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            buf += chunk
+            if t_first is None and b"hi" in buf:
+                t_first = now()
+        rc = p.wait()
+        t_end = now()
+        p.stdout.close()
+        if rc != 0 or buf.strip() != b"hi" or t_first is None:
+            raise RuntimeError(f"{self.name}: exit {rc}, output {buf[:200]!r}; "
+                               f"stderr in {self.errlog}:\n{self.tail_err()}")
+        return {"first": t_first - t0, "cycle": t_end - t0}
+
+    def tail_err(self):
+        try:
+            self.errf.flush()
+            return open(self.errlog, errors="replace").read()[-2000:]
+        except (OSError, AttributeError):
+            return ""
+
+    def cleanup(self):
+        if self.errf:
+            self.errf.close()
+            self.errf = None
+
+
+class HostExec(ProcTool):
+    name = "host"
+    note = "plain fork+exec of /usr/bin/echo, no isolation (the client's own floor)"
+
+    def argv(self, n):
+        return ["/usr/bin/echo", "hi"]
+
+
+class Bwrap(ProcTool):
+    name = "bwrap"
+    note = ("bwrap --unshare-all, host /usr read-only, /proc, /dev, /tmp; "
+            "no cgroup, no overlay, no seccomp")
+
+    def argv(self, n):
+        return ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+                "--ro-bind", "/usr", "/usr",
+                "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
+                "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+                "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                "--hostname", f"bench{n}", "/usr/bin/echo", "hi"]
+
+
+def make_busybox_rootfs(path):
+    for d in ["bin", "proc", "sys", "dev", "tmp", "etc", "root"]:
+        os.makedirs(os.path.join(path, d), exist_ok=True)
+    shutil.copy2(BUSYBOX, os.path.join(path, "bin", "busybox"))
+    for a in BUSYBOX_APPLETS:
+        os.symlink("busybox", os.path.join(path, "bin", a))
+    with open(os.path.join(path, "etc", "passwd"), "w") as f:
+        f.write("root:x:0:0:root:/root:/bin/sh\n")
+    with open(os.path.join(path, "etc", "group"), "w") as f:
+        f.write("root:x:0:\n")
+
+
+class Crun(ProcTool):
+    name = "crun"
+    note = "crun run, OCI bundle: busybox-static rootfs (read-only), crun's default spec"
+
+    def __init__(self, tmp):
+        super().__init__(tmp)
+        self.bundle = os.path.join(tmp, "crun-bundle")
+        self.prefix = os.path.basename(tmp) + "-"
+
+    def setup(self):
+        super().setup()
+        os.makedirs(self.bundle)
+        make_busybox_rootfs(os.path.join(self.bundle, "rootfs"))
+        subprocess.run(["crun", "spec"], cwd=self.bundle, check=True)
+        cfg_path = os.path.join(self.bundle, "config.json")
+        cfg = json.load(open(cfg_path))
+        cfg["process"]["terminal"] = False
+        cfg["process"]["args"] = ["/bin/echo", "hi"]
+        cfg["root"]["readonly"] = True
+        json.dump(cfg, open(cfg_path, "w"), indent=1)
+
+    def argv(self, n):
+        return ["crun", "run", "--bundle", self.bundle, f"{self.prefix}{n}"]
+
+    def cleanup(self):
+        try:
+            out = subprocess.run(["crun", "list", "-q"], capture_output=True, text=True).stdout
+            for cid in out.split():
+                if cid.startswith(self.prefix):
+                    subprocess.run(["crun", "delete", "-f", cid], capture_output=True)
+        except OSError:
+            pass
+        super().cleanup()
+
+
+class Podman(ProcTool):
+    name = "podman"
+    note = ("podman --runtime runc run --rm --network none, image imported from the same "
+            "busybox rootfs; its own --root/--runroot in a temp dir")
+
+    def __init__(self, tmp):
+        super().__init__(tmp)
+        self.dir = os.path.join(tmp, "podman")
+        self.image = "localhost/cove-bench-busybox:latest"
+        self.env = dict(os.environ, TMPDIR=os.path.join(self.dir, "tmp"))
+
+    def base(self):
+        d = self.dir
+        return ["podman", "--root", f"{d}/root", "--runroot", f"{d}/runroot",
+                "--tmpdir", f"{d}/libpod", "--network-config-dir", f"{d}/net",
+                "--volumepath", f"{d}/volumes", "--storage-driver", "overlay",
+                "--events-backend", "none", "--cgroup-manager", "cgroupfs",
+                "--runtime", "runc"]
+
+    def setup(self):
+        super().setup()
+        for sub in ["tmp", "net", "libpod", "volumes"]:
+            os.makedirs(os.path.join(self.dir, sub))
+        rootfs = os.path.join(self.dir, "rootfs")
+        make_busybox_rootfs(rootfs)
+        tar = os.path.join(self.dir, "rootfs.tar")
+        subprocess.run(["tar", "-C", rootfs, "-cf", tar, "."], check=True)
+        subprocess.run(self.base() + ["import", tar, self.image], check=True, env=self.env,
+                       stdout=subprocess.DEVNULL, stderr=self.errf)
+
+    def argv(self, n):
+        # No CAP_SYS_RESOURCE here: podman's default rlimits (nofile 1048576) cannot be set,
+        # so ask for low ones that any process may set.
+        return self.base() + ["run", "--rm", "--network", "none",
+                              "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+                              self.image, "echo", "hi"]
+
+    def once(self):
+        return super().once()
+
+    def cleanup(self):
+        if os.path.isdir(self.dir):
+            try:
+                subprocess.run(self.base() + ["rm", "-a", "-f"], capture_output=True,
+                               env=self.env, timeout=60)
+                subprocess.run(self.base() + ["rmi", "-a", "-f"], capture_output=True,
+                               env=self.env, timeout=60)
+            except (OSError, subprocess.SubprocessError):
+                pass
+            unmount_under(self.dir)
+        super().cleanup()
+
+
+# ---------------------------------------------------------------- Cove
+
+class Coved:
+    """A private coved: copied binaries, its own port, key and state dir."""
+
+    def __init__(self, tmp, coved_path, agent_path):
+        self.dir = os.path.join(tmp, "cove")
+        self.state = os.path.join(self.dir, "state")
+        self.key = secrets.token_hex(16)
+        self.coved_src, self.agent_src = coved_path, agent_path
+        self.proc = None
+        self.port = None
+        self.ids = set()  # every sandbox created and not yet deleted
+        self.all_ids = set()  # every sandbox ever created (for the leftover check)
+        self.name = "cove"
+        self.note = ("coved HTTP API: POST /v1/sandboxes (base template, keep-alive), "
+                     "POST .../proxy/44772/command (new connection), DELETE (keep-alive)")
+        self.lock = threading.Lock()
+        self.local = threading.local()
+        self.cgroup_v2 = None
+
+    def start(self, log_level="info"):
+        os.makedirs(self.state)
+        # Private copies: the build dir may be rebuilt by someone else during the run.
+        bindir = os.path.join(self.dir, "bin")
+        os.makedirs(bindir)
+        coved = os.path.join(bindir, "coved")
+        shutil.copy2(self.coved_src, coved)
+        shutil.copy2(self.agent_src, os.path.join(bindir, "cove-agent"))
+        self.logf = open(os.path.join(self.dir, "coved.log"), "ab")
+        self.proc = subprocess.Popen(
+            [coved, "--listen", "127.0.0.1:0", "--state-dir", self.state, "--api-key", self.key,
+             "--log-level", log_level],
+            stdout=subprocess.PIPE, stderr=self.logf, stdin=subprocess.DEVNULL)
+        line = self.proc.stdout.readline().decode()
+        if "ready on" not in line:
+            self.proc.wait(5)
+            raise RuntimeError(f"coved did not start: {line!r}\n{self.log()}")
+        self.port = int(line.strip().rsplit(":", 1)[1])
+        return self
+
+    def log(self):
+        try:
+            return open(os.path.join(self.dir, "coved.log"), errors="replace").read()[-3000:]
+        except OSError:
+            return ""
+
+    def headers(self):
+        return {"Content-Type": "application/json", "OPEN-SANDBOX-API-KEY": self.key}
+
+    def conn(self):
+        """This thread's keep-alive connection to the lifecycle API."""
+        c = getattr(self.local, "conn", None)
+        if c is None:
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            c.connect()
+            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.local.conn = c
+        return c
+
+    def request(self, method, path, body=None):
+        data = json.dumps(body) if body is not None else None
+        for attempt in range(2):
+            c = self.conn()
+            try:
+                c.request(method, path, body=data, headers=self.headers())
+                r = c.getresponse()
+                payload = r.read()
+                if r.getheader("Connection", "").lower() == "close":
+                    c.close()
+                    self.local.conn = None
+                return r.status, payload
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                # The server closed the idle keep-alive connection before this request.
+                c.close()
+                self.local.conn = None
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def create(self, entrypoint=("sleep", "infinity")):
+        status, payload = self.request("POST", "/v1/sandboxes", {
+            "image": {"uri": "base"}, "entrypoint": list(entrypoint),
+            "resourceLimits": {"cpu": "1", "memory": "512Mi"}})
+        if status != 202:
+            raise RuntimeError(f"create: HTTP {status}: {payload[:300]!r}")
+        sid = json.loads(payload)["id"]
+        with self.lock:
+            self.ids.add(sid)
+            self.all_ids.add(sid)
+        return sid
+
+    def delete(self, sid):
+        status, payload = self.request("DELETE", f"/v1/sandboxes/{sid}")
+        if status != 204:
+            raise RuntimeError(f"delete {sid}: HTTP {status}: {payload[:300]!r}")
+        with self.lock:
+            self.ids.discard(sid)
+
+    def pause(self, sid):
+        status, payload = self.request("POST", f"/v1/sandboxes/{sid}/pause")
+        if status != 202:
+            raise RuntimeError(f"pause {sid}: HTTP {status}: {payload[:300]!r}")
+
+    def get(self, sid):
+        status, payload = self.request("GET", f"/v1/sandboxes/{sid}")
+        return json.loads(payload) if status == 200 else None
+
+    def list_ids(self):
+        status, payload = self.request("GET", "/v1/sandboxes?pageSize=1000")
+        if status != 200:
+            return None
+        j = json.loads(payload)
+        items = j.get("items", j) if isinstance(j, dict) else j
+        return [i["id"] for i in items]
+
+    def exec_first(self, sid, command="echo hi", expect="hi"):
+        """Runs a command through the gateway; returns (time of first expected output,
+        time of end of stream). The gateway closes each connection after one exchange."""
+        body = json.dumps({"command": command}).encode()
+        head = (f"POST /sandboxes/{sid}/proxy/{AGENT_PORT}/command HTTP/1.1\r\n"
+                f"Host: 127.0.0.1:{self.port}\r\nOPEN-SANDBOX-API-KEY: {self.key}\r\n"
+                f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(head + body)
+            stream = EventStream()
+            t_first = None
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                for ev in stream.feed(data):
+                    if (t_first is None and ev.get("type") == "stdout"
+                            and ev.get("text", "").strip() == expect):
+                        t_first = now()
+                if stream.done:
+                    break
+            t_end = now()
+        finally:
+            s.close()
+        if stream.status != 200 or t_first is None:
+            raise RuntimeError(f"exec in {sid}: HTTP {stream.status}, events {stream.events!r}, "
+                               f"raw {stream.raw[:300]!r}")
+        return t_first, t_end
+
+    def once(self):
+        t0 = now()
+        sid = self.create()
+        t_created = now()
+        t_first, t_exec_end = self.exec_first(sid)
+        self.delete(sid)
+        t_end = now()
+        return {"first": t_first - t0, "cycle": t_end - t0, "create": t_created - t0,
+                "exec_first": t_first - t_created, "exec_rest": t_exec_end - t_first,
+                "delete": t_end - t_exec_end}
+
+    def cgroup_memory_dir(self, sid):
+        for d in (f"/sys/fs/cgroup/memory/cove/{sid}", f"/sys/fs/cgroup/cove/{sid}"):
+            if os.path.isdir(d):
+                return d
+        return None
+
+    def cgroup_leftovers(self, ids):
+        left = []
+        for sid in ids:
+            left += [d for d in glob.glob(f"/sys/fs/cgroup/*/cove/{sid}") + glob.glob(
+                f"/sys/fs/cgroup/cove/{sid}") if os.path.isdir(d)]
+        return left
+
+    def stop(self, all_ids):
+        """Deletes what is left through the API, stops coved, and removes by hand whatever
+        a failure may have left (processes, cgroups, mounts)."""
+        if self.proc and self.proc.poll() is None and self.port:
+            for sid in list(self.ids):
+                try:
+                    self.delete(sid)
+                except Exception as e:  # noqa: BLE001 - keep cleaning up
+                    log(f"cleanup: delete {sid}: {e}")
+            try:
+                for sid in self.list_ids() or []:
+                    log(f"cleanup: coved still lists {sid}; deleting it")
+                    self.all_ids.add(sid)
+                    self.delete(sid)
+            except Exception as e:  # noqa: BLE001
+                log(f"cleanup: {e}")
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
+        for sid in all_ids:
+            kill_cgroup(sid)
+        unmount_under(self.dir)
+
+
+def kill_cgroup(sid):
+    dirs = [d for d in glob.glob(f"/sys/fs/cgroup/*/cove/{sid}") + glob.glob(
+        f"/sys/fs/cgroup/cove/{sid}") if os.path.isdir(d)]
+    for d in dirs:
+        for f, v in (("freezer.state", "THAWED"), ("cgroup.freeze", "0"), ("cgroup.kill", "1")):
+            try:
+                with open(os.path.join(d, f), "w") as fh:
+                    fh.write(v)
+            except OSError:
+                pass
+    for d in dirs:
+        for _ in range(500):
+            try:
+                pids = [int(p) for p in open(os.path.join(d, "cgroup.procs")).read().split()]
+            except OSError:
+                pids = []
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                os.rmdir(d)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.01)
+
+
+class EventStream:
+    """Incremental HTTP/1.1 response parser for the execd event stream: status, headers,
+    chunked or plain body, events separated by blank lines (bare JSON or SSE data: lines)."""
+
+    def __init__(self):
+        self.raw = b""
+        self.status = None
+        self.chunked = False
+        self.body = b""      # de-chunked, not yet split into events
+        self.pending = b""   # raw body bytes not yet de-chunked
+        self.headers_done = False
+        self.done = False
+        self.events = []
+
+    def feed(self, data):
+        self.raw += data if len(self.raw) < 4096 else b""
+        if not self.headers_done:
+            self.pending += data
+            end = self.pending.find(b"\r\n\r\n")
+            if end < 0:
+                return []
+            head = self.pending[:end].decode("latin-1").split("\r\n")
+            self.status = int(head[0].split()[1])
+            for h in head[1:]:
+                k, _, v = h.partition(":")
+                if k.strip().lower() == "transfer-encoding" and "chunked" in v.lower():
+                    self.chunked = True
+            self.pending = self.pending[end + 4:]
+            self.headers_done = True
+        else:
+            self.pending += data
+        if self.chunked:
+            while True:
+                nl = self.pending.find(b"\r\n")
+                if nl < 0:
+                    break
+                size = int(self.pending[:nl].split(b";")[0], 16)
+                if size == 0:
+                    self.done = True
+                    self.pending = b""
+                    break
+                if len(self.pending) < nl + 2 + size + 2:
+                    break
+                self.body += self.pending[nl + 2:nl + 2 + size]
+                self.pending = self.pending[nl + 2 + size + 2:]
+        else:
+            self.body += self.pending
+            self.pending = b""
+        out = []
+        text = self.body.replace(b"\r\n", b"\n")
+        while b"\n\n" in text:
+            block, text = text.split(b"\n\n", 1)
+            lines = [l[5:].lstrip() if l.startswith(b"data:") else l
+                     for l in block.split(b"\n")
+                     if l and not l.startswith((b":", b"event:", b"id:"))]
+            if lines:
+                try:
+                    ev = json.loads(b"\n".join(lines))
+                except ValueError:
+                    continue
+                out.append(ev)
+                if ev.get("type") in ("execution_complete", "error"):
+                    pass
+        self.body = text
+        self.events += out
+        return out
+
+
+# ---------------------------------------------------------------- runs
+
+def run_sequential(tool, iterations, warmup):
+    for _ in range(warmup):
+        tool.once()
+    samples = []
+    t0 = now()
+    for _ in range(iterations):
+        samples.append(tool.once())
+    return samples, now() - t0
+
+
+def run_concurrent(tool, total, concurrency):
+    samples = []
+    t0 = now()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as ex:
+        futs = [ex.submit(tool.once) for _ in range(total)]
+        for f in futs:
+            samples.append(f.result())
+    return samples, now() - t0
+
+
+def measure_tool(tool, args):
+    """Warm-up, then sequential and concurrent runs. Returns a result dict."""
+    res = {"tool": tool.name, "note": tool.note}
+    t0 = now()
+    tool.once()  # also the first-use cost (storage init etc.), not counted
+    first_use = now() - t0
+    seq_n = args.iterations
+    conc_n = args.iterations
+    # Warm-up, and estimate one iteration to decide whether to cut the count.
+    warm = [tool.once() for _ in range(args.warmup)]
+    est = statistics.fmean(w["cycle"] for w in warm) if warm else 0
+    if est > args.slow_threshold:
+        seq_n = max(10, min(seq_n, args.slow_iterations))
+        conc_n = max(args.concurrency, min(conc_n, args.slow_iterations * 2))
+        res["reduced"] = (f"one iteration took {est * 1000:.0f} ms (> {args.slow_threshold:.1f} s):"
+                          f" {seq_n} sequential / {conc_n} concurrent instead of "
+                          f"{args.iterations}")
+    log(f"  {tool.name}: sequential x{seq_n} ...")
+    seq, seq_wall = run_sequential(tool, seq_n, 0)
+    log(f"  {tool.name}: concurrent x{conc_n} ({args.concurrency} at once) ...")
+    conc, conc_wall = run_concurrent(tool, conc_n, args.concurrency)
+    res["first_use_ms"] = first_use * 1000
+    for mode, samples, wall in (("sequential", seq, seq_wall), ("concurrent", conc, conc_wall)):
+        r = {k: summary([s[k] for s in samples]) for k in samples[0]}
+        r["wall_s"] = wall
+        r["per_s"] = len(samples) / wall
+        res[mode] = r
+    return res
+
+
+def run_crun_isolated(args, tmp):
+    """crun 1.8 refuses cgroup "hybrid" mode (v1 controllers plus a cgroup2 mount at
+    /sys/fs/cgroup/unified). Run the crun part in a private mount namespace where that
+    (controller-less) cgroup2 mount is hidden, so crun sees a plain v1 host."""
+    out_path = os.path.join(tmp, "crun-result.json")
+    script = ("umount /sys/fs/cgroup/unified && exec \"$0\" \"$@\"")
+    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+           sys.executable, os.path.abspath(__file__), "--worker", "crun",
+           "--worker-tmp", tmp, "--worker-out", out_path,
+           "--iterations", str(args.iterations), "--concurrency", str(args.concurrency),
+           "--warmup", str(args.warmup)]
+    subprocess.run(cmd, check=True)
+    res = json.load(open(out_path))
+    res["note"] += ("; run in a private mount namespace with the empty cgroup2 mount "
+                    "/sys/fs/cgroup/unified hidden (crun refuses hybrid mode), so it uses v1")
+    return res
+
+
+def worker_main(args):
+    tool = {"crun": Crun}[args.worker](args.worker_tmp)
+    try:
+        tool.setup()
+        res = measure_tool(tool, args)
+    finally:
+        tool.cleanup()
+    json.dump(res, open(args.worker_out, "w"))
+
+
+# ---------------------------------------------------------------- memory
+
+def mem_available_kib(samples=10, interval=0.1):
+    vals = []
+    for _ in range(samples):
+        vals.append(read_meminfo()["MemAvailable"])
+        time.sleep(interval)
+    return statistics.median(vals), max(vals) - min(vals)
+
+
+def read_int(path):
+    try:
+        return int(open(path).read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_stat(path):
+    out = {}
+    try:
+        for line in open(path):
+            k, v = line.split()
+            out[k] = int(v)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def rss_kib(pid):
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def measure_memory(cove, n):
+    log(f"  memory: {n} idle sandboxes, paused ...")
+    time.sleep(0.5)
+    before, noise_before = mem_available_kib()
+    coved_before = rss_kib(cove.proc.pid)
+    ids = [cove.create() for _ in range(n)]
+    time.sleep(1.0)  # let the agents finish starting
+    for sid in ids:
+        cove.pause(sid)
+    states = {(cove.get(sid) or {}).get("status", {}).get("state") for sid in ids}
+    time.sleep(1.0)
+    after, noise_after = mem_available_kib()
+    coved_after = rss_kib(cove.proc.pid)
+    usage = 0
+    stat_sum = {}
+    kmem = 0
+    v2 = False
+    for sid in ids:
+        d = cove.cgroup_memory_dir(sid)
+        if d is None:
+            raise RuntimeError(f"no memory cgroup found for sandbox {sid}")
+        u = read_int(os.path.join(d, "memory.usage_in_bytes"))
+        if u is None:
+            u = read_int(os.path.join(d, "memory.current"))
+            v2 = True
+        usage += u or 0
+        k = read_int(os.path.join(d, "memory.kmem.usage_in_bytes"))
+        kmem += k or 0
+        for key, val in read_stat(os.path.join(d, "memory.stat")).items():
+            stat_sum[key] = stat_sum.get(key, 0) + val
+    for sid in ids:
+        cove.delete(sid)
+    time.sleep(1.0)
+    after_delete, _ = mem_available_kib()
+    keys_v1 = ["rss", "cache", "shmem", "mapped_file"]
+    keys_v2 = ["anon", "file", "shmem", "kernel", "kernel_stack", "pagetables", "slab", "sock"]
+    breakdown = {k: stat_sum.get(k, 0) / n / 1024 for k in (keys_v2 if v2 else keys_v1)
+                 if k in stat_sum}
+    if not v2:
+        breakdown["kmem"] = kmem / n / 1024
+    return {
+        "n": n, "states": sorted(s for s in states if s),
+        "memavailable_delta_kib_per_sandbox": (before - after) / n,
+        "memavailable_noise_kib": max(noise_before, noise_after),
+        "memavailable_not_returned_after_delete_kib": before - after_delete,
+        "cgroup_usage_kib_per_sandbox": usage / n / 1024,
+        "cgroup_file": "memory.current" if v2 else "memory.usage_in_bytes",
+        "cgroup_breakdown_kib_per_sandbox": breakdown,
+        "coved_rss_growth_kib": coved_after - coved_before,
+    }
+
+
+# ---------------------------------------------------------------- report
+
+def print_report(info, results, memory, args, wall):
+    p = print
+    p()
+    p("== Machine")
+    p(f"CPU: {info['cpu']}, {info['cores']} cores; RAM {info['ram_gib']} GiB; "
+      f"kernel {info['kernel']}; {info['os']}; cgroups {info['cgroups']}")
+    p("Versions: " + "; ".join(f"{k}: {v}" for k, v in info["versions"].items()))
+    p()
+    p("== Tools")
+    for r in results:
+        p(f"{r['tool']:7} {r['note']}")
+        if r.get("reduced"):
+            p(f"        NOTE: {r['reduced']}")
+    cove = next((r for r in results if r["tool"] == "cove"), None)
+    for mode in ("sequential", "concurrent"):
+        p()
+        conc = f", {args.concurrency} at once" if mode == "concurrent" else ""
+        p(f"== {mode.capitalize()}{conc}: milliseconds (first = start -> \"hi\" received; "
+          "cycle = + end of command + teardown)")
+        p(f"{'tool':8}{'n':>5} | {'first p50':>9} {'p95':>7} {'mean':>7} | {'cycle p50':>9} "
+          f"{'p95':>7} {'mean':>7} | {'/s':>6} | {'first p50':>9} {'cycle p50':>9}")
+        p(f"{'':8}{'':>5} | {'':>9} {'':>7} {'':>7} | {'':>9} {'':>7} {'':>7} | {'':>6} | "
+          f"{'tool/cove':>9} {'tool/cove':>9}")
+        for r in results:
+            m = r[mode]
+            f, c = m["first"], m["cycle"]
+            rf = rc = "-"
+            if cove and r is not cove:
+                rf = f"{f['p50'] / cove[mode]['first']['p50']:.2f}x"
+                rc = f"{c['p50'] / cove[mode]['cycle']['p50']:.2f}x"
+            p(f"{r['tool']:8}{f['n']:>5} | {fmt(f['p50']):>9} {fmt(f['p95']):>7} "
+              f"{fmt(f['mean']):>7} | {fmt(c['p50']):>9} {fmt(c['p95']):>7} {fmt(c['mean']):>7} "
+              f"| {m['per_s']:>6.1f} | {rf:>9} {rc:>9}")
+        if cove:
+            m = cove[mode]
+            p("cove phases p50/p95 (ms): " + ", ".join(
+                f"{k} {fmt(m[k]['p50'])}/{fmt(m[k]['p95'])}"
+                for k in ("create", "exec_first", "exec_rest", "delete")))
+    if cove:
+        p()
+        p("== Targets (sequential)")
+        f = cove["sequential"]["first"]["p50"]
+        p(f"cove create->first output p50 {f:.1f} ms: "
+          f"{'MET' if f < 10 else 'NOT MET'} (target < 10 ms)")
+        cr = next((r for r in results if r["tool"] == "crun"), None)
+        if cr:
+            ratio = cr["sequential"]["first"]["p50"] / f
+            p(f"crun/cove first-output p50 ratio {ratio:.2f}x: "
+              f"{'MET' if ratio >= 2 else 'NOT MET'} (target >= 2x)")
+    if memory:
+        p()
+        p(f"== Memory: {memory['n']} idle Cove sandboxes (entrypoint sleep infinity), paused "
+          f"(states seen: {', '.join(memory['states'])})")
+        p(f"MemAvailable decrease per sandbox: {memory['memavailable_delta_kib_per_sandbox']:.0f}"
+          f" KiB (noise of MemAvailable samples over 1 s: {memory['memavailable_noise_kib']} KiB"
+          f" total, i.e. ±{memory['memavailable_noise_kib'] / memory['n']:.0f} KiB/sandbox)")
+        p(f"cgroup {memory['cgroup_file']} per sandbox: "
+          f"{memory['cgroup_usage_kib_per_sandbox']:.0f} KiB; breakdown (KiB/sandbox): " +
+          ", ".join(f"{k} {v:.0f}" for k, v in memory["cgroup_breakdown_kib_per_sandbox"].items()))
+        p(f"coved RSS growth while holding them: {memory['coved_rss_growth_kib']} KiB; "
+          f"MemAvailable not back after deleting them: "
+          f"{memory['memavailable_not_returned_after_delete_kib']:.0f} KiB")
+    p()
+    p(f"Total bench time {wall:.0f} s.")
+
+
+# ---------------------------------------------------------------- main
+
+def snapshot_globals():
+    return {p: os.path.lexists(p) for p in TOOL_GLOBAL_PATHS}
+
+
+def libpod_cgroups():
+    return [d for d in glob.glob(f"/sys/fs/cgroup/*/{LIBPOD_CGROUP}") if os.path.isdir(d)]
+
+
+def remove_new_globals(before, libpod_before):
+    for path, existed in before.items():
+        if not existed and os.path.lexists(path):
+            unmount_under(path)
+            if path in ("/run/crun", "/run/runc"):
+                # Runtime state dirs: remove only if nothing else has state there now.
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    log(f"cleanup: {path} not empty, left in place")
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+    if not libpod_before:
+        for d in libpod_cgroups():
+            for sub in sorted(glob.glob(os.path.join(d, "**/"), recursive=True), key=len,
+                              reverse=True):
+                try:
+                    os.rmdir(sub)
+                except OSError:
+                    pass
+
+
+def leftovers(tmp, cove_ids, crun_prefix, globals_before, libpod_before):
+    left = []
+    if mounts_under(tmp):
+        left.append(f"mounts {mounts_under(tmp)}")
+    if os.path.exists(tmp):
+        left.append(f"temp dir {tmp}")
+    for sid in cove_ids:
+        left += [f"cgroup {d}" for d in glob.glob(f"/sys/fs/cgroup/*/cove/{sid}") +
+                 glob.glob(f"/sys/fs/cgroup/cove/{sid}")]
+    try:
+        out = subprocess.run(["crun", "list", "-q"], capture_output=True, text=True).stdout
+        left += [f"crun container {c}" for c in out.split() if c.startswith(crun_prefix)]
+    except OSError:
+        pass
+    left += [f"cgroup {d}" for d in glob.glob(f"/sys/fs/cgroup/*/{crun_prefix}*")]
+    for path, existed in globals_before.items():
+        if not existed and os.path.lexists(path):
+            left.append(f"path {path}")
+    if not libpod_before:
+        left += [f"cgroup {d}" for d in libpod_cgroups()]
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            if tmp.encode() in open(p, "rb").read():
+                left.append(f"process {p.split('/')[2]}")
+        except OSError:
+            pass
+    return left
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--iterations", type=int, default=100,
+                    help="iterations per tool, sequential and concurrent (default 100)")
+    ap.add_argument("--concurrency", type=int, default=20, help="in flight at once (default 20)")
+    ap.add_argument("--warmup", type=int, default=3, help="uncounted iterations (default 3)")
+    ap.add_argument("--memory-sandboxes", type=int, default=20,
+                    help="paused idle sandboxes for the memory measurement (default 20)")
+    ap.add_argument("--tools", default="cove,host,bwrap,crun,podman",
+                    help="comma-separated subset of cove,host,bwrap,crun,podman")
+    ap.add_argument("--slow-threshold", type=float, default=1.0,
+                    help="seconds per iteration above which a tool runs fewer iterations")
+    ap.add_argument("--slow-iterations", type=int, default=20)
+    ap.add_argument("--coved", default=os.path.join(BUILD, "src", "coved", "coved"))
+    ap.add_argument("--agent", default=os.path.join(BUILD, "src", "agent", "cove-agent"))
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-tmp", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker_main(args)
+        return 0
+    if os.geteuid() != 0:
+        log("bench: run as root (namespaces, cgroups, mounts)")
+        return 2
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+
+    # Turn SIGTERM/SIGHUP into an exception so that `finally` cleans up.
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+
+    t_start = now()
+    info = machine_info()
+    globals_before = snapshot_globals()
+    libpod_before = bool(libpod_cgroups())
+    tmp = tempfile.mkdtemp(prefix="cove-bench-")
+    results, memory = [], None
+    cove = None
+    crun_prefix = os.path.basename(tmp) + "-"
+    rc = 0
+    try:
+        if "cove" in tools:
+            log("cove: starting coved ...")
+            cove = Coved(tmp, args.coved, args.agent).start()
+            results.append(measure_tool(cove, args))
+            if args.memory_sandboxes > 0:
+                memory = measure_memory(cove, args.memory_sandboxes)
+        for name in tools:
+            if name == "cove":
+                continue
+            log(f"{name}: ...")
+            if name == "crun" and cgroup_mode() == "hybrid":
+                results.append(run_crun_isolated(args, tmp))
+                continue
+            cls = {"host": HostExec, "bwrap": Bwrap, "crun": Crun, "podman": Podman}[name]
+            tool = cls(tmp)
+            try:
+                tool.setup()
+                results.append(measure_tool(tool, args))
+            finally:
+                tool.cleanup()
+    except KeyboardInterrupt as e:
+        log(f"bench: interrupted ({e}); cleaning up")
+        rc = 130
+    except Exception as e:  # noqa: BLE001 - report, clean up, fail
+        log(f"bench: FAILED: {e}")
+        if cove:
+            log("coved log tail:\n" + cove.log())
+        rc = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        all_cove_ids = cove.all_ids if cove else set()
+        if cove:
+            cove.stop(all_cove_ids)
+        unmount_under(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_new_globals(globals_before, libpod_before)
+        left = leftovers(tmp, all_cove_ids, crun_prefix, globals_before, libpod_before)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if results:
+        print_report(info, results, memory, args, now() - t_start)
+    print()
+    print("Cleanup check: " + ("nothing left behind (coved, sandboxes, cgroups, mounts, "
+                               "containers, temp dir)" if not left else "LEFT: " + "; ".join(left)))
+    if left and rc == 0:
+        rc = 1
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": info, "results": results, "memory": memory,
+                       "leftovers": left}, f, indent=1)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""coved's daemon paths under valgrind memcheck: no invalid access, no leak."""
+
+import os
+import shutil
+
+import pytest
+
+from covetest import Coved, sandbox_leftovers
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("valgrind") is None or os.environ.get("COVE_SANITIZED") == "1",
+    reason="needs valgrind, and a build without sanitizers")
+
+
+def test_daemon_paths_are_valgrind_clean(tmp_path):
+    log = tmp_path / "valgrind.log"
+    d = Coved(wrapper=["valgrind", "--tool=memcheck", "--leak-check=full",
+                       "--show-leak-kinds=definite,indirect", "--errors-for-leak-kinds=definite,indirect",
+                       "--error-exitcode=99", "--child-silent-after-fork=yes",
+                       f"--log-file={log}"])
+    try:
+        d.start()
+        sid = d.create(metadata={"k": "v"}, env={"A": "1"})
+        assert d.sh(sid, "echo $A") == "1\n"
+        d.ok("GET", "/v1/sandboxes?state=Running&metadata=k%3Dv")
+        d.pause(sid)
+        d.request("POST", f"/v1/sandboxes/{sid}/pause")          # 409
+        d.resume(sid)
+        d.request("POST", "/v1/sandboxes", raw=b"{not json")       # 400
+        d.request("POST", "/v1/sandboxes", {"image": {"uri": "nope"}, "entrypoint": ["x"]})
+        d.request("GET", "/v1/sandboxes/unknown")                  # 404
+        d.request("GET", "/v1/sandboxes", headers={})              # 401
+        d.delete(sid)
+        assert sandbox_leftovers(d, sid) == []
+    finally:
+        d.cleanup()
+    report = log.read_text()
+    assert d.returncode == 0, report[-4000:]
+    assert "ERROR SUMMARY: 0 errors" in report, report[-4000:]
