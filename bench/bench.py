@@ -638,14 +638,18 @@ class EventStream:
 
 # ---------------------------------------------------------------- runs
 
-def run_sequential(tool, iterations, warmup):
+def run_sequential(tool, iterations, warmup, gap=0.0):
     for _ in range(warmup):
         tool.once()
     samples = []
-    t0 = now()
+    busy = 0.0
     for _ in range(iterations):
+        if gap:
+            time.sleep(gap)
+        t0 = now()
         samples.append(tool.once())
-    return samples, now() - t0
+        busy += now() - t0
+    return samples, busy
 
 
 def run_concurrent(tool, total, concurrency):
@@ -679,8 +683,14 @@ def measure_tool(tool, args):
     seq, seq_wall = run_sequential(tool, seq_n, 0)
     log(f"  {tool.name}: concurrent x{conc_n} ({args.concurrency} at once) ...")
     conc, conc_wall = run_concurrent(tool, conc_n, args.concurrency)
+    modes = [("sequential", seq, seq_wall), ("concurrent", conc, conc_wall)]
+    if args.idle_iterations > 0:
+        idle_n = min(args.idle_iterations, seq_n)
+        log(f"  {tool.name}: idle x{idle_n} ({args.idle_gap * 1000:.0f} ms pause before each)...")
+        idle, idle_wall = run_sequential(tool, idle_n, 0, gap=args.idle_gap)
+        modes.append(("idle", idle, idle_wall))
     res["first_use_ms"] = first_use * 1000
-    for mode, samples, wall in (("sequential", seq, seq_wall), ("concurrent", conc, conc_wall)):
+    for mode, samples, wall in modes:
         r = {k: summary([s[k] for s in samples]) for k in samples[0]}
         r["wall_s"] = wall
         r["per_s"] = len(samples) / wall
@@ -698,7 +708,9 @@ def run_crun_isolated(args, tmp):
            sys.executable, os.path.abspath(__file__), "--worker", "crun",
            "--worker-tmp", tmp, "--worker-out", out_path,
            "--iterations", str(args.iterations), "--concurrency", str(args.concurrency),
-           "--warmup", str(args.warmup)]
+           "--warmup", str(args.warmup), "--idle-iterations", str(args.idle_iterations),
+           "--idle-gap", str(args.idle_gap), "--slow-threshold", str(args.slow_threshold),
+           "--slow-iterations", str(args.slow_iterations)]
     subprocess.run(cmd, check=True)
     res = json.load(open(out_path))
     res["note"] += ("; run in a private mount namespace with the empty cgroup2 mount "
@@ -718,12 +730,24 @@ def worker_main(args):
 
 # ---------------------------------------------------------------- memory
 
-def mem_available_kib(samples=10, interval=0.1):
-    vals = []
-    for _ in range(samples):
-        vals.append(read_meminfo()["MemAvailable"])
-        time.sleep(interval)
-    return statistics.median(vals), max(vals) - min(vals)
+MEMINFO_FIELDS = ["MemAvailable", "Used", "AnonPages", "Shmem", "Slab", "SUnreclaim",
+                  "KernelStack", "PageTables"]
+
+
+def meminfo_sample(samples=10, interval=0.1):
+    """Median over `samples` readings of the interesting /proc/meminfo fields (KiB), and the
+    spread (max - min) of MemAvailable over them. Used is free(1)'s "used"."""
+    rows = []
+    for i in range(samples):
+        m = read_meminfo()
+        m["Used"] = (m["MemTotal"] - m["MemFree"] - m.get("Buffers", 0) - m.get("Cached", 0)
+                     - m.get("SReclaimable", 0))
+        rows.append(m)
+        if i + 1 < samples:
+            time.sleep(interval)
+    med = {k: statistics.median(r.get(k, 0) for r in rows) for k in MEMINFO_FIELDS}
+    avail = [r["MemAvailable"] for r in rows]
+    return med, max(avail) - min(avail)
 
 
 def read_int(path):
@@ -754,55 +778,82 @@ def rss_kib(pid):
     return 0
 
 
-def measure_memory(cove, n):
-    log(f"  memory: {n} idle sandboxes, paused ...")
+def memory_round(cove, n):
     time.sleep(0.5)
-    before, noise_before = mem_available_kib()
+    before, noise_before = meminfo_sample()
     coved_before = rss_kib(cove.proc.pid)
     ids = [cove.create() for _ in range(n)]
-    time.sleep(1.0)  # let the agents finish starting
-    for sid in ids:
-        cove.pause(sid)
-    states = {(cove.get(sid) or {}).get("status", {}).get("state") for sid in ids}
+    try:
+        time.sleep(1.0)  # let the agents finish starting
+        for sid in ids:
+            cove.pause(sid)
+        states = {(cove.get(sid) or {}).get("status", {}).get("state") for sid in ids}
+        time.sleep(1.0)
+        after, noise_after = meminfo_sample()
+        coved_after = rss_kib(cove.proc.pid)
+        usage = kmem = 0
+        stat_sum = {}
+        v2 = False
+        for sid in ids:
+            d = cove.cgroup_memory_dir(sid)
+            if d is None:
+                raise RuntimeError(f"no memory cgroup found for sandbox {sid}")
+            u = read_int(os.path.join(d, "memory.usage_in_bytes"))
+            if u is None:
+                u = read_int(os.path.join(d, "memory.current"))
+                v2 = True
+            usage += u or 0
+            kmem += read_int(os.path.join(d, "memory.kmem.usage_in_bytes")) or 0
+            for key, val in read_stat(os.path.join(d, "memory.stat")).items():
+                stat_sum[key] = stat_sum.get(key, 0) + val
+    finally:
+        for sid in ids:
+            cove.delete(sid)
     time.sleep(1.0)
-    after, noise_after = mem_available_kib()
-    coved_after = rss_kib(cove.proc.pid)
-    usage = 0
-    stat_sum = {}
-    kmem = 0
-    v2 = False
-    for sid in ids:
-        d = cove.cgroup_memory_dir(sid)
-        if d is None:
-            raise RuntimeError(f"no memory cgroup found for sandbox {sid}")
-        u = read_int(os.path.join(d, "memory.usage_in_bytes"))
-        if u is None:
-            u = read_int(os.path.join(d, "memory.current"))
-            v2 = True
-        usage += u or 0
-        k = read_int(os.path.join(d, "memory.kmem.usage_in_bytes"))
-        kmem += k or 0
-        for key, val in read_stat(os.path.join(d, "memory.stat")).items():
-            stat_sum[key] = stat_sum.get(key, 0) + val
-    for sid in ids:
-        cove.delete(sid)
-    time.sleep(1.0)
-    after_delete, _ = mem_available_kib()
-    keys_v1 = ["rss", "cache", "shmem", "mapped_file"]
-    keys_v2 = ["anon", "file", "shmem", "kernel", "kernel_stack", "pagetables", "slab", "sock"]
-    breakdown = {k: stat_sum.get(k, 0) / n / 1024 for k in (keys_v2 if v2 else keys_v1)
-                 if k in stat_sum}
+    gone, noise_gone = meminfo_sample()
+    keys = (["anon", "file", "shmem", "kernel", "kernel_stack", "pagetables", "slab", "sock"]
+            if v2 else ["rss", "cache", "shmem", "mapped_file"])
+    breakdown = {k: stat_sum.get(k, 0) / n / 1024 for k in keys if k in stat_sum}
     if not v2:
         breakdown["kmem"] = kmem / n / 1024
+    # Cost = what the sandboxes add over the average of "before" and "after deleting them",
+    # which cancels a linear drift of the host's memory (other processes) during the round.
+    delta = {k: (after[k] - (before[k] + gone[k]) / 2) / n for k in MEMINFO_FIELDS}
+    delta["MemAvailable"] = -delta["MemAvailable"]  # a decrease is a cost
+    raw = {k: (after[k] - before[k]) / n for k in ("MemAvailable", "Used")}
+    raw["MemAvailable"] = -raw["MemAvailable"]
+    return {"states": sorted(s for s in states if s), "meminfo_per_sandbox_kib": delta,
+            "meminfo_raw_per_sandbox_kib": raw,
+            "noise_kib": max(noise_before, noise_after, noise_gone),
+            "cgroup_usage_kib_per_sandbox": usage / n / 1024,
+            "cgroup_file": "memory.current" if v2 else "memory.usage_in_bytes",
+            "cgroup_breakdown_kib_per_sandbox": breakdown,
+            "coved_rss_growth_kib": coved_after - coved_before}
+
+
+def measure_memory(cove, n, rounds):
+    res = []
+    for r in range(rounds):
+        log(f"  memory: round {r + 1}/{rounds}: {n} idle sandboxes, paused ...")
+        res.append(memory_round(cove, n))
+
+    def med(get):
+        vals = [get(x) for x in res]
+        return {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
     return {
-        "n": n, "states": sorted(s for s in states if s),
-        "memavailable_delta_kib_per_sandbox": (before - after) / n,
-        "memavailable_noise_kib": max(noise_before, noise_after),
-        "memavailable_not_returned_after_delete_kib": before - after_delete,
-        "cgroup_usage_kib_per_sandbox": usage / n / 1024,
-        "cgroup_file": "memory.current" if v2 else "memory.usage_in_bytes",
-        "cgroup_breakdown_kib_per_sandbox": breakdown,
-        "coved_rss_growth_kib": coved_after - coved_before,
+        "n": n, "rounds": rounds, "states": sorted({s for x in res for s in x["states"]}),
+        "cgroup_file": res[0]["cgroup_file"],
+        "meminfo_per_sandbox_kib": {k: med(lambda x, k=k: x["meminfo_per_sandbox_kib"][k])
+                                    for k in MEMINFO_FIELDS},
+        "meminfo_raw_per_sandbox_kib": {
+            k: med(lambda x, k=k: x["meminfo_raw_per_sandbox_kib"][k])
+            for k in ("MemAvailable", "Used")},
+        "noise_kib": max(x["noise_kib"] for x in res),
+        "cgroup_usage_kib_per_sandbox": med(lambda x: x["cgroup_usage_kib_per_sandbox"]),
+        "cgroup_breakdown_kib_per_sandbox": {
+            k: statistics.median(x["cgroup_breakdown_kib_per_sandbox"][k] for x in res)
+            for k in res[0]["cgroup_breakdown_kib_per_sandbox"]},
+        "coved_rss_growth_kib": med(lambda x: x["coved_rss_growth_kib"]),
     }
 
 
@@ -822,10 +873,14 @@ def print_report(info, results, memory, args, wall):
         if r.get("reduced"):
             p(f"        NOTE: {r['reduced']}")
     cove = next((r for r in results if r["tool"] == "cove"), None)
-    for mode in ("sequential", "concurrent"):
+    titles = {"sequential": "Sequential, back to back",
+              "concurrent": f"Concurrent, {args.concurrency} at once",
+              "idle": f"Idle: one at a time, {args.idle_gap * 1000:.0f} ms pause before each"}
+    for mode in ("sequential", "concurrent", "idle"):
+        if not all(mode in r for r in results):
+            continue
         p()
-        conc = f", {args.concurrency} at once" if mode == "concurrent" else ""
-        p(f"== {mode.capitalize()}{conc}: milliseconds (first = start -> \"hi\" received; "
+        p(f"== {titles[mode]}: milliseconds (first = start -> \"hi\" received; "
           "cycle = + end of command + teardown)")
         p(f"{'tool':8}{'n':>5} | {'first p50':>9} {'p95':>7} {'mean':>7} | {'cycle p50':>9} "
           f"{'p95':>7} {'mean':>7} | {'/s':>6} | {'first p50':>9} {'cycle p50':>9}")
@@ -840,7 +895,7 @@ def print_report(info, results, memory, args, wall):
                 rc = f"{c['p50'] / cove[mode]['cycle']['p50']:.2f}x"
             p(f"{r['tool']:8}{f['n']:>5} | {fmt(f['p50']):>9} {fmt(f['p95']):>7} "
               f"{fmt(f['mean']):>7} | {fmt(c['p50']):>9} {fmt(c['p95']):>7} {fmt(c['mean']):>7} "
-              f"| {m['per_s']:>6.1f} | {rf:>9} {rc:>9}")
+              f"| {(format(m['per_s'], '6.1f') if mode != 'idle' else '-'):>6} | {rf:>9} {rc:>9}")
         if cove:
             m = cove[mode]
             p("cove phases p50/p95 (ms): " + ", ".join(
@@ -860,16 +915,26 @@ def print_report(info, results, memory, args, wall):
     if memory:
         p()
         p(f"== Memory: {memory['n']} idle Cove sandboxes (entrypoint sleep infinity), paused "
-          f"(states seen: {', '.join(memory['states'])})")
-        p(f"MemAvailable decrease per sandbox: {memory['memavailable_delta_kib_per_sandbox']:.0f}"
-          f" KiB (noise of MemAvailable samples over 1 s: {memory['memavailable_noise_kib']} KiB"
-          f" total, i.e. ±{memory['memavailable_noise_kib'] / memory['n']:.0f} KiB/sandbox)")
-        p(f"cgroup {memory['cgroup_file']} per sandbox: "
-          f"{memory['cgroup_usage_kib_per_sandbox']:.0f} KiB; breakdown (KiB/sandbox): " +
-          ", ".join(f"{k} {v:.0f}" for k, v in memory["cgroup_breakdown_kib_per_sandbox"].items()))
-        p(f"coved RSS growth while holding them: {memory['coved_rss_growth_kib']} KiB; "
-          f"MemAvailable not back after deleting them: "
-          f"{memory['memavailable_not_returned_after_delete_kib']:.0f} KiB")
+          f"(states seen: {', '.join(memory['states'])}); {memory['rounds']} rounds, "
+          "median [min..max], KiB per sandbox")
+        mi = memory["meminfo_per_sandbox_kib"]
+
+        def mm(d):
+            return f"{d['median']:.0f} [{d['min']:.0f}..{d['max']:.0f}]"
+        raw = memory["meminfo_raw_per_sandbox_kib"]
+        p(f"host MemAvailable decrease: {mm(mi['MemAvailable'])}; host used (free(1)) increase: "
+          f"{mm(mi['Used'])}  (drift-corrected: paused vs. mean of before and after deletion)")
+        p(f"  uncorrected (paused - before): MemAvailable {mm(raw['MemAvailable'])}, "
+          f"used {mm(raw['Used'])}")
+        p("  of which (meminfo deltas): " + ", ".join(
+            f"{k} {mi[k]['median']:.0f}" for k in MEMINFO_FIELDS[2:]))
+        p(f"  noise: MemAvailable moved by up to {memory['noise_kib']} KiB within 1 s,"
+          f" i.e. ±{memory['noise_kib'] / memory['n']:.0f} KiB per sandbox")
+        p(f"sum of cgroup {memory['cgroup_file']}: {mm(memory['cgroup_usage_kib_per_sandbox'])};"
+          " breakdown: " + ", ".join(
+              f"{k} {v:.0f}" for k, v in memory["cgroup_breakdown_kib_per_sandbox"].items()))
+        p(f"coved RSS growth while holding {memory['n']}: "
+          f"{memory['coved_rss_growth_kib']['median']:.0f} KiB in total")
     p()
     p(f"Total bench time {wall:.0f} s.")
 
@@ -946,6 +1011,13 @@ def main():
                     help="paused idle sandboxes for the memory measurement (default 20)")
     ap.add_argument("--tools", default="cove,host,bwrap,crun,podman",
                     help="comma-separated subset of cove,host,bwrap,crun,podman")
+    ap.add_argument("--idle-iterations", type=int, default=20,
+                    help="iterations of the idle mode: one at a time, after a pause (default 20;"
+                         " 0 skips it)")
+    ap.add_argument("--idle-gap", type=float, default=0.1,
+                    help="pause before each idle-mode iteration, seconds (default 0.1)")
+    ap.add_argument("--memory-rounds", type=int, default=3,
+                    help="repetitions of the memory measurement; the median is reported")
     ap.add_argument("--slow-threshold", type=float, default=1.0,
                     help="seconds per iteration above which a tool runs fewer iterations")
     ap.add_argument("--slow-iterations", type=int, default=20)
@@ -985,7 +1057,7 @@ def main():
             cove = Coved(tmp, args.coved, args.agent).start()
             results.append(measure_tool(cove, args))
             if args.memory_sandboxes > 0:
-                memory = measure_memory(cove, args.memory_sandboxes)
+                memory = measure_memory(cove, args.memory_sandboxes, args.memory_rounds)
         for name in tools:
             if name == "cove":
                 continue

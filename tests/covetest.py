@@ -215,6 +215,9 @@ class Coved:
     def delete(self, sandbox_id):
         return self.ok("DELETE", f"/v1/sandboxes/{sandbox_id}", expect=(204,))
 
+    def health(self, timeout=30):
+        return self.ok("GET", "/health", timeout=timeout)
+
     def pause(self, sandbox_id):
         return self.ok("POST", f"/v1/sandboxes/{sandbox_id}/pause", expect=(202,))
 
@@ -275,3 +278,56 @@ def sandbox_leftovers(coved, sandbox_id):
             if sandbox_id in line:
                 left.append(f"mount {line.split()[4]}")
     return left
+
+
+# ---- host-side views of a sandbox ----
+
+def cgroup_file(sandbox_id, controller, name):
+    """A control file of the sandbox's cgroup, stripped, or None. `controller` names the v1
+    hierarchy to look in; on cgroup v2 every file is in the sandbox's one directory."""
+    for d in cgroup_dirs(sandbox_id):
+        v2 = os.path.exists(os.path.join(d, "cgroup.controllers"))
+        if v2 or f"/{controller}/cove/" in d:
+            try:
+                with open(os.path.join(d, name)) as f:
+                    return f.read().strip()
+            except OSError:
+                pass
+    return None
+
+
+def sandbox_host_pids(sandbox_id):
+    """Host pids of the processes in the sandbox's cgroup."""
+    procs = cgroup_file(sandbox_id, "pids", "cgroup.procs")
+    return [int(p) for p in procs.split()] if procs else []
+
+
+def sandbox_init_pid(sandbox_id):
+    """Host pid of the sandbox's PID 1 (the agent), or None."""
+    for pid in sandbox_host_pids(sandbox_id):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("NSpid:") and line.split()[-1] == "1":
+                        return pid
+        except OSError:
+            pass
+    return None
+
+
+def descendants(pid):
+    """Host pids of every live descendant of pid."""
+    children = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found

@@ -46,12 +46,17 @@
 
 struct command;
 
+/* A pipe is read until EOF, even after the command's stream ended: a process the command
+ * left running (`server &`) still holds it, and closing it would kill that process with
+ * SIGPIPE at its next write (with execd, such output goes to a file). What arrives after the
+ * end goes to the log of a background command and is dropped for a foreground one. */
 struct output_pipe {
     int fd; /* -1 once closed */
     struct event *event;
     const char *type; /* "stdout" or "stderr" */
     struct output_lines *lines;
     struct command *command;
+    bool drained; /* found empty after the command exited: its output is all read */
 };
 
 struct command {
@@ -60,6 +65,7 @@ struct command {
     bool background;
     pid_t pid; /* leader and process group; 0 once reaped, so no stale group is signalled */
     bool running;
+    bool busy; /* inside command_pump: not to be freed by a nested registry_prune */
     bool timed_out;
     int64_t timeout_ms;
     int exit_code;
@@ -172,7 +178,8 @@ static void registry_prune(void)
     struct command *c = commands;
     while (c != NULL) {
         struct command *next = c->next;
-        bool idle = !c->running && c->req == NULL;
+        bool idle =
+            !c->running && c->req == NULL && !c->busy && c->pipes[0].fd < 0 && c->pipes[1].fd < 0;
         if (idle && ++finished > MAX_FINISHED)
             command_free(c);
         c = next;
@@ -225,6 +232,9 @@ static void stream_detach(struct command *cmd)
  * event (and no execution_complete), as execd's runCommand does. */
 static void stream_finish(struct command *cmd)
 {
+    for (size_t i = 0; i < cmd->pipes_len; i++) /* partial last lines */
+        if (cmd->pipes[i].lines != NULL)
+            output_lines_flush(cmd->pipes[i].lines, emit_line, &cmd->pipes[i]);
     int64_t now = sse_now_ms();
     if (cmd->exit_code == 0 && !cmd->timed_out) {
         struct sse_event done = {.type = "execution_complete",
@@ -253,7 +263,6 @@ static void stream_finish(struct command *cmd)
     struct http_request *req = cmd->req;
     stream_detach(cmd);
     http_stream_end(req);
-    registry_prune();
 }
 
 /* --- reading output --- */
@@ -280,12 +289,23 @@ static void pipe_end(struct command *cmd, struct output_pipe *p)
     pipe_close(p);
 }
 
+static void deliver(struct command *cmd, struct output_pipe *p, const char *data, size_t len)
+{
+    if (cmd->log != NULL) {
+        log_append(cmd, data, len);
+    } else if (cmd->req != NULL) {
+        output_lines_feed(p->lines, data, len, emit_line, p);
+        stream_flush(cmd);
+    }
+}
+
 /* Moves output from the pipes to the client (or the log) while the client keeps up, and
- * ends the command's stream once it has exited and its pipes are drained. */
+ * ends the command's stream once it has exited and its pipes are drained. May free cmd. */
 static void command_pump(struct command *cmd)
 {
     static char buffer[READ_SIZE];
-    bool open = false;
+    cmd->busy = true;
+    bool pending = false; /* a pipe may still hold the exited command's output */
     for (size_t i = 0; i < cmd->pipes_len; i++) {
         struct output_pipe *p = &cmd->pipes[i];
         for (int reads = 0; p->fd >= 0 && reads < READS_PER_WAKEUP; reads++) {
@@ -293,28 +313,22 @@ static void command_pump(struct command *cmd)
                 break;
             ssize_t n = read(p->fd, buffer, sizeof(buffer));
             if (n > 0) {
-                if (cmd->log != NULL)
-                    log_append(cmd, buffer, (size_t)n);
-                else
-                    output_lines_feed(p->lines, buffer, (size_t)n, emit_line, p);
-                stream_flush(cmd);
+                deliver(cmd, p, buffer, (size_t)n);
                 continue;
             }
             if (n < 0 && errno == EINTR)
                 continue;
-            /* After the command exited, "nothing more right now" means done: a process it
-             * left behind may hold the pipe open forever (execd stops there too). */
-            if (n == 0 || (n < 0 && errno != EAGAIN) || !cmd->running)
+            if (n == 0 || errno != EAGAIN)
                 pipe_end(cmd, p);
+            else if (!cmd->running)
+                p->drained = true; /* what the command wrote before exiting is all read */
             break;
         }
-        open |= p->fd >= 0;
+        pending |= p->fd >= 0 && !p->drained;
     }
-    if (!open && !cmd->running) {
-        if (cmd->req != NULL)
-            stream_finish(cmd);
-        return;
-    }
+    /* Done when the command exited and its output is read, whoever still holds the pipes. */
+    if (!pending && !cmd->running && cmd->req != NULL)
+        stream_finish(cmd);
     /* Level-triggered pipe events while the client keeps up; none while it does not. */
     bool paused = stream_backpressured(cmd);
     for (size_t i = 0; i < cmd->pipes_len; i++) {
@@ -326,6 +340,8 @@ static void command_pump(struct command *cmd)
         else
             event_add(p->event, NULL);
     }
+    cmd->busy = false;
+    registry_prune();
 }
 
 static void on_pipe_readable(evutil_socket_t fd, short what, void *arg)
@@ -352,9 +368,8 @@ static void on_stream_abort(struct http_request *req, void *arg)
         log_info("command %s: client disconnected, killing process group %d", cmd->id, cmd->pid);
         kill(-cmd->pid, SIGKILL);
     }
-    for (size_t i = 0; i < cmd->pipes_len; i++)
-        pipe_close(&cmd->pipes[i]);
-    registry_prune();
+    /* The pipes stay open (see struct output_pipe), and were maybe paused for this client. */
+    command_pump(cmd);
 }
 
 static void on_ping(evutil_socket_t fd, short what, void *arg)
@@ -407,8 +422,7 @@ static void on_command_exit(pid_t pid, int status, void *arg)
         event_del(cmd->interrupt_event);
     log_info("command %s (pid %d) finished: %s%s", cmd->id, pid, cmd->error,
              cmd->timed_out ? " (timed out)" : "");
-    command_pump(cmd);
-    registry_prune();
+    command_pump(cmd); /* may end the stream, and free cmd */
 }
 
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
@@ -433,6 +447,7 @@ static void on_interrupt_grace_over(evutil_socket_t fd, short what, void *arg)
 
 struct run_request {
     const char *command;
+    char *const *argv; /* run directly instead of `shell -c command` (the entrypoint) */
     const char *cwd;
     bool background;
     int64_t timeout_ms;
@@ -661,10 +676,12 @@ static int command_start(struct command *cmd, const struct run_request *run,
         return -1;
     }
     char shell[4096];
-    char *argv[] = {(char *)find_shell(shell, sizeof(shell)), "-c", (char *)run->command, NULL};
+    char *shell_argv[] = {(char *)find_shell(shell, sizeof(shell)), "-c", (char *)run->command,
+                          NULL};
+    char *const *argv = run->argv ? run->argv : shell_argv;
     char **env = build_environment(run->envs);
     gid_t groups[MAX_GROUPS];
-    struct process_spec spec = {.argv = argv,
+    struct process_spec spec = {.argv = (char **)argv,
                                 .envp = env,
                                 .cwd = run->cwd,
                                 .stdin_fd = -1,
@@ -737,6 +754,37 @@ static struct command *command_new(const struct run_request *run)
         commands->prev = cmd;
     commands = cmd;
     return cmd;
+}
+
+int command_start_entrypoint(char *const *argv, struct cove_error **err)
+{
+    /* Its output is kept like a background command's (bounded, in memory): never on the
+     * agent's own stderr, which leaves the sandbox. */
+    size_t len = 1;
+    for (size_t i = 0; argv[i]; i++)
+        len += strlen(argv[i]) + 1;
+    char *content = calloc(1, len);
+    if (content == NULL)
+        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    for (size_t i = 0; argv[i]; i++) {
+        if (i > 0)
+            strcat(content, " ");
+        strcat(content, argv[i]);
+    }
+    struct run_request run = {.command = content, .argv = argv, .background = true};
+    struct command *cmd = command_new(&run);
+    free(content);
+    if (cmd == NULL || (cmd->log = evbuffer_new()) == NULL) {
+        if (cmd != NULL)
+            command_free(cmd);
+        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    }
+    snprintf(cmd->id, sizeof(cmd->id), "%s", COMMAND_ENTRYPOINT_ID);
+    if (command_start(cmd, &run, err) < 0) {
+        command_free(cmd);
+        return -1;
+    }
+    return 0;
 }
 
 /* --- handlers --- */

@@ -189,29 +189,14 @@ static void on_terminate(evutil_socket_t signo, short what, void *arg)
         event_base_loopbreak(agent->base);
 }
 
-static void on_entrypoint_exit(pid_t pid, int status, void *arg)
-{
-    /* The sandbox stays usable without its entrypoint (as in E2B): log and serve on. */
-    if (WIFEXITED(status))
-        log_info("entrypoint (pid %d) exited with status %d", pid, WEXITSTATUS(status));
-    else
-        log_info("entrypoint (pid %d) killed by signal %d", pid, WTERMSIG(status));
-}
-
 static void start_entrypoint(char **argv)
 {
-    extern char **environ;
     cleanup_error struct cove_error *err = NULL;
-    struct process_spec spec = {
-        .argv = argv, .envp = environ, .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1};
-    pid_t pid;
-    if (process_spawn(&spec, &pid, &err) < 0) {
+    if (command_start_entrypoint(argv, &err) < 0) {
         log_error("cannot start entrypoint %s: %s", argv[0], err->message);
         return;
     }
-    if (reaper_watch(pid, on_entrypoint_exit, NULL, &err) < 0)
-        log_warn("entrypoint %d: %s", pid, err->message);
-    log_info("entrypoint %s started (pid %d)", argv[0], pid);
+    log_info("entrypoint %s started (command id " COMMAND_ENTRYPOINT_ID ")", argv[0]);
 }
 
 int main(int argc, char **argv)

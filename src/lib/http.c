@@ -497,10 +497,30 @@ int http_server_new(struct event_base *base, const struct http_server_config *co
     return 0;
 }
 
+static void on_resume_accept(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    evconnlistener_enable(arg);
+}
+
+/* Out of descriptors (EMFILE) the listener would spin on the same readable socket: pause it
+ * for a moment instead, while open connections finish and free theirs. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    struct http_server *srv = arg;
+    int e = EVUTIL_SOCKET_ERROR();
+    log_warn("accept: %s; pausing new connections for 100 ms", evutil_socket_error_to_string(e));
+    evconnlistener_disable(l);
+    struct timeval tv = {.tv_usec = 100000};
+    event_base_once(srv->base, -1, EV_TIMEOUT, on_resume_accept, l, &tv);
+}
+
 static int add_listener(struct http_server *srv, struct evconnlistener *l, struct cove_error **err)
 {
     if (l == NULL)
         return cove_error_sys(err, "listen");
+    evconnlistener_set_error_cb(l, on_accept_error);
     if (srv->listener_count == MAX_LISTENERS) {
         evconnlistener_free(l);
         return cove_error_set(err, 0, 500, "COVE::INTERNAL", "too many listeners");

@@ -130,3 +130,24 @@ def test_agent_crash_marks_sandbox_failed(coved):
                                  {"command": "true"})
     assert status == 409
     coved.delete(sid)
+
+
+def test_entrypoint_output_is_kept_in_the_sandbox(coved):
+    sid = coved.create(entrypoint=["sh", "-c", "echo from-entrypoint; echo oops >&2; sleep 1000"])
+    try:
+        logs = ""
+        for _ in range(50):
+            status, logs, _ = coved.request(
+                "GET", f"/sandboxes/{sid}/proxy/44772/command/entrypoint/logs")
+            if "oops" in str(logs):
+                break
+            time.sleep(0.05)
+        assert status == 200
+        assert "from-entrypoint" in logs and "oops" in logs
+        st = coved.ok("GET", f"/sandboxes/{sid}/proxy/44772/command/status/entrypoint")
+        assert st["running"] is True
+        # nothing of it reached the host's side of the sandbox
+        log = os.path.join(coved.run_dir(sid), "agent.log")
+        assert "from-entrypoint" not in (open(log).read() if os.path.exists(log) else "")
+    finally:
+        coved.delete(sid)

@@ -24,6 +24,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -62,12 +63,70 @@ static void child_mount(int status_fd, const char *src, const char *target, cons
         child_fail(status_fd, "mount %s on %s", type ? type : (src ? src : "(none)"), target);
 }
 
-/* Bind-mounts src on target read-only (a bind mount ignores MS_RDONLY until remounted). */
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape_mount_path(char *s)
+{
+    char *out = s;
+    for (char *in = s; *in; out++) {
+        if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
+            in[3] >= '0' && in[3] <= '7') {
+            *out = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+            in += 4;
+        } else {
+            *out = *in++;
+        }
+    }
+    *out = '\0';
+}
+
+/* Kernels without mount_setattr (before 5.12): remounts every mount at or below target, each
+ * keeping the restrictions it already had. */
+static void child_remount_tree_ro(int status_fd, const char *target, unsigned long extra)
+{
+    char base[4096], line[8192], mp[4096];
+    if (realpath(target, base) == NULL)
+        child_fail(status_fd, "realpath %s", target);
+    size_t len = strlen(base);
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL)
+        child_fail(status_fd, "open /proc/self/mountinfo");
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1)
+            continue;
+        unescape_mount_path(mp);
+        if (strncmp(mp, base, len) != 0 || (mp[len] != '\0' && mp[len] != '/'))
+            continue;
+        unsigned long keep = 0;
+        struct statvfs sv;
+        if (statvfs(mp, &sv) == 0)
+            keep = (sv.f_flag & ST_NOSUID ? MS_NOSUID : 0) | (sv.f_flag & ST_NODEV ? MS_NODEV : 0) |
+                   (sv.f_flag & ST_NOEXEC ? MS_NOEXEC : 0) |
+                   (sv.f_flag & ST_NOATIME ? MS_NOATIME : 0) |
+                   (sv.f_flag & ST_NODIRATIME ? MS_NODIRATIME : 0) |
+                   (sv.f_flag & ST_RELATIME ? MS_RELATIME : 0);
+        child_mount(status_fd, NULL, mp, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | keep | extra,
+                    NULL);
+    }
+    fclose(f);
+}
+
+/* Bind-mounts src on target read-only, every mount below it included: MS_REC copies the
+ * submounts, but a bind remount changes only the top one, which would leave a submount of
+ * the host's /usr (say /usr/local) writable inside, onto the host's own files. */
 static void child_bind_ro(int status_fd, const char *src, const char *target,
                           unsigned long extra)
 {
     child_mount(status_fd, src, target, NULL, MS_BIND | MS_REC, NULL);
-    child_mount(status_fd, NULL, target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | extra, NULL);
+    struct mount_attr attr = {
+        .attr_set = MOUNT_ATTR_RDONLY | (extra & MS_NOSUID ? MOUNT_ATTR_NOSUID : 0) |
+                    (extra & MS_NODEV ? MOUNT_ATTR_NODEV : 0) |
+                    (extra & MS_NOEXEC ? MOUNT_ATTR_NOEXEC : 0),
+    };
+    if (mount_setattr(AT_FDCWD, target, AT_RECURSIVE, &attr, sizeof(attr)) == 0)
+        return;
+    if (errno != ENOSYS)
+        child_fail(status_fd, "make %s read-only", target);
+    child_remount_tree_ro(status_fd, target, extra);
 }
 
 static void child_mkdir(int status_fd, const char *path, mode_t mode)

@@ -1,0 +1,129 @@
+"""Filesystem isolation: the host's files are out of reach, the shared OS is read-only, and
+what a sandbox writes stays in that sandbox."""
+
+import os
+import secrets
+import shlex
+import subprocess
+
+import pytest
+
+from conftest import delete_and_check
+
+FIND = "find / -path /proc -prune -o -path /sys -prune -o -name {} -print 2>/dev/null; true"
+SEARCH_DIRS = "/root /home /tmp /etc /var /run /opt /srv /mnt /media /dev/shm"
+
+
+def test_host_markers_invisible(coved, make_sandbox, host_markers):
+    sid = make_sandbox()
+    for path in host_markers.paths:
+        r = coved.exec(sid, f"cat {shlex.quote(path)}")
+        assert r.exit_code != 0, f"{path} is readable inside: {r.stdout!r}"
+        assert host_markers.secret not in r.stdout
+        r = coved.exec(sid, f"ls -d {shlex.quote(os.path.dirname(path))}/* 2>/dev/null; true")
+        assert host_markers.name not in r.stdout
+    # The host's own trees are not there at all (the sandbox's /root and /tmp are its own).
+    r = coved.exec(sid, f"ls -d /work {shlex.quote(coved.state_dir)} 2>&1; true")
+    assert "No such file or directory" in r.stdout and r.stdout.count("\n") == 2, r.stdout
+    out = coved.sh(sid, FIND.format(host_markers.name))
+    assert out == "", f"find shows host markers: {out}"
+    out = coved.sh(sid, f"grep -rIl {host_markers.secret} {SEARCH_DIRS} 2>/dev/null; true")
+    assert out == "", f"host marker content found inside: {out}"
+    # Walking out with .. ends at the sandbox's root.
+    out = coved.sh(sid, "cd /tmp/../../../../..; pwd; ls")
+    assert out.split("\n")[0] == "/" and "work" not in out.split()
+    host_markers.intact()
+    delete_and_check(coved, sid)
+
+
+def write_attempts(path_prefix):
+    """Shell lines that each try to change /usr; each prints FAIL or WROTE."""
+    name = path_prefix
+    tries = [
+        f"echo x > /usr/{name}",
+        f"mkdir /usr/{name}",
+        f"echo x > /usr/bin/{name}",
+        f"echo x > /usr/local/{name}",
+        "echo x >> /usr/bin/ls",
+        "chmod 4777 /usr/bin/ls",
+        "touch /usr/bin/ls",
+        f"ln -s /etc/passwd /usr/lib/{name}",
+        "rm -f /usr/bin/ls",
+        "mount -o remount,rw /usr",
+        "mount -o remount,rw,bind /usr",
+        "umount -l /usr",
+    ]
+    return "\n".join(f"if {t} 2>/dev/null; then echo WROTE: {shlex.quote(t)}; "
+                     f"else echo FAIL; fi" for t in tries), len(tries)
+
+
+@pytest.mark.parametrize("uid", [None, 1000])
+def test_usr_read_only_home_and_tmp_writable(coved, make_sandbox, uid):
+    sid = make_sandbox()
+    name = "cove-sec-" + secrets.token_hex(6)
+    ls_before = os.stat("/usr/bin/ls")
+    kw = {} if uid is None else {"uid": uid}
+    script, n = write_attempts(name)
+    r = coved.exec(sid, script, **kw)
+    assert r.stdout.split("\n").count("FAIL") == n, r.stdout
+    # /usr is still mounted read-only afterwards.
+    r = coved.exec(sid, "touch /usr/x 2>&1; grep ' /usr ' /proc/self/mounts")
+    assert "Read-only file system" in r.stdout and " ro," in r.stdout, r.stdout
+    # Nothing reached the host's /usr.
+    for p in (f"/usr/{name}", f"/usr/bin/{name}", f"/usr/local/{name}", f"/usr/lib/{name}"):
+        assert not os.path.lexists(p), f"{p} appeared on the host"
+    st = os.stat("/usr/bin/ls")
+    assert (st.st_mode, st.st_size, st.st_mtime) == \
+        (ls_before.st_mode, ls_before.st_size, ls_before.st_mtime)
+    # The sandbox's own writable places.
+    for d in ("/home/user", "/tmp"):
+        out = coved.sh(sid, f"echo data > {d}/{name} && cat {d}/{name} && rm {d}/{name}", **kw)
+        assert out == "data\n"
+    delete_and_check(coved, sid)
+
+
+@pytest.fixture
+def usr_submount():
+    """A tmpfs mounted under the host's /usr, as /usr/local or a package cache might be."""
+    path = "/usr/local/cove-sec-submount-" + secrets.token_hex(4)
+    os.mkdir(path)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "cove-sec", path], check=True)
+        try:
+            yield path
+        finally:
+            subprocess.run(["umount", "-l", path], check=False)
+    finally:
+        os.rmdir(path)
+
+
+def test_usr_submounts_read_only(coved, make_sandbox, usr_submount):
+    """Every mount under the shared /usr is read-only inside, not only /usr itself."""
+    sid = make_sandbox()
+    r = coved.exec(sid, f"echo x > {usr_submount}/written; echo rc=$?; "
+                        f"grep ' {usr_submount} ' /proc/self/mounts")
+    assert "rc=0" not in r.stdout, f"a submount of /usr is writable: {r.stdout}"
+    assert not os.path.exists(os.path.join(usr_submount, "written"))
+    delete_and_check(coved, sid)
+
+
+def test_sandboxes_cannot_see_each_others_files(coved, make_sandbox):
+    a, b = make_sandbox(), make_sandbox()
+    name = "cove-sec-file-" + secrets.token_hex(6)
+    secret = "cove-sec-data-" + secrets.token_hex(16)
+    places = ["/tmp", "/home/user", "/root", "/etc", "/var/tmp", "/dev/shm", "/"]
+    coved.sh(a, "; ".join(f"echo {secret} > {p.rstrip('/')}/{name}" for p in places))
+    assert coved.sh(a, f"cat /tmp/{name}") == secret + "\n"
+    out = coved.sh(b, FIND.format(name))
+    assert out == "", f"B finds A's files: {out}"
+    out = coved.sh(b, f"grep -rIl {secret} {SEARCH_DIRS} 2>/dev/null; true")
+    assert out == "", f"B finds A's data: {out}"
+    # Nor did it land in the shared template or anywhere under the daemon's state dir.
+    hits = subprocess.run(["grep", "-rIl", "--no-messages", "--exclude=*.log", secret, coved.state_dir],
+                          capture_output=True, text=True).stdout
+    assert hits == "", f"A's data is on the host: {hits}"
+    # A fresh sandbox starts from the clean template.
+    c = make_sandbox()
+    assert coved.sh(c, FIND.format(name)) == ""
+    for sid in (a, b, c):
+        delete_and_check(coved, sid)
