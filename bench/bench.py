@@ -16,6 +16,7 @@ mounts) is removed at the end, also on failure or Ctrl-C."""
 
 import argparse
 import concurrent.futures
+import ctypes
 import glob
 import http.client
 import itertools
@@ -41,8 +42,12 @@ BUSYBOX = "/usr/bin/busybox"
 BUSYBOX_APPLETS = ["sh", "echo", "sleep", "cat", "true", "ls"]
 # Host paths the container tools create on first use. Whatever of these did not exist before
 # the run is removed after it.
+# (`crun --version` alone makes /run/crun; podman makes /dev/shm/libpod_lock and the others.)
 TOOL_GLOBAL_PATHS = ["/run/crun", "/run/runc", "/run/libpod", "/run/containers",
-                     "/var/lib/containers", "/etc/containers/networks"]
+                     "/run/mount", "/var/lib/containers", "/etc/containers/networks",
+                     "/dev/shm/libpod_lock"]
+CRUN_STATE = "/run/crun"
+MNT_DETACH = 2
 LIBPOD_CGROUP = "libpod_parent"
 
 
@@ -153,9 +158,22 @@ def mounts_under(prefix):
     return res
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def umount(path, flags=0):
+    """umount2(2) directly: the umount command would create /run/mount (libmount's utab)."""
+    if _libc.umount2(os.fsencode(path), flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+
+
 def unmount_under(prefix):
     for mp in sorted(mounts_under(prefix), key=len, reverse=True):
-        subprocess.run(["umount", "-l", mp], capture_output=True)
+        try:
+            umount(mp, MNT_DETACH)
+        except OSError as e:
+            log(f"cleanup: umount {mp}: {e}")
 
 
 # ---------------------------------------------------------------- subprocess-based tools
@@ -273,14 +291,17 @@ class Crun(ProcTool):
         return ["crun", "run", "--bundle", self.bundle, f"{self.prefix}{n}"]
 
     def cleanup(self):
-        try:
-            out = subprocess.run(["crun", "list", "-q"], capture_output=True, text=True).stdout
-            for cid in out.split():
-                if cid.startswith(self.prefix):
-                    subprocess.run(["crun", "delete", "-f", cid], capture_output=True)
-        except OSError:
-            pass
+        # A container that outlived its `crun run` (only after a failure) has state here.
+        for cid in crun_leftovers(self.prefix):
+            subprocess.run(["crun", "delete", "-f", cid], capture_output=True)
         super().cleanup()
+
+
+def crun_leftovers(prefix):
+    try:
+        return [c for c in os.listdir(CRUN_STATE) if c.startswith(prefix)]
+    except OSError:
+        return []
 
 
 class Podman(ProcTool):
@@ -341,9 +362,13 @@ class Podman(ProcTool):
 class Coved:
     """A private coved: copied binaries, its own port, key and state dir."""
 
-    def __init__(self, tmp, coved_path, agent_path):
+    def __init__(self, tmp, coved_path, agent_path, state_parent=None):
         self.dir = os.path.join(tmp, "cove")
-        self.state = os.path.join(self.dir, "state")
+        # The state dir (database and run dirs) lives in the bench's temp dir unless asked
+        # to live elsewhere (e.g. on a tmpfs, to see what the disk costs).
+        self.state_tmp = tempfile.mkdtemp(prefix="cove-bench-state-", dir=state_parent) \
+            if state_parent else None
+        self.state = os.path.join(self.state_tmp or self.dir, "state")
         self.key = secrets.token_hex(16)
         self.coved_src, self.agent_src = coved_path, agent_path
         self.proc = None
@@ -536,6 +561,9 @@ class Coved:
         for sid in all_ids:
             kill_cgroup(sid)
         unmount_under(self.dir)
+        if self.state_tmp:
+            unmount_under(self.state_tmp)
+            shutil.rmtree(self.state_tmp, ignore_errors=True)
 
 
 def kill_cgroup(sid):
@@ -703,9 +731,8 @@ def run_crun_isolated(args, tmp):
     /sys/fs/cgroup/unified). Run the crun part in a private mount namespace where that
     (controller-less) cgroup2 mount is hidden, so crun sees a plain v1 host."""
     out_path = os.path.join(tmp, "crun-result.json")
-    script = ("umount /sys/fs/cgroup/unified && exec \"$0\" \"$@\"")
-    cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
-           sys.executable, os.path.abspath(__file__), "--worker", "crun",
+    cmd = ["unshare", "--mount", "--propagation", "private",
+           sys.executable, os.path.abspath(__file__), "--worker", "crun", "--worker-hide-unified",
            "--worker-tmp", tmp, "--worker-out", out_path,
            "--iterations", str(args.iterations), "--concurrency", str(args.concurrency),
            "--warmup", str(args.warmup), "--idle-iterations", str(args.idle_iterations),
@@ -719,6 +746,8 @@ def run_crun_isolated(args, tmp):
 
 
 def worker_main(args):
+    if args.worker_hide_unified:
+        umount("/sys/fs/cgroup/unified")  # in this private mount namespace only
     tool = {"crun": Crun}[args.worker](args.worker_tmp)
     try:
         tool.setup()
@@ -779,17 +808,19 @@ def rss_kib(pid):
 
 
 def memory_round(cove, n):
-    time.sleep(0.5)
-    before, noise_before = meminfo_sample()
+    # Short windows: other processes on the host move its memory all the time, and the
+    # longer between the two samples the more of that lands in the difference.
+    time.sleep(0.3)
+    before, noise_before = meminfo_sample(5, 0.05)
     coved_before = rss_kib(cove.proc.pid)
     ids = [cove.create() for _ in range(n)]
     try:
-        time.sleep(1.0)  # let the agents finish starting
+        time.sleep(0.3)  # let the agents finish starting
         for sid in ids:
             cove.pause(sid)
         states = {(cove.get(sid) or {}).get("status", {}).get("state") for sid in ids}
-        time.sleep(1.0)
-        after, noise_after = meminfo_sample()
+        time.sleep(0.1)
+        after, noise_after = meminfo_sample(5, 0.05)
         coved_after = rss_kib(cove.proc.pid)
         usage = kmem = 0
         stat_sum = {}
@@ -809,21 +840,17 @@ def memory_round(cove, n):
     finally:
         for sid in ids:
             cove.delete(sid)
-    time.sleep(1.0)
-    gone, noise_gone = meminfo_sample()
+    time.sleep(0.5)
+    gone, noise_gone = meminfo_sample(5, 0.05)
     keys = (["anon", "file", "shmem", "kernel", "kernel_stack", "pagetables", "slab", "sock"]
             if v2 else ["rss", "cache", "shmem", "mapped_file"])
     breakdown = {k: stat_sum.get(k, 0) / n / 1024 for k in keys if k in stat_sum}
     if not v2:
         breakdown["kmem"] = kmem / n / 1024
-    # Cost = what the sandboxes add over the average of "before" and "after deleting them",
-    # which cancels a linear drift of the host's memory (other processes) during the round.
-    delta = {k: (after[k] - (before[k] + gone[k]) / 2) / n for k in MEMINFO_FIELDS}
+    delta = {k: (after[k] - before[k]) / n for k in MEMINFO_FIELDS}
     delta["MemAvailable"] = -delta["MemAvailable"]  # a decrease is a cost
-    raw = {k: (after[k] - before[k]) / n for k in ("MemAvailable", "Used")}
-    raw["MemAvailable"] = -raw["MemAvailable"]
     return {"states": sorted(s for s in states if s), "meminfo_per_sandbox_kib": delta,
-            "meminfo_raw_per_sandbox_kib": raw,
+            "not_returned_kib": before["MemAvailable"] - gone["MemAvailable"],
             "noise_kib": max(noise_before, noise_after, noise_gone),
             "cgroup_usage_kib_per_sandbox": usage / n / 1024,
             "cgroup_file": "memory.current" if v2 else "memory.usage_in_bytes",
@@ -845,9 +872,7 @@ def measure_memory(cove, n, rounds):
         "cgroup_file": res[0]["cgroup_file"],
         "meminfo_per_sandbox_kib": {k: med(lambda x, k=k: x["meminfo_per_sandbox_kib"][k])
                                     for k in MEMINFO_FIELDS},
-        "meminfo_raw_per_sandbox_kib": {
-            k: med(lambda x, k=k: x["meminfo_raw_per_sandbox_kib"][k])
-            for k in ("MemAvailable", "Used")},
+        "not_returned_kib": med(lambda x: x["not_returned_kib"]),
         "noise_kib": max(x["noise_kib"] for x in res),
         "cgroup_usage_kib_per_sandbox": med(lambda x: x["cgroup_usage_kib_per_sandbox"]),
         "cgroup_breakdown_kib_per_sandbox": {
@@ -921,20 +946,21 @@ def print_report(info, results, memory, args, wall):
 
         def mm(d):
             return f"{d['median']:.0f} [{d['min']:.0f}..{d['max']:.0f}]"
-        raw = memory["meminfo_raw_per_sandbox_kib"]
         p(f"host MemAvailable decrease: {mm(mi['MemAvailable'])}; host used (free(1)) increase: "
-          f"{mm(mi['Used'])}  (drift-corrected: paused vs. mean of before and after deletion)")
-        p(f"  uncorrected (paused - before): MemAvailable {mm(raw['MemAvailable'])}, "
-          f"used {mm(raw['Used'])}")
-        p("  of which (meminfo deltas): " + ", ".join(
-            f"{k} {mi[k]['median']:.0f}" for k in MEMINFO_FIELDS[2:]))
-        p(f"  noise: MemAvailable moved by up to {memory['noise_kib']} KiB within 1 s,"
+          f"{mm(mi['Used'])}")
+        p("  meminfo deltas: " + ", ".join(
+            f"{k} {mi[k]['median']:.0f}" for k in MEMINFO_FIELDS[2:]) +
+          f"; sum of these {sum(mi[k]['median'] for k in MEMINFO_FIELDS[2:] if k != 'SUnreclaim'):.0f}"
+          " (SUnreclaim is part of Slab)")
+        p(f"  noise: MemAvailable moved by up to {memory['noise_kib']} KiB within 0.2 s,"
           f" i.e. ±{memory['noise_kib'] / memory['n']:.0f} KiB per sandbox")
         p(f"sum of cgroup {memory['cgroup_file']}: {mm(memory['cgroup_usage_kib_per_sandbox'])};"
           " breakdown: " + ", ".join(
               f"{k} {v:.0f}" for k, v in memory["cgroup_breakdown_kib_per_sandbox"].items()))
         p(f"coved RSS growth while holding {memory['n']}: "
-          f"{memory['coved_rss_growth_kib']['median']:.0f} KiB in total")
+          f"{memory['coved_rss_growth_kib']['median']:.0f} KiB in total; MemAvailable 0.5 s after "
+          f"deleting them vs. before: {memory['not_returned_kib']['median']:.0f} KiB lower "
+          "(all sandboxes; noise applies)")
     p()
     p(f"Total bench time {wall:.0f} s.")
 
@@ -959,8 +985,13 @@ def remove_new_globals(before, libpod_before):
                     os.rmdir(path)
                 except OSError:
                     log(f"cleanup: {path} not empty, left in place")
-            else:
+            elif os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError as e:
+                    log(f"cleanup: {path}: {e}")
     if not libpod_before:
         for d in libpod_cgroups():
             for sub in sorted(glob.glob(os.path.join(d, "**/"), recursive=True), key=len,
@@ -980,11 +1011,7 @@ def leftovers(tmp, cove_ids, crun_prefix, globals_before, libpod_before):
     for sid in cove_ids:
         left += [f"cgroup {d}" for d in glob.glob(f"/sys/fs/cgroup/*/cove/{sid}") +
                  glob.glob(f"/sys/fs/cgroup/cove/{sid}")]
-    try:
-        out = subprocess.run(["crun", "list", "-q"], capture_output=True, text=True).stdout
-        left += [f"crun container {c}" for c in out.split() if c.startswith(crun_prefix)]
-    except OSError:
-        pass
+    left += [f"crun container {c}" for c in crun_leftovers(crun_prefix)]
     left += [f"cgroup {d}" for d in glob.glob(f"/sys/fs/cgroup/*/{crun_prefix}*")]
     for path, existed in globals_before.items():
         if not existed and os.path.lexists(path):
@@ -1016,17 +1043,21 @@ def main():
                          " 0 skips it)")
     ap.add_argument("--idle-gap", type=float, default=0.1,
                     help="pause before each idle-mode iteration, seconds (default 0.1)")
-    ap.add_argument("--memory-rounds", type=int, default=3,
+    ap.add_argument("--memory-rounds", type=int, default=5,
                     help="repetitions of the memory measurement; the median is reported")
     ap.add_argument("--slow-threshold", type=float, default=1.0,
                     help="seconds per iteration above which a tool runs fewer iterations")
     ap.add_argument("--slow-iterations", type=int, default=20)
     ap.add_argument("--coved", default=os.path.join(BUILD, "src", "coved", "coved"))
     ap.add_argument("--agent", default=os.path.join(BUILD, "src", "agent", "cove-agent"))
+    ap.add_argument("--cove-state-parent",
+                    help="make coved's state dir under this directory instead of the bench's "
+                         "temp dir (e.g. /dev/shm to take the disk out of the picture)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-tmp", help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", help=argparse.SUPPRESS)
+    ap.add_argument("--worker-hide-unified", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker_main(args)
@@ -1043,8 +1074,8 @@ def main():
     signal.signal(signal.SIGHUP, on_signal)
 
     t_start = now()
+    globals_before = snapshot_globals()  # first: even `crun --version` makes /run/crun
     info = machine_info()
-    globals_before = snapshot_globals()
     libpod_before = bool(libpod_cgroups())
     tmp = tempfile.mkdtemp(prefix="cove-bench-")
     results, memory = [], None
@@ -1054,7 +1085,9 @@ def main():
     try:
         if "cove" in tools:
             log("cove: starting coved ...")
-            cove = Coved(tmp, args.coved, args.agent).start()
+            cove = Coved(tmp, args.coved, args.agent, args.cove_state_parent).start()
+            if args.cove_state_parent:
+                cove.note += f"; state dir under {args.cove_state_parent}"
             results.append(measure_tool(cove, args))
             if args.memory_sandboxes > 0:
                 memory = measure_memory(cove, args.memory_sandboxes, args.memory_rounds)
@@ -1090,6 +1123,8 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
         remove_new_globals(globals_before, libpod_before)
         left = leftovers(tmp, all_cove_ids, crun_prefix, globals_before, libpod_before)
+        if cove and cove.state_tmp and os.path.exists(cove.state_tmp):
+            left.append(f"state dir {cove.state_tmp}")
         signal.signal(signal.SIGINT, signal.default_int_handler)
     if results:
         print_report(info, results, memory, args, now() - t_start)

@@ -21,4 +21,4 @@ echo "== end-to-end tests against coved built with ASan+UBSan"
 COVE_BUILD_DIR=build-asan COVE_SANITIZED=1 \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87 \
-  $PY -m pytest -q -p no:cacheprovider tests/e2e "$@"
+  $PY -m pytest -q -p no:cacheprovider -m "not slow" tests/e2e "$@"

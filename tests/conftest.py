@@ -8,6 +8,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from covetest import Coved, sanitizer_problems  # noqa: E402
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: waits on real timers (skipped in the sanitizer pass)")
+
+
 @pytest.fixture(scope="module")
 def coved():
     """A daemon shared by one test module; each test makes its own sandboxes."""

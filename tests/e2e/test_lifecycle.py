@@ -39,7 +39,7 @@ def test_request_id_is_echoed(coved):
 
 
 def test_list_filters_by_state_and_metadata(coved):
-    a = coved.create(metadata={"project": "apollo", "note": "demo test"})
+    a = coved.create(metadata={"project": "apollo", "note": "demo-test"})
     b = coved.create(metadata={"project": "apollo"})
     c = coved.create(metadata={"project": "gemini"})
     try:
@@ -47,7 +47,7 @@ def test_list_filters_by_state_and_metadata(coved):
         ids = lambda q: {s["id"] for s in coved.ok("GET", "/v1/sandboxes" + q)["items"]}
         assert {a, b, c} <= ids("")
         assert ids("?metadata=project%3Dapollo") == {a, b}
-        assert ids("?metadata=project%3Dapollo%26note%3Ddemo%2520test") == {a}
+        assert ids("?metadata=project%3Dapollo%26note%3Ddemo-test") == {a}
         assert ids("?state=Paused") == {b}
         assert ids("?state=Running&state=Paused&metadata=project%3Dapollo") == {a, b}
         page = coved.ok("GET", "/v1/sandboxes?pageSize=2&page=1")

@@ -224,6 +224,16 @@ static void on_request(struct http_request *req, void *arg)
             return api_sandbox_pause(api, req, &caller, id);
         return api_sandbox_resume(api, req, &caller, id);
     }
+    if (strcmp(segs[2], "metadata") == 0) {
+        if (!method_is(req, "PATCH"))
+            return method_not_allowed(req, "PATCH");
+        return api_sandbox_patch_metadata(api, req, &caller, id);
+    }
+    if (strcmp(segs[2], "renew-expiration") == 0) {
+        if (!method_is(req, "POST"))
+            return method_not_allowed(req, "POST");
+        return api_sandbox_renew(api, req, &caller, id);
+    }
     if (strcmp(segs[2], "snapshots") == 0) {
         api_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
                            "snapshots are not supported by this server yet");

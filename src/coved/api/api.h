@@ -56,6 +56,10 @@ void api_sandbox_pause(struct api *api, struct http_request *req, const struct a
                        const char *id);
 void api_sandbox_resume(struct api *api, struct http_request *req, const struct api_caller *c,
                         const char *id);
+void api_sandbox_patch_metadata(struct api *api, struct http_request *req,
+                                const struct api_caller *c, const char *id);
+void api_sandbox_renew(struct api *api, struct http_request *req, const struct api_caller *c,
+                       const char *id);
 void api_templates_list(struct api *api, struct http_request *req, const struct api_caller *c);
 
 /* The gateway (gateway/gateway.c): takes over a proxy request's connection. Returns false when

@@ -4,6 +4,8 @@
 
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 
 #include "coved/api/api.h"
 #include "coved/api/quantity.h"
+#include "coved/api/rfc3339.h"
 
 #define DEFAULT_MEMORY (1024LL << 20)
 #define DEFAULT_DISK (512LL << 20)
@@ -35,7 +38,8 @@ static int invalid(struct cove_error **err, const char *fmt, const char *what)
 }
 
 /* An object whose values are all strings (env, metadata), of bounded size. */
-static int check_string_map(json_t *j, const char *field, bool env_keys, struct cove_error **err)
+static int check_string_map(json_t *j, const char *field, bool env_keys,
+                            struct cove_error **err)
 {
     if (j == NULL || json_is_null(j))
         return 0;
@@ -55,6 +59,76 @@ static int check_string_map(json_t *j, const char *field, bool env_keys, struct 
             return invalid(err, "%s values must not contain NUL characters", field);
         if (env_keys && strchr(key, '=') != NULL)
             return invalid(err, "%s names must not contain '='", field);
+    }
+    return 0;
+}
+
+/* Kubernetes label rules, which the contract applies to metadata: a name is at most 63 of
+ * [A-Za-z0-9._-], alphanumeric at both ends; a value the same or empty; a key may have a
+ * DNS-subdomain prefix and '/'. The `opensandbox.io/` prefix is reserved. */
+static bool label_name_valid(const char *s, size_t len, bool allow_empty)
+{
+    if (len == 0)
+        return allow_empty;
+    if (len > 63 || !isalnum((unsigned char)s[0]) || !isalnum((unsigned char)s[len - 1]))
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
+            return false;
+    return true;
+}
+
+static bool label_key_valid(const char *key)
+{
+    const char *slash = strchr(key, '/');
+    if (slash == NULL)
+        return label_name_valid(key, strlen(key), false);
+    size_t prefix_len = slash - key;
+    if (prefix_len == 0 || prefix_len > 253)
+        return false;
+    for (size_t i = 0; i < prefix_len; i++) {
+        char c = key[i];
+        if (!(islower((unsigned char)c) || isdigit((unsigned char)c) || c == '-' || c == '.'))
+            return false;
+    }
+    return label_name_valid(slash + 1, strlen(slash + 1), false);
+}
+
+static int check_metadata_entry(const char *key, json_t *value, bool allow_null,
+                                struct cove_error **err)
+{
+    if (strncmp(key, "opensandbox.io/", 15) == 0)
+        return cove_error_set(err, 0, 400, "SANDBOX::INVALID_METADATA",
+                              "metadata keys with the opensandbox.io/ prefix are reserved");
+    if (!label_key_valid(key))
+        return cove_error_set(err, 0, 400, "SANDBOX::INVALID_METADATA",
+                              "metadata key '%.80s' is not a valid label key", key);
+    if (allow_null && json_is_null(value))
+        return 0;
+    if (!json_is_string(value) ||
+        !label_name_valid(json_string_value(value), json_string_length(value), true) ||
+        strlen(json_string_value(value)) != json_string_length(value))
+        return cove_error_set(err, 0, 400, "SANDBOX::INVALID_METADATA",
+                              "metadata value of '%.80s' must be a string of at most 63 "
+                              "characters [A-Za-z0-9._-], alphanumeric at both ends",
+                              key);
+    return 0;
+}
+
+static int check_metadata(json_t *metadata, bool is_patch, struct cove_error **err)
+{
+    if (metadata == NULL || (!is_patch && json_is_null(metadata)))
+        return 0;
+    if (!json_is_object(metadata))
+        return invalid(err, "%s must be an object of strings", "metadata");
+    if (json_object_size(metadata) > MAX_MAP_ENTRIES)
+        return invalid(err, "%s has too many entries", "metadata");
+    const char *key;
+    json_t *value;
+    json_object_foreach(metadata, key, value)
+    {
+        if (check_metadata_entry(key, value, is_patch, err) < 0)
+            return -1;
     }
     return 0;
 }
@@ -186,7 +260,7 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
     req->env = json_object_get(body, "env");
     req->metadata = json_object_get(body, "metadata");
     if (check_string_map(req->env, "env", true, err) < 0 ||
-        check_string_map(req->metadata, "metadata", false, err) < 0)
+        check_metadata(req->metadata, false, err) < 0)
         return -1;
     if (json_is_null(req->env))
         req->env = NULL;
@@ -423,4 +497,89 @@ void api_sandbox_resume(struct api *api, struct http_request *req, const struct 
                         const char *id)
 {
     transition(api, req, c, id, false);
+}
+
+/* patchSandboxMetadata: RFC 7396 on a flat map of strings. */
+void api_sandbox_patch_metadata(struct api *api, struct http_request *req,
+                                const struct api_caller *c, const char *id)
+{
+    struct sandbox *sb = find_or_respond(api, req, c, id);
+    if (sb == NULL)
+        return;
+    json_t *patch = api_parse_json_object(req);
+    if (patch == NULL)
+        return;
+    struct cove_error *err = NULL;
+    json_t *merged = json_deep_copy(json_is_object(sb->metadata) ? sb->metadata : NULL);
+    if (merged == NULL)
+        merged = json_object();
+    const char *key;
+    json_t *value;
+    if (check_metadata(patch, true, &err) == 0) {
+        json_object_foreach(patch, key, value)
+        {
+            if (json_is_null(value))
+                json_object_del(merged, key);
+            else
+                json_object_set(merged, key, value);
+        }
+        if (json_object_size(merged) > MAX_MAP_ENTRIES)
+            invalid(&err, "%s would have too many entries", "metadata");
+        else
+            sandbox_set_metadata(api->sandboxes, sb, merged, &err);
+    }
+    if (err != NULL)
+        api_respond_error(req, err);
+    else
+        api_respond_json(req, 200, sandbox_to_json(sb, true));
+    cove_error_free(err);
+    json_decref(merged);
+    json_decref(patch);
+}
+
+/* renewSandboxExpiration: a new absolute expiry, later than now and than the current one. */
+void api_sandbox_renew(struct api *api, struct http_request *req, const struct api_caller *c,
+                       const char *id)
+{
+    struct sandbox *sb = find_or_respond(api, req, c, id);
+    if (sb == NULL)
+        return;
+    json_t *body = api_parse_json_object(req);
+    if (body == NULL)
+        return;
+    const char *text = NULL;
+    int64_t now = sandbox_now_ms(), when = -1;
+    if (json_unpack(body, "{s:s !}", "expiresAt", &text) == 0)
+        when = rfc3339_parse_ms(text);
+    if (when < 0) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                           "expected {\"expiresAt\": an RFC 3339 date-time} and nothing else");
+    } else if (sb->expires_ms == 0) {
+        api_respond_errorf(req, 409, "SANDBOX::NO_EXPIRATION",
+                           "sandbox %s was created without a timeout: it has no expiration to "
+                           "renew",
+                           sb->id);
+    } else if (sb->state != SANDBOX_RUNNING && sb->state != SANDBOX_PAUSED) {
+        api_respond_errorf(req, 409, "SANDBOX::INVALID_STATE", "cannot renew sandbox %s: it is %s",
+                           sb->id, sandbox_state_name(sb->state));
+    } else if (when <= now || when <= sb->expires_ms) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                           "expiresAt must be in the future and later than the current "
+                           "expiration");
+    } else if (when - now > api->config.max_timeout_s * 1000) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                           "expiresAt is more than the server's maximum of %lld seconds away",
+                           (long long)api->config.max_timeout_s);
+    } else {
+        struct cove_error *err = NULL;
+        if (sandbox_renew(api->sandboxes, sb, when, &err) < 0) {
+            api_respond_error(req, err);
+            cove_error_free(err);
+        } else {
+            char expires[40];
+            sandbox_format_time(sb->expires_ms, expires, sizeof(expires));
+            api_respond_json(req, 200, json_pack("{s:s}", "expiresAt", expires));
+        }
+    }
+    json_decref(body);
 }

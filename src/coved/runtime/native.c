@@ -11,6 +11,7 @@
 #include <ftw.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/securebits.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -358,9 +359,25 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         signal(sig, SIG_DFL);
 
     read_byte(status_fd, go_fd, 'C'); /* placed in the sandbox's cgroups */
+    uint32_t owner = 0;
+    if (read(go_fd, &owner, sizeof(owner)) != (ssize_t)sizeof(owner) || owner == 0)
+        child_fail(status_fd, "handshake with coved (namespace owner)");
     build_root(status_fd, a->spec);
     if (unshare(CLONE_NEWCGROUP) < 0)
         child_fail(status_fd, "unshare cgroup namespace");
+    /* The user namespace belongs to the euid that creates it, and what its processes take of
+     * the kernel's per-user budgets (inotify instances, user namespaces, message queues, ...)
+     * is charged to that owner in the host's namespace as well. Created as host root, one
+     * sandbox could use up root's share (128 inotify instances by default) and break the
+     * host's services and every other sandbox. So each sandbox's namespace is owned by a host
+     * uid of its own that no process runs as. SECBIT_NO_SETUID_FIXUP keeps the capabilities
+     * across the change, so the namespace is still made by a privileged process (hosts may
+     * refuse or restrict unprivileged user namespaces); the bit is cleared once inside. */
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0)
+        child_fail(status_fd, "securebits");
+    if (setgroups(0, NULL) < 0 || setresgid(owner, owner, owner) < 0 ||
+        setresuid(owner, owner, owner) < 0)
+        child_fail(status_fd, "become the namespace owner %u", owner);
     if (unshare(CLONE_NEWUSER) < 0)
         child_fail(status_fd, "unshare user namespace");
     if (write(status_fd, "U", 1) != 1)
@@ -368,6 +385,10 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     read_byte(status_fd, go_fd, 'M'); /* uid and gid maps written */
     if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
         child_fail(status_fd, "become root of the user namespace");
+    /* From here on a change of uid drops capabilities again (the agent runs commands as
+     * other users). */
+    if (prctl(PR_SET_SECUREBITS, 0, 0, 0, 0) < 0)
+        child_fail(status_fd, "securebits");
 
     struct cove_error *err = NULL;
     if (runtime_caps_trim(&err) < 0) {
@@ -572,7 +593,12 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
     }
     if (cgroup_add_pid(&rt->cgroups, spec->id, pid, err) < 0)
         goto fail_child;
-    if (write(go[1], "C", 1) != 1) {
+    /* 'C', then the host uid that owns the sandbox's user namespace: distinct for every
+     * live sandbox, since it derives from the pid of its PID 1. */
+    char go_msg[1 + sizeof(uint32_t)] = {'C'};
+    uint32_t owner = RUNTIME_NS_OWNER_BASE + (uint32_t)pid;
+    memcpy(go_msg + 1, &owner, sizeof(owner));
+    if (write(go[1], go_msg, sizeof(go_msg)) != (ssize_t)sizeof(go_msg)) {
         cove_error_sys(err, "handshake");
         goto fail_child;
     }

@@ -13,6 +13,10 @@
  * userns-remap): root inside is HOST_ID_BASE outside, never 0. */
 #define RUNTIME_HOST_ID_BASE 100000u
 #define RUNTIME_ID_COUNT 65536u
+/* Host uids that own sandboxes' user namespaces: this base plus the host pid of the sandbox's
+ * PID 1 (pids stay below 2^22). No process runs as one of them; they keep the kernel's
+ * per-user budgets of each sandbox apart from root's and from each other's. */
+#define RUNTIME_NS_OWNER_BASE 0x70000000u
 /* The agent listens on this TCP port inside sandboxes reached over TCP; the gateway maps this
  * port to the agent's unix socket for native sandboxes. */
 #define RUNTIME_AGENT_PORT 44772

@@ -144,6 +144,15 @@ static void save_or_log(struct sandbox_manager *mgr, struct sandbox *sb)
     cove_error_free(err);
 }
 
+static void random_hex(char *out, size_t bytes)
+{
+    unsigned char buf[32];
+    if (bytes > sizeof(buf) || getrandom(buf, bytes, 0) != (ssize_t)bytes)
+        abort(); /* the kernel's CSPRNG does not fail once initialised */
+    for (size_t i = 0; i < bytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", buf[i]);
+}
+
 static void new_id(char *out, size_t size)
 {
     static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
@@ -222,6 +231,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
+    random_hex(sb->access_token, 32);
     set_state(sb, SANDBOX_PENDING, "provisioning", "sandbox is being created");
 
     char **env = build_env(sb);
@@ -271,6 +281,37 @@ struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const 
     }
     cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %.64s not found", id);
     return NULL;
+}
+
+struct sandbox *sandbox_find_any(struct sandbox_manager *mgr, const char *id)
+{
+    return sandbox_find(mgr, id, NULL, NULL);
+}
+
+int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t *metadata,
+                         struct cove_error **err)
+{
+    json_t *old = sb->metadata;
+    sb->metadata = json_incref(metadata);
+    if (store_save(mgr->store, sb, err) < 0) {
+        json_decref(sb->metadata);
+        sb->metadata = old;
+        return -1;
+    }
+    json_decref(old);
+    return 0;
+}
+
+int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expires_ms,
+                  struct cove_error **err)
+{
+    int64_t old = sb->expires_ms;
+    sb->expires_ms = expires_ms;
+    if (store_save(mgr->store, sb, err) < 0) {
+        sb->expires_ms = old;
+        return -1;
+    }
+    return 0;
 }
 
 int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,

@@ -41,6 +41,7 @@ struct sandbox {
     json_t *limits;     /* resourceLimits as requested */
     struct runtime_process proc;
     char run_dir[512];
+    char access_token[65]; /* lets a client reach this sandbox's ports, and nothing else */
 };
 
 /* What a create request asks for, already validated. */
@@ -71,6 +72,14 @@ int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *
                    struct cove_error **err);
 int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err);
 int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err);
+/* Replaces the metadata (already merged and validated) and persists it. */
+int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t *metadata,
+                         struct cove_error **err);
+/* Moves the expiry to expires_ms (already validated) and persists it. */
+int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expires_ms,
+                  struct cove_error **err);
+/* Finds a sandbox by id alone (the gateway, authenticated by the sandbox's own token). */
+struct sandbox *sandbox_find_any(struct sandbox_manager *mgr, const char *id);
 /* Calls fn for every sandbox owner may see, in creation order. */
 void sandbox_foreach(struct sandbox_manager *mgr, const char *owner,
                      void (*fn)(struct sandbox *sb, void *arg), void *arg);

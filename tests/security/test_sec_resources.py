@@ -1,0 +1,228 @@
+"""Resource bombs: a fork bomb, a memory bomb and a disk filler hit the sandbox's own limits;
+the sandbox's agent, the daemon, other sandboxes and the host carry on."""
+
+import os
+import statistics
+import threading
+import time
+
+from conftest import delete_and_check
+from covetest import ApiError, cgroup_file, descendants, sandbox_init_pid
+
+MiB = 1 << 20
+
+
+class Sampler(threading.Thread):
+    """Samples a cgroup counter of one sandbox until stopped; keeps the peak."""
+
+    def __init__(self, sid, controller, name, interval=0.02):
+        super().__init__(daemon=True)
+        self.sid, self.controller, self.name, self.interval = sid, controller, name, interval
+        self.peak = 0
+        self.samples = 0
+        self.halt = threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            v = cgroup_file(self.sid, self.controller, self.name)
+            if v is not None and v.isdigit():
+                self.peak = max(self.peak, int(v))
+                self.samples += 1
+            time.sleep(self.interval)
+
+    def stop(self):
+        self.halt.set()
+        self.join()
+        return self.peak
+
+
+def pids_events_max(sid):
+    """How often the pids limit refused a fork (v1 and v2 both say `max N`)."""
+    ev = cgroup_file(sid, "pids", "pids.events") or "max 0"
+    return int(dict(l.split() for l in ev.splitlines()).get("max", 0))
+
+
+def answer_within(coved, sid, seconds):
+    """Retries `echo` until the sandbox answers; returns the wait, or None."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        try:
+            r = coved.exec(sid, "echo alive", http_timeout=seconds)
+            if r.exit_code == 0 and r.stdout == "alive\n":
+                return time.monotonic() - t0
+        except (ApiError, OSError):
+            pass
+        time.sleep(0.2)
+    return None
+
+
+def test_fork_bomb_stops_at_pids_limit(coved, make_sandbox):
+    baseline = len(descendants(coved.proc.pid))
+    sid = make_sandbox(limits={"cpu": "1", "memory": "512Mi", "pids": "64"})
+    assert cgroup_file(sid, "pids", "pids.max") == "64"
+    agent = sandbox_init_pid(sid)
+
+    # The classic: every copy backgrounds two more and returns, so the command itself ends
+    # at once and the bomb goes on by itself in the sandbox.
+    sampler = Sampler(sid, "pids", "pids.current")
+    sampler.start()
+    try:
+        coved.exec(sid, ":(){ :|:& };: 2>/dev/null")
+        time.sleep(2)
+        during = len(descendants(coved.proc.pid))
+        waited = answer_within(coved, sid, 60)
+    finally:
+        peak = sampler.stop()
+    refused = pids_events_max(sid)
+    print(f"classic bomb: peak {peak} pids, {refused} forks refused, coved's descendants "
+          f"{baseline} -> {during}, sandbox answered after {waited}")
+    assert 0 < peak <= 64 and refused > 0
+    assert during <= baseline + 64 + 1
+    assert waited is not None, "the sandbox no longer answers after a fork bomb"
+
+    # A blocking bomb (every copy waits for its two children), ended by the command timeout,
+    # and a Python fork loop: both stopped by the agent killing the command's process group.
+    for bomb in ("bomb(){ bomb | bomb; }; bomb 2>/dev/null",
+                 "python3 -c 'import os, time\nwhile True:\n"
+                 "    try: os.fork()\n    except OSError: time.sleep(0.01)'"):
+        before = pids_events_max(sid)
+        sampler = Sampler(sid, "pids", "pids.current")
+        sampler.start()
+        try:
+            t0 = time.monotonic()
+            r = coved.exec(sid, bomb, timeout_ms=3000)
+            took = time.monotonic() - t0
+            waited = answer_within(coved, sid, 60)
+        finally:
+            peak = sampler.stop()
+        print(f"{bomb.split('(')[0]}: peak {peak} pids, {pids_events_max(sid) - before} forks "
+              f"refused, ended after {took:.1f}s ({r.exit_code}), answered after {waited}")
+        assert 0 < peak <= 64 and pids_events_max(sid) > before
+        assert r.exit_code != 0
+        assert waited is not None
+    assert sandbox_init_pid(sid) == agent
+    assert coved.health()["status"] == "healthy"
+    delete_and_check(coved, sid)
+    assert len(descendants(coved.proc.pid)) == baseline
+    print(f"host processes: {len([p for p in os.listdir('/proc') if p.isdigit()])}")
+
+
+def test_memory_bomb_is_oom_killed_inside(coved, make_sandbox):
+    sid = make_sandbox(limits={"cpu": "1", "memory": "256Mi", "pids": "64"})
+    agent = sandbox_init_pid(sid)
+    limit = int(cgroup_file(sid, "memory", "memory.limit_in_bytes") or
+                cgroup_file(sid, "memory", "memory.max"))
+    assert limit == 256 * MiB
+    sampler = Sampler(sid, "memory", "memory.usage_in_bytes")
+    sampler.start()
+    try:
+        r = coved.exec(sid, "python3 -c 'x = b\"x\" * (2 << 30); print(len(x))'")
+    finally:
+        peak = sampler.stop()
+    err = [e["error"] for e in r.events if e.get("type") == "error"]
+    print(f"memory bomb: {err}, peak usage {peak / MiB:.0f} MiB of {limit / MiB:.0f}")
+    assert r.exit_code == -1 and err and err[0]["traceback"] == ["signal: killed"], r.events
+    assert r.stdout == ""
+    if sampler.samples:
+        assert peak <= limit
+    oom = cgroup_file(sid, "memory", "memory.oom_control") or \
+        cgroup_file(sid, "memory", "memory.events")
+    assert int(dict(l.split() for l in oom.splitlines())["oom_kill"]) >= 1, oom
+    # The agent (PID 1) survived and answers; the daemon too.
+    assert sandbox_init_pid(sid) == agent
+    assert coved.sh(sid, "echo alive") == "alive\n"
+    assert coved.sh(sid, "python3 -c 'print(len(b\"y\" * (64 << 20)))'") == f"{64 * MiB}\n"
+    assert coved.proc.poll() is None and coved.health()["status"] == "healthy"
+    delete_and_check(coved, sid)
+
+
+def du(path):
+    total = 0
+    for root, dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def host_used(path="/"):
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def test_disk_filler_hits_enospc(coved, make_sandbox):
+    sid = make_sandbox(limits={"cpu": "1", "memory": "512Mi", "ephemeral-storage": "64Mi"})
+    state_before, host_before, tmp_before = du(coved.state_dir), host_used("/"), host_used("/tmp")
+    r = coved.exec(sid, "dd if=/dev/zero of=/tmp/fill bs=1M")
+    assert r.exit_code != 0 and "No space left on device" in r.stderr, r.stderr
+    size = int(coved.sh(sid, "stat -c %s /tmp/fill"))
+    assert 56 * MiB <= size <= 64 * MiB, size
+    # The whole writable layer is full, not just /tmp; fallocate cannot get around it.
+    r = coved.exec(sid, "echo x > /home/user/more")
+    assert r.exit_code != 0 and "No space left on device" in r.stderr
+    r = coved.exec(sid, "fallocate -l 1G /tmp/big")
+    assert r.exit_code != 0
+    # The layer is memory charged to the sandbox, not the host's disk.
+    usage = int(cgroup_file(sid, "memory", "memory.usage_in_bytes") or
+                cgroup_file(sid, "memory", "memory.current"))
+    state_after, host_after, tmp_after = du(coved.state_dir), host_used("/"), host_used("/tmp")
+    print(f"disk filler: {size / MiB:.1f} MiB written, sandbox memory {usage / MiB:.0f} MiB, "
+          f"state dir {state_before} -> {state_after} B, host disk used "
+          f"{(host_after - host_before) / MiB:+.1f} MiB (/tmp {(tmp_after - tmp_before) / MiB:+.1f})")
+    assert usage >= size
+    assert state_after - state_before < MiB
+    assert host_after - host_before < 32 * MiB and tmp_after - tmp_before < 32 * MiB
+    # Freeing space makes it usable again; the agent was never in danger.
+    assert coved.sh(sid, "rm /tmp/fill && head -c 1048576 /dev/zero > /tmp/ok && "
+                         "stat -c %s /tmp/ok") == "1048576\n"
+    delete_and_check(coved, sid)
+
+
+def test_host_and_daemon_stay_responsive_under_bombs(coved, make_sandbox):
+    hostile = make_sandbox(limits={"cpu": "2", "memory": "256Mi", "pids": "64"})
+    calm = make_sandbox(limits={"cpu": "500m", "memory": "256Mi"})
+    bombs = ("(while :; do :; done) & (while :; do :; done) & "
+             "(python3 -c 'l = []\nwhile True: l.append(b\"x\" * (16 << 20))' ; "
+             "python3 -c 'l = []\nwhile True: l.append(b\"x\" * (16 << 20))') & "
+             "bomb(){ bomb | bomb; }; bomb 2>/dev/null")
+    done = threading.Event()
+    outcome = {}
+
+    def run():
+        try:
+            outcome["r"] = coved.exec(hostile, bombs, timeout_ms=6000)
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcome["e"] = e
+        finally:
+            done.set()
+
+    t = threading.Thread(target=run)
+    t.start()
+    echo_ms, health_ms = [], []
+    try:
+        time.sleep(0.5)
+        while not done.is_set():
+            t0 = time.monotonic()
+            assert coved.sh(calm, "echo hi") == "hi\n"
+            echo_ms.append((time.monotonic() - t0) * 1000)
+            t0 = time.monotonic()
+            assert coved.health()["status"] == "healthy"
+            health_ms.append((time.monotonic() - t0) * 1000)
+            time.sleep(0.05)
+    finally:
+        t.join()
+    assert "e" not in outcome, outcome
+    assert len(echo_ms) >= 3
+
+    def fmt(v):
+        return (f"n={len(v)} min {min(v):.1f} median {statistics.median(v):.1f} "
+                f"max {max(v):.1f} ms")
+
+    print(f"\nwhile bombing: echo in another sandbox {fmt(echo_ms)}; GET /health {fmt(health_ms)}")
+    # Deleting the sandbox while its bomb still rages leaves nothing behind.
+    coved.exec(hostile, "bomb(){ bomb | bomb; }; bomb 2>/dev/null & sleep 0.5; echo started")
+    delete_and_check(coved, hostile)
+    assert coved.sh(calm, "echo hi") == "hi\n"
+    delete_and_check(coved, calm)
