@@ -7,7 +7,8 @@ start an isolated environment, run `echo hi`, read its first output, tear it dow
   first  = from the start of the request until "hi" reaches the client
   cycle  = the same, plus waiting for the end of the command and the teardown
 
-Sequential (one at a time) and concurrent (a fixed number in flight, in threads).
+Three modes: sequential (back to back), concurrent (a fixed number in flight, in threads)
+and idle (one at a time after a pause, as a lone request on a quiet host would see it).
 Then the host memory an idle, paused Cove sandbox costs.
 
 Only the Python 3 standard library is used. Everything made (coved and its state dir,
@@ -341,9 +342,6 @@ class Podman(ProcTool):
                               "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
                               self.image, "echo", "hi"]
 
-    def once(self):
-        return super().once()
-
     def cleanup(self):
         if os.path.isdir(self.dir):
             try:
@@ -380,7 +378,6 @@ class Coved:
                      "POST .../proxy/44772/command (new connection), DELETE (keep-alive)")
         self.lock = threading.Lock()
         self.local = threading.local()
-        self.cgroup_v2 = None
 
     def start(self, log_level="info"):
         os.makedirs(self.state)
@@ -394,7 +391,10 @@ class Coved:
         self.proc = subprocess.Popen(
             [coved, "--listen", "127.0.0.1:0", "--state-dir", self.state, "--api-key", self.key,
              "--log-level", log_level],
-            stdout=subprocess.PIPE, stderr=self.logf, stdin=subprocess.DEVNULL)
+            stdout=subprocess.PIPE, stderr=self.logf, stdin=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C on the terminal must reach the bench only, which then
+            # deletes the sandboxes through the API before stopping coved.
+            start_new_session=True)
         line = self.proc.stdout.readline().decode()
         if "ready on" not in line:
             self.proc.wait(5)
@@ -526,13 +526,6 @@ class Coved:
                 return d
         return None
 
-    def cgroup_leftovers(self, ids):
-        left = []
-        for sid in ids:
-            left += [d for d in glob.glob(f"/sys/fs/cgroup/*/cove/{sid}") + glob.glob(
-                f"/sys/fs/cgroup/cove/{sid}") if os.path.isdir(d)]
-        return left
-
     def stop(self, all_ids):
         """Deletes what is left through the API, stops coved, and removes by hand whatever
         a failure may have left (processes, cgroups, mounts)."""
@@ -657,8 +650,6 @@ class EventStream:
                 except ValueError:
                     continue
                 out.append(ev)
-                if ev.get("type") in ("execution_complete", "error"):
-                    pass
         self.body = text
         self.events += out
         return out
@@ -761,6 +752,8 @@ def worker_main(args):
 
 MEMINFO_FIELDS = ["MemAvailable", "Used", "AnonPages", "Shmem", "Slab", "SUnreclaim",
                   "KernelStack", "PageTables"]
+# What a sandbox can add to the host's used memory, field by field (SUnreclaim is in Slab).
+ACCOUNTED_FIELDS = ["AnonPages", "Shmem", "Slab", "KernelStack", "PageTables"]
 
 
 def meminfo_sample(samples=10, interval=0.1):
@@ -873,6 +866,10 @@ def measure_memory(cove, n, rounds):
         "meminfo_per_sandbox_kib": {k: med(lambda x, k=k: x["meminfo_per_sandbox_kib"][k])
                                     for k in MEMINFO_FIELDS},
         "not_returned_kib": med(lambda x: x["not_returned_kib"]),
+        "first_round_memavailable_kib": res[0]["meminfo_per_sandbox_kib"]["MemAvailable"],
+        "first_round_used_kib": res[0]["meminfo_per_sandbox_kib"]["Used"],
+        "accounted_kib": med(lambda x: sum(x["meminfo_per_sandbox_kib"][k]
+                                           for k in ACCOUNTED_FIELDS)),
         "noise_kib": max(x["noise_kib"] for x in res),
         "cgroup_usage_kib_per_sandbox": med(lambda x: x["cgroup_usage_kib_per_sandbox"]),
         "cgroup_breakdown_kib_per_sandbox": {
@@ -946,12 +943,19 @@ def print_report(info, results, memory, args, wall):
 
         def mm(d):
             return f"{d['median']:.0f} [{d['min']:.0f}..{d['max']:.0f}]"
-        p(f"host MemAvailable decrease: {mm(mi['MemAvailable'])}; host used (free(1)) increase: "
-          f"{mm(mi['Used'])}")
-        p("  meminfo deltas: " + ", ".join(
+        p(f"host MemAvailable decrease: first round {memory['first_round_memavailable_kib']:.0f}; "
+          f"all rounds {mm(mi['MemAvailable'])}")
+        p(f"host used (free(1)) increase: first round {memory['first_round_used_kib']:.0f}; "
+          f"all rounds {mm(mi['Used'])}")
+        p(f"host used memory by /proc/meminfo field (AnonPages+Shmem+Slab+KernelStack+PageTables):"
+          f" {mm(memory['accounted_kib'])}")
+        p("  fields (median): " + ", ".join(
             f"{k} {mi[k]['median']:.0f}" for k in MEMINFO_FIELDS[2:]) +
-          f"; sum of these {sum(mi[k]['median'] for k in MEMINFO_FIELDS[2:] if k != 'SUnreclaim'):.0f}"
           " (SUnreclaim is part of Slab)")
+        p("  (MemFree/MemAvailable deltas of a few MB read low: pages freed earlier, by any "
+          "process or by the previous round's deletions, wait on the kernel's per-CPU free lists,"
+          " which MemFree does not count, and are reused first. The field sum and the cgroup "
+          "charge are the steadier figures.)")
         p(f"  noise: MemAvailable moved by up to {memory['noise_kib']} KiB within 0.2 s,"
           f" i.e. ±{memory['noise_kib'] / memory['n']:.0f} KiB per sandbox")
         p(f"sum of cgroup {memory['cgroup_file']}: {mm(memory['cgroup_usage_kib_per_sandbox'])};"
@@ -1088,9 +1092,11 @@ def main():
             cove = Coved(tmp, args.coved, args.agent, args.cove_state_parent).start()
             if args.cove_state_parent:
                 cove.note += f"; state dir under {args.cove_state_parent}"
-            results.append(measure_tool(cove, args))
+            # Memory first, while few pages freed by this run itself sit on per-CPU free lists
+            # (see the note printed with the result).
             if args.memory_sandboxes > 0:
                 memory = measure_memory(cove, args.memory_sandboxes, args.memory_rounds)
+            results.append(measure_tool(cove, args))
         for name in tools:
             if name == "cove":
                 continue

@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential meson ninja-build pkg-config
   libevent-dev libjansson-dev libsqlite3-dev libseccomp-dev libhttp-parser-dev
-  libssl-dev libcurl4-openssl-dev
+  libssl-dev libcurl4-openssl-dev libinih-dev
   python3 python3-pytest python3-ipykernel
   busybox-static iproute2 procps tar
 )

@@ -2,8 +2,6 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
-#include <getopt.h>
-#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,151 +12,12 @@
 #include <unistd.h>
 
 #include "coved/api/api.h"
+#include "coved/config.h"
 #include "coved/runtime/runtime.h"
 #include "coved/sandbox/sandbox.h"
 #include "coved/sandbox/template.h"
 #include "coved/store/store.h"
 #include "lib/log.h"
-
-#define DEFAULT_LISTEN "127.0.0.1:8080"
-#define DEFAULT_STATE_DIR "/var/lib/cove"
-#define DEFAULT_MAX_TIMEOUT_S (7 * 24 * 3600)
-#define MAX_KEYS 64
-
-static const char usage[] =
-    "Usage: coved [OPTIONS]\n"
-    "\n"
-    "The Cove daemon: sandboxes for AI agents, over the OpenSandbox lifecycle API.\n"
-    "\n"
-    "Options (each also an environment variable):\n"
-    "  --listen HOST:PORT    address to serve on (COVE_LISTEN; default " DEFAULT_LISTEN ")\n"
-    "  --state-dir DIR       database, templates and run dirs (COVE_STATE_DIR;\n"
-    "                        default " DEFAULT_STATE_DIR ")\n"
-    "  --api-key KEY         accept this OPEN-SANDBOX-API-KEY; repeatable (COVE_API_KEYS,\n"
-    "                        comma-separated). With none, a key is generated once and kept\n"
-    "                        in STATE_DIR/api_key\n"
-    "  --insecure            accept requests without any key (loopback addresses only)\n"
-    "  --agent PATH          the static cove-agent binary (COVE_AGENT; default: next to coved)\n"
-    "  --max-timeout SECONDS longest sandbox timeout accepted (default 604800)\n"
-    "  --log-level LEVEL     debug, info, warn or error (COVE_LOG_LEVEL; default info)\n"
-    "  -h, --help            this text\n"
-    "\n"
-    "Sandboxes outlive coved: a restarted coved re-adopts them from STATE_DIR/cove.db.\n";
-
-struct options {
-    char listen[256];
-    char state_dir[PATH_MAX];
-    char agent[PATH_MAX];
-    char *keys[MAX_KEYS + 1];
-    size_t key_count;
-    bool insecure;
-    int64_t max_timeout_s;
-};
-
-static int add_keys(struct options *o, const char *list)
-{
-    char *copy = strdup(list);
-    char *save = NULL;
-    for (char *k = strtok_r(copy, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
-        if (o->key_count == MAX_KEYS) {
-            free(copy);
-            return -1;
-        }
-        o->keys[o->key_count++] = strdup(k);
-    }
-    free(copy);
-    return 0;
-}
-
-static void default_agent_path(char *out, size_t size)
-{
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n < 0) {
-        snprintf(out, size, "cove-agent");
-        return;
-    }
-    exe[n] = '\0';
-    char *dir = dirname(exe);
-    /* Installed side by side, or the build tree (build/src/coved, build/src/agent). */
-    snprintf(out, size, "%s/cove-agent", dir);
-    if (access(out, X_OK) == 0)
-        return;
-    snprintf(out, size, "%s/../agent/cove-agent", dir);
-}
-
-static int parse_options(int argc, char **argv, struct options *o)
-{
-    const char *env;
-    snprintf(o->listen, sizeof(o->listen), "%s",
-             (env = getenv("COVE_LISTEN")) ? env : DEFAULT_LISTEN);
-    snprintf(o->state_dir, sizeof(o->state_dir), "%s",
-             (env = getenv("COVE_STATE_DIR")) ? env : DEFAULT_STATE_DIR);
-    if ((env = getenv("COVE_AGENT")))
-        snprintf(o->agent, sizeof(o->agent), "%s", env);
-    else
-        default_agent_path(o->agent, sizeof(o->agent));
-    if ((env = getenv("COVE_API_KEYS")) && add_keys(o, env) < 0)
-        return -1;
-    if ((env = getenv("COVE_LOG_LEVEL")) && strcmp(env, "debug") == 0)
-        cove_log_set_level(COVE_LOG_DEBUG);
-    o->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
-    static const struct option longopts[] = {
-        {"listen", required_argument, NULL, 'l'},
-        {"state-dir", required_argument, NULL, 's'},
-        {"api-key", required_argument, NULL, 'k'},
-        {"insecure", no_argument, NULL, 'i'},
-        {"agent", required_argument, NULL, 'a'},
-        {"max-timeout", required_argument, NULL, 't'},
-        {"log-level", required_argument, NULL, 'L'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'l':
-            snprintf(o->listen, sizeof(o->listen), "%s", optarg);
-            break;
-        case 's':
-            snprintf(o->state_dir, sizeof(o->state_dir), "%s", optarg);
-            break;
-        case 'k':
-            if (add_keys(o, optarg) < 0)
-                return -1;
-            break;
-        case 'i':
-            o->insecure = true;
-            break;
-        case 'a':
-            snprintf(o->agent, sizeof(o->agent), "%s", optarg);
-            break;
-        case 't':
-            o->max_timeout_s = strtoll(optarg, NULL, 10);
-            if (o->max_timeout_s < 60)
-                return -1;
-            break;
-        case 'L':
-            if (strcmp(optarg, "debug") == 0)
-                cove_log_set_level(COVE_LOG_DEBUG);
-            else if (strcmp(optarg, "info") == 0)
-                cove_log_set_level(COVE_LOG_INFO);
-            else if (strcmp(optarg, "warn") == 0)
-                cove_log_set_level(COVE_LOG_WARN);
-            else if (strcmp(optarg, "error") == 0)
-                cove_log_set_level(COVE_LOG_ERROR);
-            else
-                return -1;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            exit(0);
-        default:
-            return -1;
-        }
-    }
-    return optind == argc ? 0 : -1;
-}
 
 /* HOST:PORT or [V6]:PORT. */
 static int split_listen(const char *listen, char *host, size_t size, int *port)
@@ -191,7 +50,7 @@ static bool is_loopback(const char *host)
 }
 
 /* With no key configured, one is generated on first start and kept for the next ones. */
-static int load_or_make_key(struct options *o, struct cove_error **err)
+static int load_or_make_key(struct coved_config *o, struct cove_error **err)
 {
     char path[PATH_MAX + 16], key[128];
     snprintf(path, sizeof(path), "%s/api_key", o->state_dir);
@@ -231,19 +90,25 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 int main(int argc, char **argv)
 {
     cove_log_set_prefix("coved");
-    struct options o = {0};
-    if (parse_options(argc, argv, &o) < 0) {
-        fputs(usage, stderr);
+    struct coved_config o;
+    struct cove_error *cfg_err = NULL;
+    if (config_load(argc, argv, &o, &cfg_err) < 0) {
+        fprintf(stderr, "coved: %s\n", cfg_err->message);
+        cove_error_free(cfg_err);
+        config_free(&o);
         return 2;
     }
+    cove_log_set_level((enum cove_log_level)o.log_level);
     char host[256];
     int port;
     if (split_listen(o.listen, host, sizeof(host), &port) < 0) {
         fprintf(stderr, "coved: --listen takes HOST:PORT, not '%s'\n", o.listen);
+        config_free(&o);
         return 2;
     }
     if (o.insecure && !is_loopback(host)) {
         fprintf(stderr, "coved: --insecure is only allowed on a loopback address\n");
+        config_free(&o);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -292,6 +157,7 @@ int main(int argc, char **argv)
         .api_keys = o.keys,
         .insecure = o.insecure,
         .max_timeout_s = o.max_timeout_s,
+        .public_host = o.public_host,
     };
     if (api_start(&api, &err) < 0)
         goto out;
@@ -322,7 +188,6 @@ out:
     runtime_fini(&rt);
     if (base)
         event_base_free(base);
-    for (size_t i = 0; i < o.key_count; i++)
-        free(o.keys[i]);
+    config_free(&o);
     return rc;
 }

@@ -1,26 +1,35 @@
 // Test harness for the SDK compatibility tests: starts a real coved on its own temp state dir
 // and port, and takes down everything it made (sandboxes, coved, leftover cgroups, the state
-// dir) even when a test failed. Only the teardown talks to coved without the SDK, so that it
+// dir) even when a test fails. Only the teardown talks to coved without the SDK, so that it
 // works whatever state the SDK-facing routes are in.
+//
+// The test process may die without running its teardown: `node --test` kills its test files
+// hard on Ctrl-C or a timeout. So start() also spawns a reaper (this file, run with --reap) in
+// its own process group, holding the read end of a pipe from the test process: when that pipe
+// closes, whoever closed it, the reaper runs the same cleanup (a no-op if it was done). coved
+// also gets its own process group, so that a Ctrl-C does not stop it before the reaper has
+// deleted the sandboxes through it (coved leaves sandboxes running when it stops).
 
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import {
-  closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmdirSync, rmSync,
-  statSync, writeFileSync,
+  appendFileSync, closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync,
+  rmdirSync, rmSync, statSync, writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
-const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const SELF = fileURLToPath(import.meta.url);
+const ROOT = resolve(dirname(SELF), "..", "..");
 const BUILD = process.env.COVE_BUILD_DIR ? resolve(process.env.COVE_BUILD_DIR) : join(ROOT, "build");
 export const COVED = join(BUILD, "src", "coved", "coved");
 export const AGENT = join(BUILD, "src", "agent", "cove-agent");
 export const AGENT_PORT = 44772;
 
 const CGROUP_ROOT = "/sys/fs/cgroup";
+const REAPER_LOG = join(tmpdir(), "cove-compat-reaper.log");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Every cgroup directory (v1 or v2) Cove may have made for a sandbox: .../cove/{id}. */
@@ -105,19 +114,18 @@ function mountsUnder(dir) {
 }
 
 export class Coved {
-  constructor({ apiKey } = {}) {
+  /** A new coved (then start()), or, given stateDir/port/pid, one already started. */
+  constructor({ apiKey, stateDir, port, pid } = {}) {
     this.apiKey = apiKey ?? `compat-${randomBytes(12).toString("hex")}`;
-    this.stateDir = mkdtempSync(join(tmpdir(), "cove-compat-"));
+    this.stateDir = stateDir ?? mkdtempSync(join(tmpdir(), "cove-compat-"));
     this.logPath = join(this.stateDir, "coved.log");
+    this.port = port ?? null;
+    this.pid = pid ?? null;
     this.proc = null;
-    this.port = null;
+    this.reaper = null;
     /** Ids of every sandbox the tests made: all are deleted in cleanup(). */
     this.sandboxIds = new Set();
-    this.exitHook = () => {
-      if (this.proc && this.proc.exitCode === null && this.proc.signalCode === null) {
-        this.proc.kill("SIGKILL");
-      }
-    };
+    this.cleaning = null;
   }
 
   /** host:port of the lifecycle API, as the SDK's `domain` wants it (no scheme). */
@@ -136,13 +144,19 @@ export class Coved {
     const logFd = openSync(this.logPath, "a");
     const args = ["--listen", "127.0.0.1:0", "--state-dir", this.stateDir, "--agent", AGENT,
       "--api-key", this.apiKey];
+    let proc;
     try {
-      this.proc = spawn(COVED, args, { stdio: ["ignore", "pipe", logFd] });
+      proc = spawn(COVED, args, { stdio: ["ignore", "pipe", logFd], detached: true });
     } finally {
       closeSync(logFd);
     }
-    process.on("exit", this.exitHook);
-    const proc = this.proc;
+    this.proc = proc;
+    await new Promise((ok, fail) => {
+      proc.once("spawn", ok);
+      proc.once("error", fail);
+    });
+    this.pid = proc.pid;
+    this.startReaper();
     const line = await new Promise((resolveLine, reject) => {
       const rl = createInterface({ input: proc.stdout });
       const timer = setTimeout(() => {
@@ -158,17 +172,27 @@ export class Coved {
         clearTimeout(timer);
         reject(new Error(`coved exited (${code ?? sig}) before it was ready\n${this.log()}`));
       });
-      proc.once("error", (e) => {
-        clearTimeout(timer);
-        reject(e);
-      });
     });
     const m = /coved ready on http:\/\/([^\s:]+):(\d+)/.exec(line);
     if (!m) throw new Error(`unexpected first line from coved: ${JSON.stringify(line)}`);
     this.port = Number(m[2]);
+    this.reaper.stdin.write(`${JSON.stringify({ port: this.port })}\n`);
     // Keep reading stdout so that coved never blocks on a full pipe.
     proc.stdout.resume();
     return this;
+  }
+
+  startReaper() {
+    const info = { stateDir: this.stateDir, pid: this.pid, apiKey: this.apiKey };
+    this.reaper = spawn(process.execPath, [SELF, "--reap", JSON.stringify(info)], {
+      stdio: ["pipe", "ignore", "ignore"],
+      detached: true,
+    });
+    this.reaper.on("error", () => {});
+    this.reaper.stdin.on("error", () => {});
+    // Neither the reaper nor its pipe keeps the test process alive.
+    this.reaper.unref();
+    this.reaper.stdin.unref();
   }
 
   log() {
@@ -182,6 +206,16 @@ export class Coved {
   track(id) {
     if (id) this.sandboxIds.add(id);
     return id;
+  }
+
+  /** Whether our coved still runs (its pid, with our state dir on its command line). */
+  isRunning() {
+    if (!this.pid) return false;
+    try {
+      return readFileSync(`/proc/${this.pid}/cmdline`, "utf8").split("\0").includes(this.stateDir);
+    } catch {
+      return false;
+    }
   }
 
   async raw(method, path, { timeoutMs = 15000 } = {}) {
@@ -212,13 +246,35 @@ export class Coved {
     return ids;
   }
 
+  async stop(problems) {
+    if (!this.isRunning()) return;
+    const signal = (sig) => {
+      try {
+        process.kill(this.pid, sig);
+      } catch {
+        // gone
+      }
+    };
+    signal("SIGTERM");
+    for (let i = 0; i < 300 && this.isRunning(); i++) await sleep(50);
+    if (this.isRunning()) {
+      problems.push("coved ignored SIGTERM for 15 s: killed");
+      signal("SIGKILL");
+      for (let i = 0; i < 100 && this.isRunning(); i++) await sleep(50);
+    }
+  }
+
   /** Deletes every sandbox, stops coved, kills leftovers, removes the state dir. Never throws;
-   * returns what it had to clean by force (for the log). */
-  async cleanup({ keepLogAs } = {}) {
+   * resolves to what it had to clean by force (for the log). Runs once, however often called. */
+  cleanup(opts) {
+    this.cleaning ??= this.doCleanup(opts).catch((e) => [`cleanup failed: ${e.stack ?? e}`]);
+    return this.cleaning;
+  }
+
+  async doCleanup({ keepLogAs } = {}) {
     const problems = [];
     const ids = new Set(this.sandboxIds);
-    const alive = this.proc && this.proc.exitCode === null && this.proc.signalCode === null;
-    if (alive && this.port) {
+    if (this.isRunning() && this.port) {
       try {
         for (const id of await this.listedIds()) ids.add(id);
       } catch (e) {
@@ -247,20 +303,7 @@ export class Coved {
         }
       }
     }
-    if (this.proc) {
-      const proc = this.proc;
-      if (proc.exitCode === null && proc.signalCode === null) {
-        const exited = new Promise((r) => proc.once("exit", r));
-        proc.kill("SIGTERM");
-        const timedOut = await Promise.race([exited.then(() => false), sleep(15000).then(() => true)]);
-        if (timedOut) {
-          problems.push("coved ignored SIGTERM for 15 s: killed");
-          proc.kill("SIGKILL");
-          await exited;
-        }
-      }
-      process.removeListener("exit", this.exitHook);
-    }
+    await this.stop(problems);
     const runDir = join(this.stateDir, "run");
     try {
       if (statSync(runDir).isDirectory()) for (const id of readdirSync(runDir)) ids.add(id);
@@ -282,8 +325,37 @@ export class Coved {
     if (mounts.length) {
       problems.push(`state dir ${this.stateDir} kept: mounts remain under it: ${mounts.join(", ")}`);
     } else {
-      rmSync(this.stateDir, { recursive: true, force: true });
+      try {
+        // Retries: a child coved left (its template copy) may still be finishing.
+        rmSync(this.stateDir, { recursive: true, force: true, maxRetries: 20, retryDelay: 100 });
+      } catch (e) {
+        problems.push(`removing ${this.stateDir}: ${e.message}`);
+      }
     }
+    // Done: the reaper may go (it finds nothing left to do).
+    this.reaper?.stdin.end();
     return problems;
   }
+}
+
+// The reaper: waits for its stdin to close, then cleans up after the test process.
+if (process.argv[2] === "--reap" && resolve(process.argv[1] ?? "") === SELF) {
+  const info = JSON.parse(process.argv[3]);
+  process.on("SIGINT", () => {}); // a Ctrl-C is for the tests: the reaper outlives them
+  let buffered = "";
+  process.stdin.setEncoding("utf8");
+  process.stdin.on("data", (d) => {
+    buffered += d;
+  });
+  process.stdin.on("error", () => {});
+  process.stdin.on("close", async () => {
+    for (const line of buffered.split("\n")) {
+      if (line.trim()) Object.assign(info, JSON.parse(line));
+    }
+    if (!existsSync(info.stateDir)) process.exit(0); // the tests cleaned up themselves
+    const problems = await new Coved(info).cleanup();
+    appendFileSync(REAPER_LOG, `${new Date().toISOString()} cleaned up ${info.stateDir} after ` +
+      `the test process: ${problems.length ? problems.join("; ") : "nothing forced"}\n`);
+    process.exit(0);
+  });
 }

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import delete_and_check
+from hostile import delete_and_check
 
 FIND = "find / -path /proc -prune -o -path /sys -prune -o -name {} -print 2>/dev/null; true"
 SEARCH_DIRS = "/root /home /tmp /etc /var /run /opt /srv /mnt /media /dev/shm"

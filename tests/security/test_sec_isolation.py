@@ -5,7 +5,7 @@ import os
 import secrets
 import socket
 
-from conftest import HostListener, delete_and_check, host_ipv4_addresses, run_python
+from hostile import HostListener, delete_and_check, host_ipv4_addresses, run_python
 from covetest import sandbox_host_pids
 
 

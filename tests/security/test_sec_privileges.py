@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from conftest import delete_and_check, host_sysctls, run_python
+from hostile import delete_and_check, host_sysctls, run_python
 from covetest import AGENT, cgroup_file, sandbox_init_pid
 
 # x86_64 syscall numbers; each attempt records "ok" or the errno name.

@@ -17,6 +17,7 @@ struct api_config {
     char **api_keys; /* NULL-terminated; empty only with insecure */
     bool insecure;   /* no API key at all (loopback only) */
     int64_t max_timeout_s;
+    const char *public_host; /* host[:port] for endpoints; "" means the listen address */
 };
 
 struct api {

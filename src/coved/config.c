@@ -1,0 +1,302 @@
+#include "coved/config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <ini.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "lib/log.h"
+
+#define DEFAULT_LISTEN "127.0.0.1:8080"
+#define DEFAULT_STATE_DIR "/var/lib/cove"
+#define DEFAULT_CONFIG_FILE "/etc/cove/coved.ini"
+#define DEFAULT_MAX_TIMEOUT_S (7 * 24 * 3600)
+
+static const char usage[] =
+    "Usage: coved [OPTIONS]\n"
+    "\n"
+    "The Cove daemon: sandboxes for AI agents, over the OpenSandbox lifecycle API.\n"
+    "\n"
+    "Settings come from, each overriding the one before: embedded defaults, the INI file,\n"
+    "environment variables, flags.\n"
+    "\n"
+    "  flag                   [server] key in the file    environment\n"
+    "  --config FILE          -                           COVE_CONFIG\n"
+    "      the INI file (default " DEFAULT_CONFIG_FILE ", if it exists)\n"
+    "  --listen HOST:PORT     listen                      COVE_LISTEN\n"
+    "      address to serve on (default " DEFAULT_LISTEN ")\n"
+    "  --state-dir DIR        state_dir                   COVE_STATE_DIR\n"
+    "      database, templates and run dirs (default " DEFAULT_STATE_DIR ")\n"
+    "  --api-key KEY          api_keys (comma-separated)  COVE_API_KEYS (comma-separated)\n"
+    "      accepted OPEN-SANDBOX-API-KEY values; the flag is repeatable. Each key sees only\n"
+    "      the sandboxes it created. With none, a key is generated once and kept in\n"
+    "      STATE_DIR/api_key\n"
+    "  --insecure             insecure = true             COVE_INSECURE=1\n"
+    "      accept requests without any key (only on a loopback address)\n"
+    "  --public-host HOST     public_host                 COVE_PUBLIC_HOST\n"
+    "      host[:port] clients reach coved at, used in endpoints (default: the listen\n"
+    "      address)\n"
+    "  --max-timeout SECONDS  max_sandbox_timeout_seconds COVE_MAX_TIMEOUT\n"
+    "      longest sandbox timeout accepted (default 604800)\n"
+    "  --agent PATH           agent                       COVE_AGENT\n"
+    "      the static cove-agent binary (default: next to coved)\n"
+    "  --log-level LEVEL      log_level                   COVE_LOG_LEVEL\n"
+    "      debug, info, warn or error (default info)\n"
+    "  -h, --help             this text\n"
+    "\n"
+    "Example file:\n"
+    "  [server]\n"
+    "  listen = 127.0.0.1:8080\n"
+    "  state_dir = /var/lib/cove\n"
+    "  api_keys = key-of-team-a, key-of-team-b\n"
+    "  max_sandbox_timeout_seconds = 86400\n"
+    "\n"
+    "Sandboxes outlive coved: a restarted coved re-adopts them from STATE_DIR/cove.db.\n";
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t len = strlen(s);
+    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+        s[--len] = '\0';
+    return s;
+}
+
+static int set_keys(struct coved_config *cfg, const char *list, struct cove_error **err)
+{
+    for (size_t i = 0; i < cfg->key_count; i++)
+        free(cfg->keys[i]);
+    cfg->key_count = 0;
+    cfg->keys[0] = NULL;
+    char *copy = strdup(list);
+    if (copy == NULL)
+        return cove_error_sys(err, "strdup");
+    char *save = NULL;
+    for (char *k = strtok_r(copy, ",", &save); k; k = strtok_r(NULL, ",", &save)) {
+        k = trim(k);
+        if (*k == '\0')
+            continue;
+        if (cfg->key_count == CONFIG_MAX_KEYS) {
+            free(copy);
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "at most %d API keys",
+                                  CONFIG_MAX_KEYS);
+        }
+        cfg->keys[cfg->key_count++] = strdup(k);
+        cfg->keys[cfg->key_count] = NULL;
+    }
+    free(copy);
+    return 0;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+    if (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
+        !strcasecmp(v, "on"))
+        *out = true;
+    else if (!strcasecmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no") ||
+             !strcasecmp(v, "off"))
+        *out = false;
+    else
+        return -1;
+    return 0;
+}
+
+static int parse_level(const char *v, int *out)
+{
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(v, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* One setting by its file key name; the environment and flags go through here too. */
+static int apply(struct coved_config *cfg, const char *key, const char *value, const char *from,
+                 struct cove_error **err)
+{
+    char *end;
+    if (strcmp(key, "listen") == 0) {
+        snprintf(cfg->listen, sizeof(cfg->listen), "%s", value);
+    } else if (strcmp(key, "state_dir") == 0) {
+        snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", value);
+    } else if (strcmp(key, "agent") == 0) {
+        snprintf(cfg->agent, sizeof(cfg->agent), "%s", value);
+    } else if (strcmp(key, "public_host") == 0) {
+        snprintf(cfg->public_host, sizeof(cfg->public_host), "%s", value);
+    } else if (strcmp(key, "api_keys") == 0) {
+        return set_keys(cfg, value, err);
+    } else if (strcmp(key, "insecure") == 0) {
+        if (parse_bool(value, &cfg->insecure) < 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: insecure takes true or false",
+                                  from);
+    } else if (strcmp(key, "max_sandbox_timeout_seconds") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 60)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: max_sandbox_timeout_seconds must be an integer >= 60", from);
+        cfg->max_timeout_s = v;
+    } else if (strcmp(key, "log_level") == 0) {
+        if (parse_level(value, &cfg->log_level) < 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: log_level is debug, info, warn or error", from);
+    } else {
+        return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: unknown setting '%s'", from, key);
+    }
+    return 0;
+}
+
+struct ini_state {
+    struct coved_config *cfg;
+    struct cove_error **err;
+};
+
+static int on_ini(void *user, const char *section, const char *name, const char *value)
+{
+    struct ini_state *st = user;
+    char from[PATH_MAX + 64];
+    snprintf(from, sizeof(from), "%s [%s]", st->cfg->config_file, section);
+    if (strcmp(section, "server") != 0) {
+        cove_error_set(st->err, 0, 2, "CONFIG::INVALID", "%s: unknown section", from);
+        return 0;
+    }
+    return apply(st->cfg, name, value, from, st->err) == 0;
+}
+
+static void default_agent_path(char *out, size_t size)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n < 0) {
+        snprintf(out, size, "cove-agent");
+        return;
+    }
+    exe[n] = '\0';
+    char *dir = dirname(exe);
+    /* Installed side by side, or the build tree (build/src/coved, build/src/agent). */
+    snprintf(out, size, "%s/cove-agent", dir);
+    if (access(out, X_OK) == 0)
+        return;
+    snprintf(out, size, "%s/../agent/cove-agent", dir);
+}
+
+static const struct {
+    const char *env;
+    const char *key;
+} env_settings[] = {
+    {"COVE_LISTEN", "listen"},           {"COVE_STATE_DIR", "state_dir"},
+    {"COVE_API_KEYS", "api_keys"},       {"COVE_INSECURE", "insecure"},
+    {"COVE_PUBLIC_HOST", "public_host"}, {"COVE_MAX_TIMEOUT", "max_sandbox_timeout_seconds"},
+    {"COVE_AGENT", "agent"},             {"COVE_LOG_LEVEL", "log_level"},
+};
+
+int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_error **err)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    snprintf(cfg->listen, sizeof(cfg->listen), "%s", DEFAULT_LISTEN);
+    snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", DEFAULT_STATE_DIR);
+    default_agent_path(cfg->agent, sizeof(cfg->agent));
+    cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
+    cfg->log_level = COVE_LOG_INFO;
+
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"listen", required_argument, NULL, 'l'},
+        {"state-dir", required_argument, NULL, 's'},
+        {"api-key", required_argument, NULL, 'k'},
+        {"insecure", no_argument, NULL, 'i'},
+        {"public-host", required_argument, NULL, 'p'},
+        {"agent", required_argument, NULL, 'a'},
+        {"max-timeout", required_argument, NULL, 't'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    /* First pass: only the config file's name and --help, so the file is read before the
+     * environment and flags override it. */
+    const char *file = getenv("COVE_CONFIG");
+    bool file_given = file != NULL;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (c == 'c') {
+            file = optarg;
+            file_given = true;
+        } else if (c == 'h') {
+            fputs(usage, stdout);
+            exit(0);
+        }
+    }
+    snprintf(cfg->config_file, sizeof(cfg->config_file), "%s", file ? file : DEFAULT_CONFIG_FILE);
+    if (file_given || access(cfg->config_file, F_OK) == 0) {
+        struct ini_state st = {.cfg = cfg, .err = err};
+        int rc = ini_parse(cfg->config_file, on_ini, &st);
+        if (err && *err)
+            return -1;
+        if (rc < 0)
+            return cove_error_set(err, errno, 2, "CONFIG::INVALID", "cannot read %s",
+                                  cfg->config_file);
+        if (rc > 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: syntax error on line %d",
+                                  cfg->config_file, rc);
+    }
+    for (size_t i = 0; i < sizeof(env_settings) / sizeof(env_settings[0]); i++) {
+        const char *v = getenv(env_settings[i].env);
+        if (v != NULL && apply(cfg, env_settings[i].key, v, env_settings[i].env, err) < 0)
+            return -1;
+    }
+    /* Second pass: the flags. --api-key accumulates over the file's and environment's keys
+     * only if given; then it replaces them. */
+    optind = 1;
+    opterr = 1;
+    bool flag_keys = false;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        const char *key = NULL;
+        switch (c) {
+        case 'c':
+            continue;
+        case 'l': key = "listen"; break;
+        case 's': key = "state_dir"; break;
+        case 'p': key = "public_host"; break;
+        case 'a': key = "agent"; break;
+        case 't': key = "max_sandbox_timeout_seconds"; break;
+        case 'L': key = "log_level"; break;
+        case 'i':
+            cfg->insecure = true;
+            continue;
+        case 'k':
+            if (!flag_keys) {
+                set_keys(cfg, "", err);
+                flag_keys = true;
+            }
+            if (cfg->key_count == CONFIG_MAX_KEYS)
+                return cove_error_set(err, 0, 2, "CONFIG::INVALID", "too many --api-key");
+            cfg->keys[cfg->key_count++] = strdup(optarg);
+            cfg->keys[cfg->key_count] = NULL;
+            continue;
+        default:
+            return cove_error_set(err, 0, 2, "CONFIG::USAGE", "see coved --help");
+        }
+        if (apply(cfg, key, optarg, "command line", err) < 0)
+            return -1;
+    }
+    if (optind != argc)
+        return cove_error_set(err, 0, 2, "CONFIG::USAGE", "unexpected argument '%s'",
+                              argv[optind]);
+    return 0;
+}
+
+void config_free(struct coved_config *cfg)
+{
+    for (size_t i = 0; i < cfg->key_count; i++)
+        free(cfg->keys[i]);
+    cfg->key_count = 0;
+}

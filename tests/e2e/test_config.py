@@ -1,0 +1,75 @@
+"""coved's settings: INI file < environment < flags; bad settings refuse to start."""
+
+import os
+import subprocess
+
+from covetest import COVED, Coved
+
+
+def key_works(d, key):
+    status, _, _ = d.request("GET", "/v1/sandboxes", headers={"OPEN-SANDBOX-API-KEY": key})
+    return status == 200
+
+
+def test_file_then_environment_then_flags(tmp_path):
+    ini = tmp_path / "coved.ini"
+    ini.write_text("[server]\napi_keys = from-file, second-file-key\nmax_sandbox_timeout_seconds = 120\n")
+    env = dict(os.environ, COVE_CONFIG=str(ini))
+    d = Coved(api_keys=(), env=env)
+    try:
+        d.start()
+        assert key_works(d, "from-file") and key_works(d, "second-file-key")
+        assert not key_works(d, "other")
+        d.key = "from-file"
+        status, body, _ = d.request("POST", "/v1/sandboxes", {
+            "image": {"uri": "base"}, "entrypoint": ["true"], "timeout": 121})
+        assert status == 400 and "120" in body["message"]
+    finally:
+        d.cleanup()
+
+    d = Coved(api_keys=(), env=dict(env, COVE_API_KEYS="from-env"))
+    try:
+        d.start()
+        assert key_works(d, "from-env") and not key_works(d, "from-file")
+    finally:
+        d.cleanup()
+
+    d = Coved(api_keys=("from-flag",), env=dict(env, COVE_API_KEYS="from-env"))
+    try:
+        d.start()
+        assert key_works(d, "from-flag") and not key_works(d, "from-env")
+    finally:
+        d.cleanup()
+
+
+def test_generated_key_when_none_is_configured(tmp_path):
+    d = Coved(api_keys=(), env={k: v for k, v in os.environ.items() if k != "COVE_API_KEYS"})
+    try:
+        d.start()
+        key = open(os.path.join(d.state_dir, "api_key")).read().strip()
+        assert len(key) >= 32
+        assert oct(os.stat(os.path.join(d.state_dir, "api_key")).st_mode & 0o777) == "0o600"
+        assert key_works(d, key) and not key_works(d, "")
+    finally:
+        d.cleanup()
+
+
+def run_coved(*args, env=None):
+    return subprocess.run([COVED, *args], capture_output=True, text=True, timeout=30,
+                          env=env or os.environ.copy())
+
+
+def test_bad_settings_refuse_to_start(tmp_path):
+    ini = tmp_path / "bad.ini"
+    for text in ("[server]\nbogus = 1\n", "[other]\nlisten = 1.2.3.4:5\n", "not ini at all\n",
+                 "[server]\nmax_sandbox_timeout_seconds = ten\n"):
+        ini.write_text(text)
+        r = run_coved("--config", str(ini), "--state-dir", str(tmp_path / "s"))
+        assert r.returncode == 2, (text, r.stderr)
+        assert r.stderr.startswith("coved: ")
+    r = run_coved("--config", str(tmp_path / "missing.ini"))
+    assert r.returncode == 2
+    r = run_coved("--insecure", "--listen", "0.0.0.0:0", "--state-dir", str(tmp_path / "s"))
+    assert r.returncode == 2 and "loopback" in r.stderr
+    r = run_coved("--help")
+    assert r.returncode == 0 and "COVE_STATE_DIR" in r.stdout and "api_keys" in r.stdout
