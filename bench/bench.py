@@ -736,7 +736,19 @@ def run_crun_isolated(args, tmp):
     return res
 
 
+def raise_interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def catch_signals():
+    """SIGINT, SIGTERM and SIGHUP become KeyboardInterrupt so that `finally` cleans up (also
+    when the bench was started with SIGINT ignored, as `cmd &` does)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, raise_interrupt)
+
+
 def worker_main(args):
+    catch_signals()
     if args.worker_hide_unified:
         umount("/sys/fs/cgroup/unified")  # in this private mount namespace only
     tool = {"crun": Crun}[args.worker](args.worker_tmp)
@@ -1064,18 +1076,17 @@ def main():
     ap.add_argument("--worker-hide-unified", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker_main(args)
+        try:
+            worker_main(args)
+        except KeyboardInterrupt:
+            return 130
         return 0
     if os.geteuid() != 0:
         log("bench: run as root (namespaces, cgroups, mounts)")
         return 2
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
 
-    # Turn SIGTERM/SIGHUP into an exception so that `finally` cleans up.
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
+    catch_signals()
 
     t_start = now()
     globals_before = snapshot_globals()  # first: even `crun --version` makes /run/crun

@@ -27,3 +27,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   rm -f "$log"
 fi
+
+# The OpenSandbox SDK compatibility tests run on Node.js (>= 20) with npm.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "Installing: nodejs npm"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm \
+    >/dev/null 2>&1 || { echo "cannot install nodejs/npm" >&2; exit 1; }
+fi
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$node_major" -lt 20 ]; then
+  echo "warning: Node.js $node_major found; the OpenSandbox SDK wants >= 20" >&2
+fi

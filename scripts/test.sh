@@ -17,6 +17,9 @@ meson test -C build-asan --suite unit --print-errorlogs
 echo "== end-to-end and security tests"
 $PY -m pytest -q -p no:cacheprovider tests/e2e tests/security "$@"
 
+echo "== OpenSandbox SDK compatibility (@alibaba-group/opensandbox, node --test)"
+tests/compat/run.sh
+
 echo "== end-to-end tests against coved built with ASan+UBSan"
 COVE_BUILD_DIR=build-asan COVE_SANITIZED=1 \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 \

@@ -159,7 +159,7 @@ int main(int argc, char **argv)
         .max_timeout_s = o.max_timeout_s,
         .public_host = o.public_host,
     };
-    if (api_start(&api, &err) < 0)
+    if (route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     sigint = evsignal_new(base, SIGINT, on_signal, base);

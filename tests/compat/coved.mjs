@@ -246,21 +246,43 @@ export class Coved {
     return ids;
   }
 
+  /** Whether coved's process group (coved and the helpers it runs, such as a template copy;
+   * it was started as a group leader) still has members. */
+  groupAlive() {
+    if (!this.pid) return false;
+    try {
+      process.kill(-this.pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   async stop(problems) {
-    if (!this.isRunning()) return;
-    const signal = (sig) => {
+    if (!this.isRunning() && !this.groupAlive()) return;
+    const signal = (target, sig) => {
       try {
-        process.kill(this.pid, sig);
+        process.kill(target, sig);
       } catch {
         // gone
       }
     };
-    signal("SIGTERM");
+    if (this.isRunning()) signal(this.pid, "SIGTERM");
     for (let i = 0; i < 300 && this.isRunning(); i++) await sleep(50);
     if (this.isRunning()) {
       problems.push("coved ignored SIGTERM for 15 s: killed");
-      signal("SIGKILL");
+      signal(this.pid, "SIGKILL");
       for (let i = 0; i < 100 && this.isRunning(); i++) await sleep(50);
+    }
+    // Helpers coved left behind (a stopped coved does not wait for them).
+    if (this.groupAlive()) {
+      signal(-this.pid, "SIGTERM");
+      for (let i = 0; i < 100 && this.groupAlive(); i++) await sleep(50);
+      if (this.groupAlive()) {
+        problems.push("coved's helpers ignored SIGTERM: killed");
+        signal(-this.pid, "SIGKILL");
+        for (let i = 0; i < 100 && this.groupAlive(); i++) await sleep(50);
+      }
     }
   }
 

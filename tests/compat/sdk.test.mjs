@@ -3,11 +3,11 @@
 // deleted and coved stopped in teardown, even when a test fails (and, through coved.mjs's
 // reaper, even when the test process is killed).
 //
-// What the SDK sends and expects (from its source, 0.1.11); the full notes are in the report
-// of the change that added this file:
+// What the SDK sends and expects (from its source, 0.1.11), in short:
 // - Lifecycle base URL: {protocol}://{domain}/v1. Every request carries OPEN-SANDBOX-API-KEY,
 //   user-agent: OpenSandbox-JS-SDK/0.1.11 and (when the host has a non-loopback IPv4)
 //   OPEN-SANDBOX-CLIENT-IP. No X-Request-ID is sent; x-request-id is read from error replies.
+//   After each create it also fires POST /v1/metrics/events (telemetry; any reply ignored).
 // - Errors: any non-2xx must have a JSON body {code, message}. An EMPTY error body is not
 //   seen as an error at all by openapi-fetch + throwOnOpenApiFetchError (DELETE/pause then
 //   "succeed", and a ping that gets an empty 502 counts as healthy).
@@ -19,7 +19,8 @@
 //   .../endpoints/18080 (egress: must answer 200 with an object too, or create fails and the
 //   SDK deletes the sandbox), both with ?use_server_proxy=true|false. Readiness: no lifecycle
 //   state polling at all; GET {execdBaseUrl}/ping every 200 ms until a 2xx, for 30 s.
-// - Endpoint {endpoint: "host:port/path" WITHOUT scheme, headers?}; execd base URL is
+// - Endpoint {endpoint: "host:port/path" WITHOUT scheme, headers?}; with use_server_proxy the
+//   upstream server answers {Host of the request}/sandboxes/{id}/proxy/{port}; execd base URL is
 //   `${protocol}://${endpoint}`; execd requests carry the connection headers (API key
 //   included) plus endpoint.headers. Cached per (id, port, proxy) for 10 min.
 // - connect: only the two endpoint calls + ping (no GET of the sandbox).

@@ -182,7 +182,7 @@ static void on_request(struct http_request *req, void *arg)
         return;
     }
     struct api_caller caller;
-    bool known = (n >= 1 && n <= 3 && strcmp(segs[0], "sandboxes") == 0) ||
+    bool known = (n >= 1 && n <= 4 && strcmp(segs[0], "sandboxes") == 0) ||
                  (n == 1 && strcmp(segs[0], "templates") == 0) ||
                  (n >= 1 && strcmp(segs[0], "snapshots") == 0);
     if (!known) {
@@ -224,6 +224,14 @@ static void on_request(struct http_request *req, void *arg)
             return api_sandbox_pause(api, req, &caller, id);
         return api_sandbox_resume(api, req, &caller, id);
     }
+    if (n == 4 && strcmp(segs[2], "endpoints") == 0) {
+        if (!method_is(req, "GET"))
+            return method_not_allowed(req, "GET");
+        return api_sandbox_endpoint(api, req, &caller, id, segs[3]);
+    }
+    if (n == 4)
+        return api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
+                                  http_request_method(req), http_request_path(req));
     if (strcmp(segs[2], "metadata") == 0) {
         if (!method_is(req, "PATCH"))
             return method_not_allowed(req, "PATCH");

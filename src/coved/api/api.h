@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "coved/sandbox/sandbox.h"
+#include "coved/gateway/route_token.h"
 #include "coved/sandbox/template.h"
 #include "lib/error.h"
 #include "lib/http.h"
@@ -26,7 +27,13 @@ struct api {
     struct sandbox_manager *sandboxes;
     struct template_registry *templates;
     struct http_server *http;
+    struct route_signer signer;
 };
+
+/* The header that carries a sandbox's access token (returned by getSandboxEndpoint). */
+#define GATEWAY_TOKEN_HEADER "X-Cove-Access-Token"
+/* Signed routes: PREFIX/{id}/{port}/{expires_b36}/{signature}/{path}. */
+#define GATEWAY_SIGNED_PREFIX "/route"
 
 /* The caller of a route: the owner id derived from its API key. */
 struct api_caller {
@@ -61,6 +68,8 @@ void api_sandbox_patch_metadata(struct api *api, struct http_request *req,
                                 const struct api_caller *c, const char *id);
 void api_sandbox_renew(struct api *api, struct http_request *req, const struct api_caller *c,
                        const char *id);
+void api_sandbox_endpoint(struct api *api, struct http_request *req, const struct api_caller *c,
+                          const char *id, const char *port);
 void api_templates_list(struct api *api, struct http_request *req, const struct api_caller *c);
 
 /* The gateway (gateway/gateway.c): takes over a proxy request's connection. Returns false when

@@ -24,6 +24,8 @@
 #include "coved/api/api.h"
 #include "lib/log.h"
 
+#include <openssl/crypto.h>
+
 #define TUNNEL_HIGH_WATER (1024 * 1024)
 #define TUNNEL_LOW_WATER (256 * 1024)
 
@@ -37,8 +39,9 @@ struct tunnel {
     bool upstream_eof;
 };
 
+/* Credentials for coved never reach the sandbox; hop-by-hop headers are coved's business. */
 static const char *const dropped_headers[] = {
-    "OPEN-SANDBOX-API-KEY", "Connection", "Keep-Alive", "Proxy-Connection",
+    "OPEN-SANDBOX-API-KEY", GATEWAY_TOKEN_HEADER, "Connection", "Keep-Alive", "Proxy-Connection",
     "Proxy-Authorization", "TE", "Trailer",
 };
 
@@ -261,52 +264,124 @@ static void write_head(struct evbuffer *out, struct http_request *req, const cha
     evbuffer_add_printf(out, "X-Forwarded-Prefix: %s\r\n\r\n", prefix);
 }
 
-/* Parses /[v1/]sandboxes/{id}/proxy/{port}[/rest]; returns the rest ("" for none). */
-static const char *match_route(const char *path, char *id, size_t id_size, int *port)
+/* Copies the next path segment of *p (after its '/') into out; -1 if none or too long. */
+static int next_segment(const char **p, char *out, size_t size)
 {
+    if (**p != '/')
+        return -1;
+    const char *start = *p + 1;
+    size_t len = strcspn(start, "/");
+    if (len == 0 || len >= size)
+        return -1;
+    memcpy(out, start, len);
+    out[len] = '\0';
+    *p = start + len;
+    return 0;
+}
+
+static int parse_port(const char *text)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    return *text && *end == '\0' && v >= 1 && v <= 65535 ? (int)v : -1;
+}
+
+struct route {
+    char id[SANDBOX_ID_SIZE + 1];
+    int port;
+    bool signed_route;
+    char expires_b36[16];
+    char sig[16];
+    const char *rest; /* the path to forward ("" for none) */
+};
+
+/* /[v1/]sandboxes/{id}/proxy/{port}[/rest] or PREFIX/{id}/{port}/{b36}/{sig}[/rest]. */
+static bool match_route(const char *path, struct route *r)
+{
+    char seg[32];
     const char *p = path;
+    memset(r, 0, sizeof(*r));
+    if (strncmp(p, GATEWAY_SIGNED_PREFIX "/", sizeof(GATEWAY_SIGNED_PREFIX)) == 0) {
+        p += sizeof(GATEWAY_SIGNED_PREFIX) - 1;
+        r->signed_route = true;
+        if (next_segment(&p, r->id, sizeof(r->id)) < 0 || next_segment(&p, seg, sizeof(seg)) < 0 ||
+            next_segment(&p, r->expires_b36, sizeof(r->expires_b36)) < 0 ||
+            next_segment(&p, r->sig, sizeof(r->sig)) < 0)
+            return false;
+        r->port = parse_port(seg);
+        r->rest = p;
+        return true;
+    }
     if (strncmp(p, "/v1/", 4) == 0)
         p += 3;
-    if (strncmp(p, "/sandboxes/", 11) != 0)
+    if (next_segment(&p, seg, sizeof(seg)) < 0 || strcmp(seg, "sandboxes") != 0 ||
+        next_segment(&p, r->id, sizeof(r->id)) < 0 || next_segment(&p, seg, sizeof(seg)) < 0 ||
+        strcmp(seg, "proxy") != 0 || next_segment(&p, seg, sizeof(seg)) < 0)
+        return false;
+    r->port = parse_port(seg);
+    r->rest = p;
+    return true;
+}
+
+/* Who may use a route: the owner's API key, the sandbox's access token, or a valid signed
+ * route. Answers the refusal itself and returns NULL. */
+static struct sandbox *authorize(struct api *api, struct http_request *req, const struct route *r)
+{
+    struct cove_error *err = NULL;
+    struct sandbox *sb = NULL;
+    if (r->signed_route) {
+        int64_t expires = route_parse_base36(r->expires_b36);
+        sb = sandbox_find_any(api->sandboxes, r->id);
+        if (expires < 0 || r->port < 0 ||
+            route_verify(&api->signer, r->id, r->port, r->expires_b36, r->sig) < 0) {
+            api_respond_errorf(req, 403, "GATEWAY::INVALID_SIGNATURE", "invalid signed route");
+            return NULL;
+        }
+        if (expires <= sandbox_now_ms() / 1000) {
+            api_respond_errorf(req, 403, "GATEWAY::ROUTE_EXPIRED", "this signed route expired");
+            return NULL;
+        }
+        if (sb == NULL)
+            api_respond_errorf(req, 404, "SANDBOX::NOT_FOUND", "sandbox %s not found", r->id);
+        return sb;
+    }
+    const char *token = http_request_header(req, GATEWAY_TOKEN_HEADER);
+    if (token != NULL && http_request_header(req, "OPEN-SANDBOX-API-KEY") == NULL) {
+        sb = sandbox_find_any(api->sandboxes, r->id);
+        /* The same answer for an unknown sandbox and a wrong token: ids are not secrets,
+         * but nothing is learnt from trying. */
+        if (sb == NULL || strlen(token) != strlen(sb->access_token) ||
+            CRYPTO_memcmp(token, sb->access_token, strlen(token)) != 0) {
+            api_respond_errorf(req, 401, "GATEWAY::INVALID_TOKEN",
+                               "invalid access token for this sandbox");
+            return NULL;
+        }
+        return sb;
+    }
+    struct api_caller caller;
+    if (api_authenticate(api, req, &caller) < 0)
         return NULL;
-    p += 11;
-    const char *slash = strchr(p, '/');
-    if (slash == NULL || (size_t)(slash - p) >= id_size || slash == p)
-        return NULL;
-    memcpy(id, p, slash - p);
-    id[slash - p] = '\0';
-    p = slash;
-    if (strncmp(p, "/proxy/", 7) != 0)
-        return NULL;
-    p += 7;
-    char *end;
-    long v = strtol(p, &end, 10);
-    if (end == p || (*end != '\0' && *end != '/'))
-        return NULL;
-    *port = v >= 1 && v <= 65535 ? (int)v : -1;
-    return end;
+    sb = sandbox_find(api->sandboxes, r->id, caller.owner[0] ? caller.owner : NULL, &err);
+    if (sb == NULL) {
+        api_respond_error(req, err);
+        cove_error_free(err);
+    }
+    return sb;
 }
 
 bool gateway_handle(struct api *api, struct http_request *req)
 {
-    char id[SANDBOX_ID_SIZE + 1];
-    int port;
-    const char *rest = match_route(http_request_path(req), id, sizeof(id), &port);
-    if (rest == NULL)
+    struct route r;
+    if (!match_route(http_request_path(req), &r))
         return false;
-    struct api_caller caller;
-    if (api_authenticate(api, req, &caller) < 0)
+    struct cove_error *err = NULL;
+    struct sandbox *sb = authorize(api, req, &r);
+    if (sb == NULL)
         return false;
+    int port = r.port;
+    const char *rest = r.rest;
     if (port < 0) {
         api_respond_errorf(req, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
-        return false;
-    }
-    struct cove_error *err = NULL;
-    struct sandbox *sb = sandbox_find(api->sandboxes, id, caller.owner[0] ? caller.owner : NULL,
-                                      &err);
-    if (sb == NULL) {
-        api_respond_error(req, err);
-        cove_error_free(err);
         return false;
     }
     if (sb->state != SANDBOX_RUNNING) {
@@ -342,8 +417,10 @@ bool gateway_handle(struct api *api, struct http_request *req)
         tunnel_finish(t);
         return true;
     }
-    char prefix[128];
-    snprintf(prefix, sizeof(prefix), "/sandboxes/%s/proxy/%d", sb->id, port);
+    /* The route's own part of the path, as the client sent it. */
+    char prefix[256];
+    const char *path = http_request_path(req);
+    snprintf(prefix, sizeof(prefix), "%.*s", (int)(rest - path), path);
     write_head(bufferevent_get_output(t->upstream), req, rest, prefix);
     return true;
 }

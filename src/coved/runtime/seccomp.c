@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <seccomp.h>
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "coved/runtime/runtime.h"
 
@@ -58,6 +59,13 @@ int runtime_seccomp_load(struct cove_error **err)
         if (rc < 0)
             goto fail;
     }
+    /* vsock has no network namespaces: from a sandbox whose network is its loopback, it
+     * would reach the services of the VM host (CID 2) Cove may be running in. Refused as by a
+     * kernel without vsock. */
+    rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
+                          SCMP_A0(SCMP_CMP_EQ, AF_VSOCK));
+    if (rc < 0)
+        goto fail;
     /* clone3 passes its flags in memory, out of a filter's reach: ENOSYS makes libc fall back
      * to clone, whose flags are checked above. */
     rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);

@@ -1,0 +1,121 @@
+/* getSandboxEndpoint: how a client reaches port P of a sandbox. Every port is reached through
+ * the gateway (a sandbox has no address of its own), so direct and server-proxy answers are
+ * the same route; `expires` asks for a signed route that needs no key at all. */
+#include <ctype.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "coved/api/api.h"
+#include "coved/gateway/route_token.h"
+
+/* Host[:port] the client used, if it is a plain host (no path, no spaces, no userinfo). */
+static bool host_header_usable(const char *host)
+{
+    if (host == NULL || host[0] == '\0' || strlen(host) > 255)
+        return false;
+    for (const char *p = host; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr(".-:[]", *p))
+            return false;
+    return true;
+}
+
+static void public_host(struct api *api, struct http_request *req, char *out, size_t size)
+{
+    const char *host = http_request_header(req, "Host");
+    if (api->config.public_host && api->config.public_host[0])
+        snprintf(out, size, "%s", api->config.public_host);
+    else if (host_header_usable(host))
+        snprintf(out, size, "%s", host);
+    else
+        snprintf(out, size, "%s:%d", api->config.listen_host, http_server_port(api->http));
+}
+
+static int parse_flag(const char *v, bool *out)
+{
+    if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+        *out = true;
+    else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+        *out = false;
+    else
+        return -1;
+    return 0;
+}
+
+void api_sandbox_endpoint(struct api *api, struct http_request *req, const struct api_caller *c,
+                          const char *id, const char *port_text)
+{
+    char *end;
+    long port = strtol(port_text, &end, 10);
+    if (*port_text == '\0' || *end != '\0' || port < 1 || port > 65535) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PORT", "port must be from 1 to 65535");
+        return;
+    }
+    struct cove_error *err = NULL;
+    struct sandbox *sb = sandbox_find(api->sandboxes, id, c->owner[0] ? c->owner : NULL, &err);
+    if (sb == NULL) {
+        api_respond_error(req, err);
+        cove_error_free(err);
+        return;
+    }
+    struct evkeyvalq query;
+    TAILQ_INIT(&query);
+    bool use_proxy = false;
+    const char *expires = NULL;
+    if (evhttp_parse_query_str(http_request_query(req), &query) < 0) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "malformed query string");
+        goto out;
+    }
+    struct evkeyval *kv;
+    TAILQ_FOREACH(kv, &query, next)
+    {
+        if (strcmp(kv->key, "use_server_proxy") == 0 && parse_flag(kv->value, &use_proxy) == 0)
+            continue;
+        if (strcmp(kv->key, "expires") == 0 && expires == NULL) {
+            expires = kv->value;
+            continue;
+        }
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                           "unexpected query parameter '%.64s'", kv->key);
+        goto out;
+    }
+    char host[300], endpoint[600];
+    public_host(api, req, host, sizeof(host));
+    if (expires == NULL) {
+        snprintf(endpoint, sizeof(endpoint), "%s/sandboxes/%s/proxy/%ld", host, sb->id, port);
+        api_respond_json(req, 200,
+                         json_pack("{s:s, s:{s:s}}", "endpoint", endpoint, "headers",
+                                   GATEWAY_TOKEN_HEADER, sb->access_token));
+        goto out;
+    }
+    if (use_proxy) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                           "expires cannot be combined with use_server_proxy=true");
+        goto out;
+    }
+    bool digits = expires[0] != '\0' && strlen(expires) <= 20 &&
+                  (expires[0] != '0' || expires[1] == '\0');
+    for (const char *p = expires; digits && *p; p++)
+        digits = isdigit((unsigned char)*p);
+    unsigned long long when = digits ? strtoull(expires, NULL, 10) : 0;
+    int64_t now_s = sandbox_now_ms() / 1000;
+    if (!digits || (int64_t)when <= now_s ||
+        (int64_t)when - now_s > api->config.max_timeout_s) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                           "expires must be Unix seconds in the future, at most %lld seconds "
+                           "away",
+                           (long long)api->config.max_timeout_s);
+        goto out;
+    }
+    char b36[16], sig[10];
+    route_base36(when, b36, sizeof(b36));
+    route_sign(&api->signer, sb->id, (int)port, b36, sig);
+    snprintf(endpoint, sizeof(endpoint), "%s" GATEWAY_SIGNED_PREFIX "/%s/%ld/%s/%s", host, sb->id,
+             port, b36, sig);
+    api_respond_json(req, 200, json_pack("{s:s, s:{}}", "endpoint", endpoint, "headers"));
+out:
+    evhttp_clear_headers(&query);
+}
