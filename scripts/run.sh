@@ -8,6 +8,10 @@ scripts/deps.sh
 scripts/build.sh
 state=${COVE_STATE_DIR:-/var/lib/cove}
 mkdir -p "$state"
+# coved never serves without an API key: make one on first run, readable by root only.
+if [ ! -s "$state/api_key" ]; then
+  (umask 077; od -An -N24 -tx1 /dev/urandom | tr -d ' \n' > "$state/api_key"; echo >> "$state/api_key")
+fi
 cat <<MSG
 Starting coved on ${COVE_LISTEN:-127.0.0.1:8080} (state: $state).
 Once it is ready, in another terminal:
@@ -17,4 +21,4 @@ Once it is ready, in another terminal:
   build/src/cli/cove kill ID
 or over HTTP: curl -H "OPEN-SANDBOX-API-KEY: \$(cat $state/api_key)" http://127.0.0.1:8080/v1/sandboxes
 MSG
-exec build/src/coved/coved --state-dir "$state" "$@"
+exec build/src/coved/coved --state-dir "$state" --api-key-file "$state/api_key" "$@"

@@ -34,8 +34,10 @@ static const char usage[] =
     "      database, templates and run dirs (default " DEFAULT_STATE_DIR ")\n"
     "  --api-key KEY          api_keys (comma-separated)  COVE_API_KEYS (comma-separated)\n"
     "      accepted OPEN-SANDBOX-API-KEY values; the flag is repeatable. Each key sees only\n"
-    "      the sandboxes it created. With none, a key is generated once and kept in\n"
-    "      STATE_DIR/api_key\n"
+    "      the sandboxes it created. coved refuses to start without a key unless\n"
+    "      --insecure is given\n"
+    "  --api-key-file FILE    api_key_file                COVE_API_KEY_FILE\n"
+    "      read accepted keys from FILE, one per line (adds to the keys above)\n"
     "  --insecure             insecure = true             COVE_INSECURE=1\n"
     "      accept requests without any key (only on a loopback address)\n"
     "  --public-host HOST     public_host                 COVE_PUBLIC_HOST\n"
@@ -134,6 +136,8 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         snprintf(cfg->public_host, sizeof(cfg->public_host), "%s", value);
     } else if (strcmp(key, "api_keys") == 0) {
         return set_keys(cfg, value, err);
+    } else if (strcmp(key, "api_key_file") == 0) {
+        snprintf(cfg->api_key_file, sizeof(cfg->api_key_file), "%s", value);
     } else if (strcmp(key, "insecure") == 0) {
         if (parse_bool(value, &cfg->insecure) < 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: insecure takes true or false",
@@ -196,7 +200,33 @@ static const struct {
     {"COVE_API_KEYS", "api_keys"},       {"COVE_INSECURE", "insecure"},
     {"COVE_PUBLIC_HOST", "public_host"}, {"COVE_MAX_TIMEOUT", "max_sandbox_timeout_seconds"},
     {"COVE_AGENT", "agent"},             {"COVE_LOG_LEVEL", "log_level"},
+    {"COVE_API_KEY_FILE", "api_key_file"},
 };
+
+/* One key per line; blank lines and lines starting with '#' are skipped. */
+static int read_key_file(struct coved_config *cfg, struct cove_error **err)
+{
+    FILE *f = fopen(cfg->api_key_file, "re");
+    if (f == NULL)
+        return cove_error_set(err, errno, 2, "CONFIG::INVALID", "cannot read api_key_file %s",
+                              cfg->api_key_file);
+    char line[1024];
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        char *k = trim(line);
+        if (*k == '\0' || *k == '#')
+            continue;
+        if (cfg->key_count == CONFIG_MAX_KEYS) {
+            fclose(f);
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "at most %d API keys",
+                                  CONFIG_MAX_KEYS);
+        }
+        cfg->keys[cfg->key_count++] = strdup(k);
+        cfg->keys[cfg->key_count] = NULL;
+    }
+    fclose(f);
+    return 0;
+}
 
 int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_error **err)
 {
@@ -212,6 +242,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"listen", required_argument, NULL, 'l'},
         {"state-dir", required_argument, NULL, 's'},
         {"api-key", required_argument, NULL, 'k'},
+        {"api-key-file", required_argument, NULL, 'K'},
         {"insecure", no_argument, NULL, 'i'},
         {"public-host", required_argument, NULL, 'p'},
         {"agent", required_argument, NULL, 'a'},
@@ -269,6 +300,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         case 'a': key = "agent"; break;
         case 't': key = "max_sandbox_timeout_seconds"; break;
         case 'L': key = "log_level"; break;
+        case 'K': key = "api_key_file"; break;
         case 'i':
             cfg->insecure = true;
             continue;
@@ -291,6 +323,13 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     if (optind != argc)
         return cove_error_set(err, 0, 2, "CONFIG::USAGE", "unexpected argument '%s'",
                               argv[optind]);
+    if (cfg->api_key_file[0] != '\0' && read_key_file(cfg, err) < 0)
+        return -1;
+    if (cfg->key_count == 0 && !cfg->insecure)
+        return cove_error_set(err, 0, 2, "CONFIG::NO_API_KEY",
+                              "no API key configured: give --api-key, --api-key-file, "
+                              "COVE_API_KEYS or api_keys in %s (or --insecure, loopback only)",
+                              cfg->config_file);
     return 0;
 }
 

@@ -49,36 +49,6 @@ static bool is_loopback(const char *host)
            strcmp(host, "localhost") == 0;
 }
 
-/* With no key configured, one is generated on first start and kept for the next ones. */
-static int load_or_make_key(struct coved_config *o, struct cove_error **err)
-{
-    char path[PATH_MAX + 16], key[128];
-    snprintf(path, sizeof(path), "%s/api_key", o->state_dir);
-    FILE *f = fopen(path, "re");
-    if (f != NULL) {
-        bool ok = fgets(key, sizeof(key), f) != NULL;
-        fclose(f);
-        key[strcspn(key, "\r\n")] = '\0';
-        if (ok && key[0]) {
-            o->keys[o->key_count++] = strdup(key);
-            return 0;
-        }
-    }
-    unsigned char bytes[24];
-    if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
-        return cove_error_sys(err, "getrandom");
-    for (size_t i = 0; i < sizeof(bytes); i++)
-        snprintf(key + 2 * i, 3, "%02x", bytes[i]);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return cove_error_sys(err, "create %s", path);
-    dprintf(fd, "%s\n", key);
-    close(fd);
-    o->keys[o->key_count++] = strdup(key);
-    log_info("generated an API key in %s", path);
-    return 0;
-}
-
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
@@ -134,8 +104,6 @@ int main(int argc, char **argv)
         goto out;
     }
     snprintf(o.state_dir, sizeof(o.state_dir), "%s", path);
-    if (!o.insecure && o.key_count == 0 && load_or_make_key(&o, &err) < 0)
-        goto out;
     snprintf(path, sizeof(path), "%s/cove.db", o.state_dir);
     base = event_base_new();
     if (base == NULL) {

@@ -42,14 +42,27 @@ def test_file_then_environment_then_flags(tmp_path):
         d.cleanup()
 
 
-def test_generated_key_when_none_is_configured(tmp_path):
-    d = Coved(api_keys=(), env={k: v for k, v in os.environ.items() if k != "COVE_API_KEYS"})
+def test_no_key_refuses_to_start_unless_insecure(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVE_")}
+    r = run_coved("--state-dir", str(tmp_path / "s"), "--listen", "127.0.0.1:0", env=env)
+    assert r.returncode == 2 and "no API key" in r.stderr
+    d = Coved(api_keys=(), extra_args=["--insecure"], env=env)
     try:
         d.start()
-        key = open(os.path.join(d.state_dir, "api_key")).read().strip()
-        assert len(key) >= 32
-        assert oct(os.stat(os.path.join(d.state_dir, "api_key")).st_mode & 0o777) == "0o600"
-        assert key_works(d, key) and not key_works(d, "")
+        d.key = None
+        assert d.request("GET", "/v1/sandboxes", headers={})[0] == 200
+    finally:
+        d.cleanup()
+
+
+def test_key_file(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nkey-one\n\n  key-two  \n")
+    d = Coved(api_keys=(), extra_args=["--api-key-file", str(keys)])
+    try:
+        d.start()
+        assert key_works(d, "key-one") and key_works(d, "key-two")
+        assert not key_works(d, "# team keys") and not key_works(d, "")
     finally:
         d.cleanup()
 

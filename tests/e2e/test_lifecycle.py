@@ -74,8 +74,8 @@ def test_paused_sandbox_can_be_deleted(coved):
 
 def test_sandboxes_survive_daemon_kill(fresh_coved):
     d = fresh_coved.start()
-    running = [d.create() for _ in range(3)]
-    paused = [d.create() for _ in range(2)]
+    running = [d.create() for _ in range(6)]
+    paused = [d.create() for _ in range(4)]
     for sid in running + paused:
         d.sh(sid, "echo kept > /tmp/marker")
     for sid in paused:

@@ -27,9 +27,13 @@
 #define MAX_MAP_ENTRIES 256
 #define MAX_STRING 65536
 
+/* Gateway traffic pushes the expiry to now + this many seconds. */
+#define EXTENSION_RENEW_ON_ACCESS "access.renew.extend.seconds"
+
 static const char *const create_fields[] = {
     "image", "snapshotId", "platform", "timeout", "resourceLimits", "env", "metadata",
     "entrypoint", "networkPolicy", "credentialProxy", "secureAccess", "volumes", "extensions",
+    "resourceRequests",
 };
 
 static int invalid(struct cove_error **err, const char *fmt, const char *what)
@@ -291,6 +295,43 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
             return cove_error_set(err, 0, 400, "SANDBOX::NETWORK_POLICY_UNSUPPORTED",
                                   "outbound network is not available yet: sandboxes have "
                                   "loopback only, so only a deny-all policy can be honoured");
+    }
+    /* Requests matter to a scheduler; on one machine they are checked and otherwise unused. */
+    json_t *requests = json_object_get(body, "resourceRequests");
+    if (requests != NULL && !json_is_null(requests)) {
+        struct sandbox_request scratch = *req;
+        if (parse_limits(requests, &scratch, err) < 0)
+            return cove_error_wrap(err, "resourceRequests");
+    }
+    json_t *secure = json_object_get(body, "secureAccess");
+    if (secure != NULL && !json_is_null(secure) && !json_is_boolean(secure))
+        return invalid(err, "%s must be a boolean", "secureAccess");
+    json_t *credentials = json_object_get(body, "credentialProxy");
+    if (credentials != NULL && !json_is_null(credentials) &&
+        (!json_is_object(credentials) || json_is_true(json_object_get(credentials, "enabled"))))
+        return cove_error_set(err, 0, 400, "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED",
+                              "the credential proxy is not available yet");
+    json_t *extensions = json_object_get(body, "extensions");
+    if (extensions != NULL && !json_is_null(extensions)) {
+        if (!json_is_object(extensions))
+            return invalid(err, "%s must be an object", "extensions");
+        json_object_foreach(extensions, key, value)
+        {
+            if (strcmp(key, EXTENSION_RENEW_ON_ACCESS) != 0)
+                return cove_error_set(err, 0, 400, "SANDBOX::EXTENSION_UNSUPPORTED",
+                                      "unsupported extension '%.64s' (supported: "
+                                      EXTENSION_RENEW_ON_ACCESS ")",
+                                      key);
+            int64_t secs = json_is_string(value) ? quantity_parse_count(json_string_value(value))
+                           : json_is_integer(value) ? json_integer_value(value)
+                                                    : -1;
+            if (secs < MIN_TIMEOUT_S || secs > api->config.max_timeout_s)
+                return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                      EXTENSION_RENEW_ON_ACCESS
+                                      " must be a number of seconds from %d to %lld",
+                                      MIN_TIMEOUT_S, (long long)api->config.max_timeout_s);
+            req->renew_on_access_s = secs;
+        }
     }
     json_t *volumes = json_object_get(body, "volumes");
     if (json_array_size(volumes) > 0)

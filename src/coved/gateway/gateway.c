@@ -380,6 +380,7 @@ bool gateway_handle(struct api *api, struct http_request *req)
         return false;
     int port = r.port;
     const char *rest = r.rest;
+    sandbox_touch(api->sandboxes, sb);
     if (port < 0) {
         api_respond_errorf(req, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
         return false;

@@ -86,11 +86,10 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool full)
     json_t *j = json_pack("{s:s, s:o, s:o, s:O, s:s}", "id", sb->id, "status", status,
                           "metadata", metadata, "entrypoint", sb->entrypoint, "createdAt",
                           created);
+    /* Omitted for a sandbox without expiry (timeout null), as the contract says. */
     if (sb->expires_ms > 0) {
         sandbox_format_time(sb->expires_ms, expires, sizeof(expires));
         json_object_set_new(j, "expiresAt", json_string(expires));
-    } else {
-        json_object_set_new(j, "expiresAt", json_null());
     }
     if (full) {
         json_object_set_new(j, "image", json_pack("{s:s}", "uri", sb->template_name));
@@ -226,6 +225,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     snprintf(sb->template_name, sizeof(sb->template_name), "%s", req->template->name);
     sb->created_ms = sandbox_now_ms();
     sb->expires_ms = req->timeout_s > 0 ? sb->created_ms + req->timeout_s * 1000 : 0;
+    sb->renew_on_access_s = req->renew_on_access_s;
     sb->entrypoint = json_incref(req->entrypoint);
     sb->env = req->env ? json_incref(req->env) : json_object();
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
@@ -312,6 +312,21 @@ int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expir
         return -1;
     }
     return 0;
+}
+
+void sandbox_touch(struct sandbox_manager *mgr, struct sandbox *sb)
+{
+    if (sb->renew_on_access_s <= 0 || sb->expires_ms == 0)
+        return;
+    int64_t want = sandbox_now_ms() + sb->renew_on_access_s * 1000;
+    /* At most one write a second, however busy the traffic. */
+    if (want < sb->expires_ms + 1000)
+        return;
+    struct cove_error *err = NULL;
+    if (sandbox_renew(mgr, sb, want, &err) < 0) {
+        log_warn("sandbox %s: renew on access: %s", sb->id, err->message);
+        cove_error_free(err);
+    }
 }
 
 int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,

@@ -42,6 +42,7 @@ struct sandbox {
     struct runtime_process proc;
     char run_dir[512];
     char access_token[65]; /* lets a client reach this sandbox's ports, and nothing else */
+    int64_t renew_on_access_s; /* gateway traffic pushes the expiry to now + this (0: off) */
 };
 
 /* What a create request asks for, already validated. */
@@ -52,6 +53,7 @@ struct sandbox_request {
     struct cgroup_limits cgroup;
     int64_t disk_bytes;
     int64_t timeout_s; /* 0: none */
+    int64_t renew_on_access_s;
 };
 
 struct sandbox_manager;
@@ -78,6 +80,8 @@ int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t
 /* Moves the expiry to expires_ms (already validated) and persists it. */
 int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expires_ms,
                   struct cove_error **err);
+/* Gateway traffic reached the sandbox: renew-on-access pushes its expiry forward. */
+void sandbox_touch(struct sandbox_manager *mgr, struct sandbox *sb);
 /* Finds a sandbox by id alone (the gateway, authenticated by the sandbox's own token). */
 struct sandbox *sandbox_find_any(struct sandbox_manager *mgr, const char *id);
 /* Calls fn for every sandbox owner may see, in creation order. */
