@@ -18,7 +18,7 @@ if [ ! -x "$build/src/coved/coved" ] || [ ! -x "$build/src/agent/cove-agent" ]; 
     ninja -C "$build" >&2
 fi
 missing=""
-for tool in bwrap crun runc podman unshare umount tar; do
+for tool in bwrap crun runc podman unshare tar; do
     command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
 done
 [ -x /usr/bin/busybox ] || missing="$missing busybox(-static)"

@@ -167,3 +167,78 @@ def test_wrong_state_transitions_are_409(coved):
         assert coved.get(sid)["status"]["state"] == "Paused"
     finally:
         coved.delete(sid)
+
+
+@pytest.fixture
+def target(coved):
+    sid = coved.create(timeout=600, metadata={"keep": "me"})
+    yield sid
+    coved.delete(sid)
+
+
+ROUTE_CASES = [
+    # (method, path template, raw body, expected status)
+    ("PATCH", "/v1/sandboxes/{id}/metadata", b"{not json", 400),
+    ("PATCH", "/v1/sandboxes/{id}/metadata", b"[]", 400),
+    ("PATCH", "/v1/sandboxes/{id}/metadata", b'"text"', 400),
+    ("PATCH", "/v1/sandboxes/{id}/metadata", b'{"a": {"b": "c"}}', 400),
+    ("PATCH", "/v1/sandboxes/{id}/metadata", b'{"a": 1}', 400),
+    ("PATCH", "/v1/sandboxes/{id}/metadata", b'{"a": "b", "a": "c"}', 400),
+    ("PATCH", "/v1/sandboxes/{id}/metadata", b"", 400),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration", b"{}", 400),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration", b'{"expiresAt": 1900000000}', 400),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration", b'{"expiresAt": "2099-13-01T00:00:00Z"}', 400),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration", b'{"expiresAt": "2099-01-01"}', 400),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration", b'{"expiresAt": "2099-01-01T00:00:00"}', 400),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration", b'{"expiresAt": "1999-01-01T00:00:00Z"}', 400),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration", b'{"expiresAt": null}', 400),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration", b'{"expires_at": "2099-01-01T00:00:00Z"}', 400),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration", b"not json", 400),
+    ("GET", "/v1/sandboxes/{id}/endpoints/0", None, 400),
+    ("GET", "/v1/sandboxes/{id}/endpoints/65536", None, 400),
+    ("GET", "/v1/sandboxes/{id}/endpoints/http", None, 400),
+    ("GET", "/v1/sandboxes/{id}/endpoints/80?expires=-1", None, 400),
+    ("GET", "/v1/sandboxes/{id}/endpoints/80?use_server_proxy=perhaps", None, 400),
+    ("GET", "/v1/sandboxes/{id}/endpoints/80/extra", None, 404),
+    ("POST", "/v1/sandboxes/{id}/snapshots", b"{}", 501),
+    ("GET", "/v1/snapshots", None, 501),
+    ("GET", "/v1/sandboxes?page=0", None, 400),
+    ("GET", "/v1/sandboxes?pageSize=0", None, 400),
+    ("GET", "/v1/sandboxes?pageSize=100000", None, 400),
+    ("GET", "/v1/sandboxes?page=abc", None, 400),
+    ("GET", "/v1/sandboxes?metadata=%ZZ", None, 400),
+    ("PUT", "/v1/sandboxes/{id}", b"{}", 405),
+    ("POST", "/v1/sandboxes/{id}/metadata", b"{}", 405),
+    ("GET", "/v1/sandboxes/{id}/renew-expiration", None, 405),
+]
+
+
+@pytest.mark.parametrize("method,path,raw,expected", ROUTE_CASES,
+                         ids=[f"{c[0]} {c[1]} {c[2]!r:.30}" for c in ROUTE_CASES])
+def test_bad_input_on_every_route_changes_nothing(coved, target, method, path, raw, expected):
+    before = coved.get(target)
+    status, body, _ = coved.request(method, path.format(id=target), raw=raw)
+    assert_error(status, body, expected)
+    after = coved.get(target)
+    assert after["metadata"] == before["metadata"] == {"keep": "me"}
+    assert after["expiresAt"] == before["expiresAt"]
+    assert after["status"]["state"] == "Running"
+
+
+@pytest.mark.parametrize("method,path", [
+    ("POST", "/v1/sandboxes"), ("PATCH", "/v1/sandboxes/{id}/metadata"),
+    ("POST", "/v1/sandboxes/{id}/renew-expiration"),
+])
+def test_huge_bodies_are_413_on_every_route(coved, target, method, path):
+    big = b'{"k": "' + b"v" * (2 * 1024 * 1024) + b'"}'
+    conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=30)
+    try:
+        conn.request(method, path.format(id=target), body=big, headers=coved.headers())
+        resp = conn.getresponse()
+        status, body = resp.status, json.loads(resp.read())
+    except (BrokenPipeError, ConnectionResetError):
+        status, body = 413, {"code": "c", "message": "closed early"}
+    finally:
+        conn.close()
+    assert_error(status, body, 413)
+    assert coved.get(target)["metadata"] == {"keep": "me"}
