@@ -4,12 +4,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/config.h"
-
-static const char COMMON_OPTIONS_HELP[] = "  -o, --output FORMAT   table (default) or json\n"
-                                          "      --server URL      coved's address\n"
-                                          "      --api-key KEY     API key\n"
-                                          "  -h, --help            show this help\n";
+static const char COMMON_OPTIONS_HELP[] =
+    "  -o, --output FORMAT   table or json (default: table, or the config file's)\n"
+    "      --server URL      coved's address\n"
+    "      --api-key KEY     API key\n"
+    "  -h, --help            show this help\n";
 
 int cli_usage_error(struct cove_error **err, const char *fmt, ...)
 {
@@ -35,6 +34,7 @@ int cli_common_option(struct cli *cli, int option, const char *arg, struct cove_
             cli->output = CLI_OUTPUT_JSON;
         else
             return cli_usage_error(err, "unknown output format '%s' (table or json)", arg);
+        cli->output_given = true;
         return 0;
     case CLI_OPTION_SERVER:
         cli->server = arg;
@@ -48,12 +48,27 @@ int cli_common_option(struct cli *cli, int option, const char *arg, struct cove_
     }
 }
 
+int cli_load_config(struct cli *cli, struct cove_error **err)
+{
+    if (cli->config_loaded)
+        return 0;
+    if (config_file_load(&cli->config_file, err) < 0)
+        return -1;
+    cli->config_loaded = true;
+    const char *output = cli->config_file.values[CONFIG_OUTPUT];
+    if (!cli->output_given && output != NULL)
+        cli->output = strcmp(output, "json") == 0 ? CLI_OUTPUT_JSON : CLI_OUTPUT_TABLE;
+    return 0;
+}
+
 int cli_connect(struct cli *cli, struct cove_error **err)
 {
     if (cli->client != NULL)
         return 0;
+    if (cli_load_config(cli, err) < 0)
+        return -1;
     struct config config;
-    if (config_resolve(cli->server, cli->api_key, &config, err) < 0)
+    if (config_resolve(cli->server, cli->api_key, &cli->config_file, &config, err) < 0)
         return -1;
     int result = client_new(&config, &cli->client, err);
     config_release(&config);
@@ -83,6 +98,10 @@ int cli_report_error(const struct cli *cli, const struct cove_error *err)
         if (err->message[0] != '\0')
             fprintf(stderr, "%s: %s\n", name, err->message);
         fprintf(stderr, "Run '%s --help' for usage.\n", name);
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(err->code, CONFIG_ERROR_FILE) == 0) {
+        fprintf(stderr, "%s: %s\n", name, err->message);
         return CLI_EXIT_USAGE;
     }
     fprintf(stderr, "cove: %s: %s\n", err->code, err->message);

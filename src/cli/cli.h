@@ -4,9 +4,11 @@
 
 #include <getopt.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "cli/client.h"
+#include "cli/config.h"
 #include "lib/error.h"
 
 /* `cove exec` exits with the command's own status instead. */
@@ -27,6 +29,9 @@ struct cli {
     const char *server;                /* --server, NULL when not given */
     const char *api_key;               /* --api-key, NULL when not given */
     enum cli_output_format output;
+    bool output_given;  /* -o was given: the config file's `output` does not apply */
+    bool config_loaded; /* config_file has been read (by cli_load_config) */
+    struct config_file config_file;
     struct client *client; /* made by cli_connect() once all options are known */
     int exit_status;       /* returned when the command succeeds */
 };
@@ -43,9 +48,11 @@ struct cli_command {
 
 /* The commands, one file per area. */
 extern const struct cli_command sandbox_create_command, sandbox_get_command, sandbox_list_command,
-    sandbox_kill_command, sandbox_pause_command, sandbox_resume_command; /* sandbox_cmds.c */
-extern const struct cli_command exec_command;                            /* exec_cmd.c */
-extern const struct cli_command template_command;                        /* template_cmds.c */
+    sandbox_kill_command, sandbox_pause_command, sandbox_resume_command, sandbox_renew_command,
+    sandbox_endpoint_command, sandbox_metadata_command; /* sandbox_cmds.c */
+extern const struct cli_command exec_command;           /* exec_cmd.c */
+extern const struct cli_command template_command;       /* template_cmds.c */
+extern const struct cli_command config_command;         /* config_cmds.c */
 
 /* Options every command accepts, before or after its name. A command's getopt_long strings
  * start with these; its own long options use values from CLI_OPTION_COMMAND on. */
@@ -70,7 +77,12 @@ int cli_common_option(struct cli *cli, int option, const char *arg, struct cove_
 int cli_usage_error(struct cove_error **err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Resolves the configuration and makes cli->client; commands call it after their options. */
+/* Reads the per-user config file once and applies its `output` unless -o was given. Commands
+ * that print without calling cli_connect call it after their options. */
+int cli_load_config(struct cli *cli, struct cove_error **err);
+
+/* Resolves the configuration (cli_load_config included) and makes cli->client; commands call
+ * it after their options. */
 int cli_connect(struct cli *cli, struct cove_error **err);
 
 /* Adds "KEY=VALUE" to object as KEY: "VALUE"; `option` names the option in usage errors. */

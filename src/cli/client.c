@@ -274,6 +274,11 @@ int client_new(const struct config *config, struct client **client, struct cove_
     return 0;
 }
 
+const char *client_server_url(const struct client *client)
+{
+    return client->server_url;
+}
+
 void client_free(struct client *client)
 {
     if (client == NULL)

@@ -18,6 +18,9 @@ struct client;
 int client_new(const struct config *config, struct client **client, struct cove_error **err);
 void client_free(struct client *client);
 
+/* The server's URL, scheme://host[:port] without a trailing slash. */
+const char *client_server_url(const struct client *client);
+
 /* Percent-encodes one path segment or query value. The result is freed with free(). */
 int client_escape(struct client *client, const char *text, char **escaped, struct cove_error **err);
 

@@ -12,9 +12,19 @@
 #endif
 
 static const struct cli_command *const commands[] = {
-    &sandbox_create_command, &sandbox_get_command,   &sandbox_list_command,
-    &sandbox_kill_command,   &sandbox_pause_command, &sandbox_resume_command,
-    &exec_command,           &template_command,      NULL,
+    &sandbox_create_command,
+    &sandbox_get_command,
+    &sandbox_list_command,
+    &sandbox_kill_command,
+    &sandbox_pause_command,
+    &sandbox_resume_command,
+    &sandbox_renew_command,
+    &sandbox_endpoint_command,
+    &sandbox_metadata_command,
+    &exec_command,
+    &template_command,
+    &config_command,
+    NULL,
 };
 
 static void print_help(FILE *out)
@@ -30,16 +40,21 @@ static void print_help(FILE *out)
     fprintf(out,
             "\n"
             "Options (also accepted after COMMAND):\n"
-            "  -o, --output FORMAT   table (default) or json\n"
+            "  -o, --output FORMAT   table or json; else the config file's output, or table\n"
             "      --server URL      coved's address; else $COVE_SERVER, $OPEN_SANDBOX_DOMAIN,\n"
-            "                        %s\n"
-            "      --api-key KEY     API key; else $COVE_API_KEY, $OPEN_SANDBOX_API_KEY, or the\n"
-            "                        file api_key in $COVE_STATE_DIR or %s\n"
+            "                        the config file's server, or %s\n"
+            "      --api-key KEY     API key; else $COVE_API_KEY, $OPEN_SANDBOX_API_KEY, the\n"
+            "                        config file's api-key, or the file api_key in\n"
+            "                        $COVE_STATE_DIR or %s\n"
             "  -h, --help            show this help ('cove COMMAND --help' for a command)\n"
             "      --version         show the version\n"
             "\n"
-            "Exit status: 0 success, 1 the server reported an error, 2 bad usage, 3 the server\n"
-            "could not be reached. 'cove exec' exits with the command's own status.\n",
+            "Exit status: 0 success, 1 the server reported an error, 2 bad usage (or a bad\n"
+            "config file), 3 the server could not be reached. 'cove exec' exits with the\n"
+            "command's own status.\n"
+            "\n"
+            "Settings: 'cove config --help'. The config file is $COVE_CONFIG_FILE, else\n"
+            "$XDG_CONFIG_HOME/cove/config.ini or ~/.config/cove/config.ini.\n",
             CONFIG_DEFAULT_SERVER, CONFIG_DEFAULT_STATE_DIR);
 }
 
@@ -124,5 +139,6 @@ int main(int argc, char **argv)
     if (status < 0)
         status = cli_report_error(&cli, err);
     client_free(cli.client);
+    config_file_release(&cli.config_file);
     return status;
 }

@@ -1,12 +1,17 @@
-/* Sandbox lifecycle commands: create, get, list, kill, pause, resume (OpenSandbox lifecycle
- * API: createSandbox, getSandbox, listSandboxes, deleteSandbox, pauseSandbox, resumeSandbox). */
+/* Sandbox lifecycle commands: create, get, list, kill, pause, resume, renew, endpoint,
+ * metadata (OpenSandbox lifecycle API: createSandbox, getSandbox, listSandboxes,
+ * deleteSandbox, pauseSandbox, resumeSandbox; POST .../renew-expiration,
+ * GET .../endpoints/{port}, PATCH .../metadata). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "cli/output.h"
+#include "coved/api/rfc3339.h"
 
 #define SANDBOX_DEFAULT_TEMPLATE "base"
 /* OpenSandbox requires resourceLimits and asks clients for these defaults. */
@@ -513,6 +518,311 @@ const struct cli_command sandbox_resume_command = {
     .help = "Usage: cove resume [OPTIONS] ID...\n"
             "\n"
             "Let the processes of each paused sandbox run again.\n"
+            "\n"
+            "Options:\n",
+};
+
+/* --- renew ----------------------------------------------------------------------------- */
+
+enum { RENEW_OPTION_TIMEOUT = CLI_OPTION_COMMAND, RENEW_OPTION_EXPIRES_AT };
+
+/* Renewals far beyond any server's limit are refused here, before the arithmetic overflows. */
+#define RENEW_MAX_SECONDS (100LL * 366 * 24 * 3600)
+
+/* now + seconds as RFC 3339 in UTC with milliseconds, so that renewing by the sandbox's own
+ * timeout right after creating it still lands later than its expiry. */
+static int renew_time_from_now(long long seconds, char *out, size_t size, struct cove_error **err)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    time_t when = now.tv_sec + (time_t)seconds;
+    struct tm tm;
+    if (seconds > RENEW_MAX_SECONDS || gmtime_r(&when, &tm) == NULL)
+        return cli_usage_error(err, "--timeout %lld is too far away", seconds);
+    char date[32];
+    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, size, "%s.%03ldZ", date, now.tv_nsec / 1000000);
+    return 0;
+}
+
+static int renew_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {
+        CLI_COMMON_LONG_OPTIONS,
+        {"timeout", required_argument, NULL, RENEW_OPTION_TIMEOUT},
+        {"expires-at", required_argument, NULL, RENEW_OPTION_EXPIRES_AT},
+        {0},
+    };
+    const char *timeout = NULL;
+    const char *expires_at = NULL;
+    int option;
+    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1) {
+        if (option == RENEW_OPTION_TIMEOUT)
+            timeout = optarg;
+        else if (option == RENEW_OPTION_EXPIRES_AT)
+            expires_at = optarg;
+        else if (cli_common_option(cli, option, optarg, err) < 0)
+            return -1;
+    }
+    if (argc - optind != 1)
+        return cli_usage_error(err, "expects one sandbox id");
+    if ((timeout == NULL) == (expires_at == NULL))
+        return cli_usage_error(err, "give either --timeout SECONDS or --expires-at TIME");
+
+    char when[64];
+    if (timeout != NULL) {
+        long long seconds;
+        if (parse_positive_integer(timeout, &seconds) < 0)
+            return cli_usage_error(err, "--timeout expects a positive number of seconds, got '%s'",
+                                   timeout);
+        if (renew_time_from_now(seconds, when, sizeof(when), err) < 0)
+            return -1;
+    } else {
+        if (rfc3339_parse_ms(expires_at) < 0 || strlen(expires_at) >= sizeof(when))
+            return cli_usage_error(err,
+                                   "--expires-at expects an RFC 3339 time such as "
+                                   "2030-01-02T15:04:05Z, got '%s'",
+                                   expires_at);
+        snprintf(when, sizeof(when), "%s", expires_at);
+    }
+
+    cleanup_json json_t *request = json_pack("{s:s}", "expiresAt", when);
+    cleanup_free char *path = NULL;
+    cleanup_json json_t *response = NULL;
+    if (request == NULL)
+        return cove_error_sys(err, "cannot build the request");
+    if (cli_connect(cli, err) < 0 ||
+        sandbox_path(cli, argv[optind], "/renew-expiration", &path, err) < 0 ||
+        client_call(cli->client, "POST", path, request, &response, err) < 0)
+        return -1;
+    if (cli->output == CLI_OUTPUT_JSON)
+        return output_json(response, err);
+    const char *expires = json_string_value(json_object_get(response, "expiresAt"));
+    if (expires == NULL)
+        return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
+                              "the server renewed the sandbox but sent no expiresAt");
+    printf("%s\n", expires);
+    return 0;
+}
+
+const struct cli_command sandbox_renew_command = {
+    .name = "renew",
+    .summary = "Push back when a sandbox expires",
+    .run = renew_run,
+    .help = "Usage: cove renew [OPTIONS] ID (--timeout SECONDS | --expires-at TIME)\n"
+            "\n"
+            "Set a new expiry for a sandbox created with a timeout and print it\n"
+            "({\"expiresAt\": ...} with -o json). It must be later than the current one; a\n"
+            "sandbox created without a timeout never expires and cannot be renewed.\n"
+            "\n"
+            "Options:\n"
+            "      --timeout SECONDS\n"
+            "                        expire this many seconds from now\n"
+            "      --expires-at TIME expire at this RFC 3339 time, e.g. 2030-01-02T15:04:05Z\n",
+};
+
+/* --- endpoint -------------------------------------------------------------------------- */
+
+enum {
+    ENDPOINT_OPTION_SERVER_PROXY = CLI_OPTION_COMMAND,
+    ENDPOINT_OPTION_EXPIRES,
+    ENDPOINT_OPTION_EXPIRES_AT,
+};
+
+/* The endpoint as a URL: coved answers "host:port/path" and the scheme is the server's. */
+static int endpoint_print(struct cli *cli, const json_t *response, struct cove_error **err)
+{
+    const char *endpoint = json_string_value(json_object_get(response, "endpoint"));
+    if (endpoint == NULL)
+        return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE, "the server sent no endpoint");
+    if (strstr(endpoint, "://") != NULL) {
+        printf("%s\n", endpoint);
+    } else {
+        const char *server = client_server_url(cli->client);
+        const char *scheme_end = strstr(server, "://");
+        int scheme_len = scheme_end != NULL ? (int)(scheme_end - server) : 4;
+        printf("%.*s://%s\n", scheme_len, scheme_end != NULL ? server : "http", endpoint);
+    }
+    const char *name;
+    json_t *value;
+    json_object_foreach(json_object_get(response, "headers"), name, value)
+    {
+        char scratch[32];
+        printf("%s: %s\n", name, output_cell_text(value, scratch, sizeof(scratch)));
+    }
+    return 0;
+}
+
+static int endpoint_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {
+        CLI_COMMON_LONG_OPTIONS,
+        {"server-proxy", no_argument, NULL, ENDPOINT_OPTION_SERVER_PROXY},
+        {"expires", required_argument, NULL, ENDPOINT_OPTION_EXPIRES},
+        {"expires-at", required_argument, NULL, ENDPOINT_OPTION_EXPIRES_AT},
+        {0},
+    };
+    bool server_proxy = false;
+    const char *expires = NULL;
+    const char *expires_at = NULL;
+    int option;
+    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1) {
+        if (option == ENDPOINT_OPTION_SERVER_PROXY)
+            server_proxy = true;
+        else if (option == ENDPOINT_OPTION_EXPIRES)
+            expires = optarg;
+        else if (option == ENDPOINT_OPTION_EXPIRES_AT)
+            expires_at = optarg;
+        else if (cli_common_option(cli, option, optarg, err) < 0)
+            return -1;
+    }
+    if (argc - optind != 2)
+        return cli_usage_error(err, "expects a sandbox id and a port");
+    long long port;
+    if (parse_positive_integer(argv[optind + 1], &port) < 0 || port > 65535)
+        return cli_usage_error(err, "the port is a number from 1 to 65535, got '%s'",
+                               argv[optind + 1]);
+    if (expires != NULL && expires_at != NULL)
+        return cli_usage_error(err, "give --expires or --expires-at, not both");
+    long long unix_seconds = 0;
+    if (expires != NULL) {
+        long long seconds;
+        if (parse_positive_integer(expires, &seconds) < 0 || seconds > RENEW_MAX_SECONDS)
+            return cli_usage_error(err, "--expires expects a number of seconds, got '%s'", expires);
+        unix_seconds = (long long)time(NULL) + seconds;
+    } else if (expires_at != NULL && (parse_positive_integer(expires_at, &unix_seconds) < 0 ||
+                                      expires_at[0] == '0' || expires_at[0] == '+')) {
+        return cli_usage_error(err, "--expires-at expects Unix seconds, got '%s'", expires_at);
+    }
+
+    char suffix[96];
+    int len = snprintf(suffix, sizeof(suffix), "/endpoints/%lld", port);
+    const char *separator = "?";
+    if (server_proxy) {
+        len += snprintf(suffix + len, sizeof(suffix) - (size_t)len, "%suse_server_proxy=true",
+                        separator);
+        separator = "&";
+    }
+    if (unix_seconds > 0)
+        snprintf(suffix + len, sizeof(suffix) - (size_t)len, "%sexpires=%lld", separator,
+                 unix_seconds);
+
+    cleanup_free char *path = NULL;
+    cleanup_json json_t *response = NULL;
+    if (cli_connect(cli, err) < 0 || sandbox_path(cli, argv[optind], suffix, &path, err) < 0 ||
+        client_call(cli->client, "GET", path, NULL, &response, err) < 0)
+        return -1;
+    if (cli->output == CLI_OUTPUT_JSON)
+        return output_json(response, err);
+    return endpoint_print(cli, response, err);
+}
+
+const struct cli_command sandbox_endpoint_command = {
+    .name = "endpoint",
+    .summary = "Print the URL of a port in a sandbox, and the headers it needs",
+    .run = endpoint_run,
+    .help = "Usage: cove endpoint [OPTIONS] ID PORT\n"
+            "\n"
+            "Print the URL through which a service listening on PORT in the sandbox is reached,\n"
+            "then the headers a client must send with it, one 'Name: value' a line:\n"
+            "  cove endpoint $ID 8000 | { read -r url; curl -H @- \"$url/ping\"; }\n"
+            "The URL needs no API key. With -o json: the server's {\"endpoint\",\"headers\"}.\n"
+            "\n"
+            "Options:\n"
+            "      --server-proxy    ask for a route through the server\n"
+            "      --expires SECONDS\n"
+            "                        a signed URL, valid this many seconds from now, that needs\n"
+            "                        no headers either\n"
+            "      --expires-at UNIX the same, valid until this Unix time (seconds)\n",
+};
+
+/* --- metadata -------------------------------------------------------------------------- */
+
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* KEY=VALUE lines, sorted by key. */
+static int metadata_print(const json_t *sandbox, struct cove_error **err)
+{
+    json_t *metadata = json_object_get(sandbox, "metadata");
+    size_t count = json_object_size(metadata);
+    if (count == 0)
+        return 0;
+    const char **keys = calloc(count, sizeof(*keys));
+    if (keys == NULL)
+        return cove_error_sys(err, "cannot sort the metadata");
+    size_t n = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach(metadata, key, value)
+    {
+        keys[n++] = key;
+    }
+    qsort(keys, n, sizeof(*keys), compare_strings);
+    for (size_t i = 0; i < n; i++) {
+        char scratch[32];
+        printf("%s=%s\n", keys[i],
+               output_cell_text(json_object_get(metadata, keys[i]), scratch, sizeof(scratch)));
+    }
+    free(keys);
+    return 0;
+}
+
+static int metadata_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    if (parse_common_options(cli, argc, argv, err) < 0)
+        return -1;
+    if (optind >= argc)
+        return cli_usage_error(err, "expects a sandbox id");
+    const char *id = argv[optind];
+
+    cleanup_json json_t *patch = json_object();
+    if (patch == NULL)
+        return cove_error_sys(err, "cannot build the request");
+    for (int i = optind + 1; i < argc; i++) {
+        const char *change = argv[i];
+        size_t len = strlen(change);
+        if (strchr(change, '=') != NULL) {
+            if (cli_parse_assignment(change, patch, "metadata", err) < 0)
+                return -1;
+        } else if (len > 1 && change[len - 1] == '-') {
+            char key[256];
+            if (len - 1 >= sizeof(key))
+                return cli_usage_error(err, "key too long in '%s'", change);
+            snprintf(key, sizeof(key), "%.*s", (int)(len - 1), change);
+            if (json_object_set_new(patch, key, json_null()) < 0)
+                return cli_usage_error(err, "'%s' is not valid UTF-8", change);
+        } else {
+            return cli_usage_error(err, "expects KEY=VALUE to set or KEY- to remove, got '%s'",
+                                   change);
+        }
+    }
+
+    cleanup_free char *path = NULL;
+    cleanup_json json_t *sandbox = NULL;
+    bool changes = optind + 1 < argc;
+    if (cli_connect(cli, err) < 0 ||
+        sandbox_path(cli, id, changes ? "/metadata" : "", &path, err) < 0 ||
+        client_call(cli->client, changes ? "PATCH" : "GET", path, changes ? patch : NULL, &sandbox,
+                    err) < 0)
+        return -1;
+    if (cli->output == CLI_OUTPUT_JSON)
+        return output_json(sandbox, err);
+    return metadata_print(sandbox, err);
+}
+
+const struct cli_command sandbox_metadata_command = {
+    .name = "metadata",
+    .summary = "Show or change a sandbox's metadata",
+    .run = metadata_run,
+    .help = "Usage: cove metadata [OPTIONS] ID [KEY=VALUE | KEY-]...\n"
+            "\n"
+            "Set (KEY=VALUE) or remove (KEY-) metadata of a sandbox, leaving other keys as they\n"
+            "are, then print all of it, one KEY=VALUE a line (the sandbox with -o json):\n"
+            "  cove metadata $ID owner=me stage-\n"
+            "Without changes, only print it.\n"
             "\n"
             "Options:\n",
 };

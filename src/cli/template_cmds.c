@@ -62,6 +62,8 @@ static int template_add_run(struct cli *cli, int argc, char **argv, struct cove_
         return cli_usage_error(err, "expects one template name");
     if (rootfs == NULL)
         return cli_usage_error(err, "--rootfs DIR|TAR is required");
+    if (cli_load_config(cli, err) < 0) /* for its output format; a bad file stops us here */
+        return -1;
 
     char absolute[PATH_MAX];
     if (realpath(rootfs, absolute) == NULL)
