@@ -43,6 +43,9 @@ static const char usage[] =
     "  --public-host HOST     public_host                 COVE_PUBLIC_HOST\n"
     "      host[:port] clients reach coved at, used in endpoints (default: the listen\n"
     "      address)\n"
+    "  --domain DOMAIN        domain                      COVE_DOMAIN\n"
+    "      also route Host {port}-{id}.DOMAIN to that port of that sandbox (point a\n"
+    "      wildcard DNS name at coved)\n"
     "  --max-timeout SECONDS  max_sandbox_timeout_seconds COVE_MAX_TIMEOUT\n"
     "      longest sandbox timeout accepted (default 604800)\n"
     "  --agent PATH           agent                       COVE_AGENT\n"
@@ -132,6 +135,8 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", value);
     } else if (strcmp(key, "agent") == 0) {
         snprintf(cfg->agent, sizeof(cfg->agent), "%s", value);
+    } else if (strcmp(key, "domain") == 0) {
+        snprintf(cfg->domain, sizeof(cfg->domain), "%s", value);
     } else if (strcmp(key, "public_host") == 0) {
         snprintf(cfg->public_host, sizeof(cfg->public_host), "%s", value);
     } else if (strcmp(key, "api_keys") == 0) {
@@ -200,7 +205,7 @@ static const struct {
     {"COVE_API_KEYS", "api_keys"},       {"COVE_INSECURE", "insecure"},
     {"COVE_PUBLIC_HOST", "public_host"}, {"COVE_MAX_TIMEOUT", "max_sandbox_timeout_seconds"},
     {"COVE_AGENT", "agent"},             {"COVE_LOG_LEVEL", "log_level"},
-    {"COVE_API_KEY_FILE", "api_key_file"},
+    {"COVE_API_KEY_FILE", "api_key_file"}, {"COVE_DOMAIN", "domain"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -245,6 +250,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"api-key-file", required_argument, NULL, 'K'},
         {"insecure", no_argument, NULL, 'i'},
         {"public-host", required_argument, NULL, 'p'},
+        {"domain", required_argument, NULL, 'd'},
         {"agent", required_argument, NULL, 'a'},
         {"max-timeout", required_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'L'},
@@ -297,6 +303,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         case 'l': key = "listen"; break;
         case 's': key = "state_dir"; break;
         case 'p': key = "public_host"; break;
+        case 'd': key = "domain"; break;
         case 'a': key = "agent"; break;
         case 't': key = "max_sandbox_timeout_seconds"; break;
         case 'L': key = "log_level"; break;

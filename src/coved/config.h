@@ -17,6 +17,7 @@ struct coved_config {
     char config_file[PATH_MAX];
     char public_host[256]; /* host[:port] clients use to reach coved, for endpoints */
     char api_key_file[PATH_MAX];
+    char domain[256]; /* host routing: {port}-{id}.DOMAIN */
     char *keys[CONFIG_MAX_KEYS + 1];
     size_t key_count;
     bool insecure;

@@ -126,6 +126,7 @@ int main(int argc, char **argv)
         .insecure = o.insecure,
         .max_timeout_s = o.max_timeout_s,
         .public_host = o.public_host,
+        .domain = o.domain,
     };
     if (route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;

@@ -56,17 +56,15 @@ static void owner_of_key(const char *key, char out[65])
         snprintf(out + 2 * i, 3, "%02x", digest[i]);
 }
 
-int api_authenticate(struct api *api, struct http_request *req, struct api_caller *caller)
+int api_check_key(struct api *api, const char *key, struct api_caller *caller,
+                  struct cove_error **err)
 {
     memset(caller, 0, sizeof(*caller));
     if (api->config.insecure)
         return 0;
-    const char *key = http_request_header(req, "OPEN-SANDBOX-API-KEY");
-    if (key == NULL || key[0] == '\0') {
-        api_respond_errorf(req, 401, "AUTH::MISSING_API_KEY",
-                           "missing OPEN-SANDBOX-API-KEY header");
-        return -1;
-    }
+    if (key == NULL || key[0] == '\0')
+        return cove_error_set(err, 0, 401, "AUTH::MISSING_API_KEY",
+                              "missing OPEN-SANDBOX-API-KEY header");
     /* Compare against every key in constant time, so timing tells nothing about them. */
     char candidate[65], known[65];
     owner_of_key(key, candidate);
@@ -76,11 +74,20 @@ int api_authenticate(struct api *api, struct http_request *req, struct api_calle
         if (CRYPTO_memcmp(candidate, known, 64) == 0)
             found = true;
     }
-    if (!found) {
-        api_respond_errorf(req, 401, "AUTH::INVALID_API_KEY", "invalid API key");
+    if (!found)
+        return cove_error_set(err, 0, 401, "AUTH::INVALID_API_KEY", "invalid API key");
+    memcpy(caller->owner, candidate, sizeof(caller->owner));
+    return 0;
+}
+
+int api_authenticate(struct api *api, struct http_request *req, struct api_caller *caller)
+{
+    struct cove_error *err = NULL;
+    if (api_check_key(api, http_request_header(req, "OPEN-SANDBOX-API-KEY"), caller, &err) < 0) {
+        api_respond_error(req, err);
+        cove_error_free(err);
         return -1;
     }
-    memcpy(caller->owner, candidate, sizeof(caller->owner));
     return 0;
 }
 

@@ -19,6 +19,7 @@ struct api_config {
     bool insecure;   /* no API key at all (loopback only) */
     int64_t max_timeout_s;
     const char *public_host; /* host[:port] for endpoints; "" means the listen address */
+    const char *domain;      /* {port}-{id}.DOMAIN host routing when set */
 };
 
 struct api {
@@ -48,6 +49,9 @@ void api_respond_json(struct http_request *req, int status, json_t *body); /* st
 void api_respond_error(struct http_request *req, const struct cove_error *err);
 void api_respond_errorf(struct http_request *req, int status, const char *code,
                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Checks an OPEN-SANDBOX-API-KEY value: fills caller, or a 401 error. */
+int api_check_key(struct api *api, const char *key, struct api_caller *caller,
+                  struct cove_error **err);
 /* Checks OPEN-SANDBOX-API-KEY; on failure answers 401 itself and returns -1. */
 int api_authenticate(struct api *api, struct http_request *req, struct api_caller *caller);
 /* Parses the body as a JSON object; on failure answers 400 itself and returns NULL. */

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/log.h"
+
 #define CGROUP_PARENT "cove"
 #define CPU_PERIOD_US 100000
 
@@ -205,6 +207,17 @@ static int v1_create(const struct cgroup_system *sys, const char *id,
         snprintf(file, sizeof(file), "%s/memory.memsw.limit_in_bytes", path);
         if (path_exists(file) && write_file(file, value, err) < 0)
             return -1;
+        /* v1 charges socket buffers to a memory cgroup only once its kmem.tcp has a limit
+         * (the counter covers every protocol's buffers, UDP's too). Without one, the data a
+         * sandbox queues on its loopback is host memory outside its limit, up to the host's
+         * whole tcp_mem/udp_mem, past which every socket on the host starts failing. With
+         * it, a sandbox's buffers get a budget as large as its memory limit. */
+        snprintf(file, sizeof(file), "%s/memory.kmem.tcp.limit_in_bytes", path);
+        struct cove_error *tcp_err = NULL;
+        if (path_exists(file) && write_file(file, value, &tcp_err) < 0)
+            log_warn("sandbox %s: socket buffers stay outside its memory limit: %s", id,
+                     tcp_err->message);
+        cove_error_free(tcp_err);
     }
     if (limits->pids_max > 0) {
         snprintf(value, sizeof(value), "%lld", (long long)limits->pids_max);

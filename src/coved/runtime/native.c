@@ -583,12 +583,19 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
     close(status[1]);
     status[1] = -1;
 
-    /* The agent survives an OOM in its sandbox; it resets its children to 0. */
+    /* The agent survives an OOM in its sandbox; it resets its children to 0. Lowering the
+     * score needs CAP_SYS_RESOURCE: without it the agent is an ordinary candidate, small
+     * enough that the kernel picks the process that ate the memory. */
+    static bool oom_protection_works = true;
     snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
-    int oom_fd = open(path, O_WRONLY | O_CLOEXEC);
+    int oom_fd = oom_protection_works ? open(path, O_WRONLY | O_CLOEXEC) : -1;
     if (oom_fd >= 0) {
-        if (write(oom_fd, "-998", 4) != 4)
-            log_warn("sandbox %s: cannot set oom_score_adj", spec->id);
+        if (write(oom_fd, "-998", 4) != 4) {
+            log_warn("cannot shield sandbox agents from the OOM killer (%s): no "
+                     "CAP_SYS_RESOURCE? Not trying again.",
+                     strerror(errno));
+            oom_protection_works = false;
+        }
         close(oom_fd);
     }
     if (cgroup_add_pid(&rt->cgroups, spec->id, pid, err) < 0)

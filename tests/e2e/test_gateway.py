@@ -1,0 +1,272 @@
+"""The gateway: any port of a sandbox by path or by host, keep-alive, streamed bodies, SSE,
+WebSocket, and commands whose output is large or slow."""
+
+import base64
+import hashlib
+import http.client
+import json
+import os
+import socket
+import struct
+import time
+
+import pytest
+
+from covetest import Coved, parse_events
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DOMAIN = "cove.test"
+PORT = 8000
+
+
+@pytest.fixture(scope="module")
+def gw():
+    d = Coved(extra_args=["--domain", DOMAIN]).start()
+    try:
+        yield d
+    finally:
+        d.cleanup()
+
+
+@pytest.fixture(scope="module")
+def server(gw):
+    """A sandbox running echo_server.py on port 8000."""
+    sid = gw.create()
+    source = open(os.path.join(HERE, "sandbox_servers", "echo_server.py")).read()
+    gw.sh(sid, f"cat > /tmp/echo_server.py <<'PYEOF'\n{source}\nPYEOF")
+    gw.exec(sid, f"python3 /tmp/echo_server.py {PORT}", background=True)
+    for _ in range(100):
+        if gw.exec(sid, f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {PORT}))\"").exit_code == 0:
+            break
+        time.sleep(0.05)
+    yield sid
+    gw.delete(sid)
+
+
+def connect(gw):
+    return http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+
+
+def get_json(conn, method, path, headers, body=None):
+    conn.request(method, path, body=body, headers=headers)
+    resp = conn.getresponse()
+    data = resp.read()
+    return resp.status, json.loads(data) if data else None, resp
+
+
+def test_path_route_keeps_query_headers_and_method(gw, server):
+    conn = connect(gw)
+    status, echo, resp = get_json(conn, "PATCH", f"/sandboxes/{server}/proxy/{PORT}/a/b?x=1&y=%20z",
+                                  {**gw.headers(), "X-Custom": "kept"}, body=b"hello")
+    assert status == 200
+    assert echo["method"] == "PATCH" and echo["path"] == "/a/b?x=1&y=%20z"
+    assert echo["headers"]["x-custom"] == "kept"
+    assert echo["headers"]["x-forwarded-prefix"] == f"/sandboxes/{server}/proxy/{PORT}"
+    # coved's credentials never reach the sandbox
+    assert "open-sandbox-api-key" not in echo["headers"]
+    assert echo["body_sha256"] == hashlib.sha256(b"hello").hexdigest()
+
+
+def test_host_route(gw, server):
+    conn = connect(gw)
+    status, echo, _ = get_json(conn, "GET", "/plain/path?q=1",
+                               {**gw.headers(), "Host": f"{PORT}-{server}.{DOMAIN}:{gw.port}"})
+    assert status == 200 and echo["path"] == "/plain/path?q=1"
+    status, err, _ = get_json(conn, "GET", "/", {"Host": f"{PORT}-{server}.{DOMAIN}"})
+    assert status == 401 and set(err) == {"code", "message"}
+
+
+def test_keep_alive_across_requests_and_sandboxes(gw, server):
+    other = gw.create()
+    try:
+        conn = connect(gw)
+        sockets = set()
+        for i in range(5):
+            for path in (f"/sandboxes/{server}/proxy/{PORT}/n{i}",
+                         f"/sandboxes/{server}/proxy/44772/ping",
+                         f"/sandboxes/{other}/proxy/44772/ping"):
+                conn.request("GET", path, headers=gw.headers())
+                resp = conn.getresponse()
+                resp.read()
+                assert resp.status == 200, path
+                sockets.add(id(conn.sock))
+        assert len(sockets) == 1, "the client connection was not kept alive"
+        # an error answered by the gateway itself keeps the connection too
+        conn.request("GET", "/sandboxes/nope/proxy/80/", headers=gw.headers())
+        resp = conn.getresponse()
+        assert resp.status == 404 and json.loads(resp.read())["code"]
+        conn.request("GET", f"/sandboxes/{server}/proxy/{PORT}/after", headers=gw.headers())
+        assert conn.getresponse().status == 200 and id(conn.sock) in sockets
+    finally:
+        gw.delete(other)
+
+
+def test_large_bodies_stream_both_ways(gw, server):
+    size = 64 * 1024 * 1024
+    block = os.urandom(1024 * 1024)
+    expected = hashlib.sha256(block * (size // len(block))).hexdigest()
+    conn = connect(gw)
+    conn.putrequest("POST", f"/sandboxes/{server}/proxy/{PORT}/upload")
+    for k, v in gw.headers().items():
+        conn.putheader(k, v)
+    conn.putheader("Content-Length", str(size))
+    conn.endheaders()
+    for _ in range(size // len(block)):
+        conn.send(block)
+    resp = conn.getresponse()
+    echo = json.loads(resp.read())
+    assert echo["body_size"] == size and echo["body_sha256"] == expected
+    # chunked request bodies pass with their framing
+    conn.putrequest("POST", f"/sandboxes/{server}/proxy/{PORT}/chunked")
+    for k, v in gw.headers().items():
+        conn.putheader(k, v)
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    for part in (b"abc", b"defgh", b"x" * 70000):
+        conn.send(b"%x\r\n%s\r\n" % (len(part), part))
+    conn.send(b"0\r\n\r\n")
+    echo = json.loads(conn.getresponse().read())
+    assert echo["body_sha256"] == hashlib.sha256(b"abcdefgh" + b"x" * 70000).hexdigest()
+
+
+def test_sse_arrives_as_it_is_written(gw, server):
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
+    headers = "".join(f"{k}: {v}\r\n" for k, v in gw.headers().items())
+    s.sendall(f"GET /sandboxes/{server}/proxy/{PORT}/sse HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+    buf, lags = b"", []
+    while len(lags) < 5:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        now = time.time()
+        while b"data: " in buf and b"\n\n" in buf.split(b"data: ", 1)[1]:
+            _, rest = buf.split(b"data: ", 1)
+            event, buf = rest.split(b"\n\n", 1)
+            lags.append(now - float(event.split()[1]))
+    s.close()
+    assert len(lags) == 5
+    # each event came before the next was written (0.3 s apart): forwarded as it came
+    assert max(lags) < 0.3, lags
+    print(f"SSE through the gateway: lag per event {[round(l * 1000, 1) for l in lags]} ms")
+
+
+def ws_frame(payload, opcode=1):
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    n = len(payload)
+    head = bytes([0x80 | opcode]) + (bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + struct.pack("!H", n))
+    return head + mask + masked
+
+
+def ws_roundtrip(gw, path, host):
+    s = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
+    key = base64.b64encode(os.urandom(16)).decode()
+    headers = "".join(f"{k}: {v}\r\n" for k, v in gw.headers().items())
+    s.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{headers}\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    expected = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
+    assert b"Sec-WebSocket-Accept: " + expected in head
+    replies = []
+    for msg in (b"hello", b"x" * 1000):
+        s.sendall(ws_frame(msg))
+        hdr = s.recv(2)
+        n = hdr[1] & 0x7F
+        if n == 126:
+            n = struct.unpack("!H", s.recv(2))[0]
+        data = b""
+        while len(data) < n:
+            data += s.recv(n - len(data))
+        replies.append(data)
+    s.sendall(ws_frame(b"", opcode=8))
+    s.close()
+    return replies
+
+
+def test_websocket_by_path_and_by_host(gw, server):
+    expect = [b"echo: hello", b"echo: " + b"x" * 1000]
+    assert ws_roundtrip(gw, f"/sandboxes/{server}/proxy/{PORT}/ws", "x") == expect
+    assert ws_roundtrip(gw, "/ws", f"{PORT}-{server}.{DOMAIN}") == expect
+
+
+def test_nothing_listening_is_502(gw, server):
+    status, err, _ = get_json(connect(gw), "GET", f"/sandboxes/{server}/proxy/9/", gw.headers())
+    assert status == 502 and set(err) == {"code", "message"}
+
+
+def vm_hwm_kb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def agent_pid(sid):
+    for d in ("/sys/fs/cgroup/pids/cove", "/sys/fs/cgroup/cove"):
+        p = os.path.join(d, sid, "cgroup.procs")
+        if os.path.exists(p):
+            return min(int(x) for x in open(p).read().split())
+    raise AssertionError("no cgroup for " + sid)
+
+
+def test_200_mb_of_output_streams_with_flat_memory(gw):
+    sid = gw.create(limits={"cpu": "2", "memory": "512Mi"})
+    try:
+        agent = agent_pid(sid)
+        daemon_before, agent_before = vm_hwm_kb(gw.proc.pid), vm_hwm_kb(agent)
+        conn = connect(gw)
+        conn.request("POST", f"/sandboxes/{sid}/proxy/44772/command",
+                     body=json.dumps({"command": "head -c 150000000 /dev/zero | base64 -w 76"}),
+                     headers=gw.headers())
+        resp = conn.getresponse()
+        total, tail = 0, b""
+        while True:
+            chunk = resp.read(1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            tail = (tail + chunk)[-4096:]
+        events = parse_events(tail.decode().split("\n\n", 1)[1])
+        assert events[-1]["type"] == "execution_complete", events[-1]
+        assert total > 200_000_000  # 200 MB of base64 text, plus the event framing
+        grew_daemon = vm_hwm_kb(gw.proc.pid) - daemon_before
+        grew_agent = vm_hwm_kb(agent) - agent_before
+        print(f"200 MB streamed: coved peak grew {grew_daemon} KiB, agent {grew_agent} KiB")
+        assert grew_daemon < 32 * 1024 and grew_agent < 32 * 1024
+    finally:
+        gw.delete(sid)
+
+
+def test_a_slow_command_delivers_each_line_as_printed(gw):
+    sid = gw.create()
+    try:
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=30)
+        body = json.dumps({"command": "for i in 1 2 3 4; do date +%s.%N; sleep 1; done"})
+        headers = "".join(f"{k}: {v}\r\n" for k, v in gw.headers().items())
+        s.sendall((f"POST /sandboxes/{sid}/proxy/44772/command HTTP/1.1\r\nHost: x\r\n{headers}"
+                   f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+        buf, lags = b"", []
+        while len(lags) < 4:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            now = time.time()
+            for piece in buf.split(b"\n\n")[:-1]:
+                start = piece.find(b"{")
+                if start >= 0:
+                    event = json.loads(piece[start:])
+                    if event.get("type") == "stdout":
+                        lags.append(now - float(event["text"]))
+            buf = buf.split(b"\n\n")[-1]
+        s.close()
+        assert len(lags) == 4
+        # each line arrived before the next one was printed (1 s later): no buffering
+        assert max(lags) < 1.0, lags
+        print(f"line-per-second command: lag per line {[round(l * 1000, 1) for l in lags]} ms")
+    finally:
+        gw.delete(sid)
