@@ -21,6 +21,9 @@
 #define IDLE_TIMEOUT_S 60
 /* Stop reading from a client that sends faster than it is served. */
 #define READ_HIGH_WATERMARK (256 * 1024)
+/* A streamed body answered before its end is read on (and dropped) up to this much, so that
+ * closing with unread input does not reset the connection before the client read the answer. */
+#define DISCARD_MAX (4 * 1024 * 1024)
 
 struct http_server {
     struct event_base *base;
@@ -40,6 +43,9 @@ struct http_conn {
     struct http_request *req;
     bool in_process;    /* inside conn_process: responses only mark completion */
     bool close_after;   /* close once the output is written */
+    bool read_eof;      /* the client half-closed while a paused body still had input */
+    bool draining;      /* answered early: reading the rest of a streamed body to drop it */
+    size_t discard_left;
 };
 
 struct http_request {
@@ -61,6 +67,12 @@ struct http_request {
     bool responded; /* response fully queued */
     bool streaming;
     bool chunked;
+    bool length_known;    /* streamed with Content-Length */
+    uint64_t length_left; /* bytes still owed on such a stream */
+    struct http_body_handler body_handler;
+    bool body_streamed; /* body goes to body_handler, not to `body` */
+    bool body_paused;
+    bool body_stopped; /* on_data refused more */
     struct evbuffer *out_headers;
     void (*on_abort)(struct http_request *, void *);
     void *abort_arg;
@@ -72,6 +84,16 @@ struct http_request {
 
 static void conn_free(struct http_conn *conn);
 static void conn_process(struct http_conn *conn);
+
+/* A connection that is to close has nothing left to do: answered, flushed, and no body still
+ * being read to be dropped. */
+static bool conn_done(struct http_conn *conn)
+{
+    struct http_request *req = conn->req;
+    return conn->close_after &&
+           (req == NULL || (req->responded && (req->complete || !conn->draining))) &&
+           evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0;
+}
 
 static struct http_request *request_new(struct http_conn *conn)
 {
@@ -264,7 +286,8 @@ static int on_headers_complete(http_parser *p)
         /* Only taken-over routes (the gateway) speak upgraded protocols. */
         req->upgrade = false;
     }
-    if (p->content_length != ULLONG_MAX && p->content_length > srv->config.max_body) {
+    if (!req->body_streamed && p->content_length != ULLONG_MAX &&
+        p->content_length > srv->config.max_body) {
         server_error(req, 413, "HTTP::BODY_TOO_LARGE", "request body too large");
         return -1;
     }
@@ -274,12 +297,37 @@ static int on_headers_complete(http_parser *p)
     return 0;
 }
 
+/* Gives up on the rest of a request body: the connection closes after the answer. */
+static void stop_reading(struct http_conn *conn)
+{
+    if (conn->req != NULL)
+        conn->req->keep_alive = false;
+    conn->close_after = true;
+    conn->draining = false;
+    bufferevent_disable(conn->bev, EV_READ);
+}
+
 static int on_body(http_parser *p, const char *at, size_t n)
 {
     struct http_conn *conn = p->data;
     struct http_request *req = conn->req;
     if (req == NULL || req->error)
         return -1;
+    if (req->body_streamed) {
+        if (req->responded || req->body_stopped) {
+            if (n <= conn->discard_left) {
+                conn->discard_left -= n;
+                return 0;
+            }
+            stop_reading(conn);
+            return -1;
+        }
+        if (req->body_handler.on_data(req, at, n, req->body_handler.arg) < 0) {
+            req->body_stopped = true;
+            conn->discard_left = DISCARD_MAX;
+        }
+        return 0;
+    }
     if (evbuffer_get_length(req->body) + n > conn->srv->config.max_body) {
         server_error(req, 413, "HTTP::BODY_TOO_LARGE", "request body too large");
         return -1;
@@ -322,8 +370,18 @@ static void conn_process(struct http_conn *conn)
     }
     conn->in_process = false;
     struct http_request *req = conn->req;
-    if (conn->close_after && (req == NULL || req->responded) &&
-        evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0)
+    if (conn->read_eof && req != NULL && !req->body_paused &&
+        evbuffer_get_length(bufferevent_get_input(conn->bev)) == 0) {
+        /* The half-closed client's input is all parsed now: as on_event would have done. */
+        conn->read_eof = false;
+        if (!req->complete) {
+            conn_free(conn);
+            return;
+        }
+        if (!req->responded)
+            conn->close_after = true;
+    }
+    if (conn_done(conn))
         conn_free(conn);
 }
 
@@ -332,6 +390,10 @@ static void conn_process_loop(struct http_conn *conn)
     struct evbuffer *input = bufferevent_get_input(conn->bev);
     for (;;) {
         struct http_request *req = conn->req;
+        if (conn->close_after && !conn->draining && req != NULL && !req->complete)
+            return; /* answered early: the rest of the body is not read */
+        if (req != NULL && req->body_paused)
+            return; /* resumed by http_request_resume_body */
         if (req != NULL && req->complete) {
             if (!req->responded)
                 return; /* waiting for the handler */
@@ -362,9 +424,14 @@ static void conn_process_loop(struct http_conn *conn)
         if (e == HPE_PAUSED) {
             if (req != NULL && req->complete && !req->responded) {
                 bufferevent_setwatermark(conn->bev, EV_READ, 0, READ_HIGH_WATERMARK);
-                conn->srv->config.on_request(req, conn->srv->config.arg);
+                if (req->body_streamed) {
+                    if (!req->body_stopped)
+                        req->body_handler.on_end(req, req->body_handler.arg);
+                } else {
+                    conn->srv->config.on_request(req, conn->srv->config.arg);
+                }
             }
-            continue;
+            continue; /* or paused by the body handler: see the top of the loop */
         }
         if (e != HPE_OK) {
             if (req == NULL)
@@ -412,7 +479,7 @@ static void on_read(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct http_conn *conn = arg;
-    if (conn->close_after)
+    if (conn->close_after && !conn->draining)
         return;
     conn_process(conn);
 }
@@ -422,8 +489,7 @@ static void on_write(struct bufferevent *bev, void *arg)
     (void)bev;
     struct http_conn *conn = arg;
     struct http_request *req = conn->req;
-    if (conn->close_after && (req == NULL || req->responded) &&
-        evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0) {
+    if (conn_done(conn)) {
         conn_free(conn);
         return;
     }
@@ -440,6 +506,21 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && conn->req != NULL &&
             conn->req->complete && !conn->req->responded && !conn->req->streaming) {
             conn->close_after = true;
+            return;
+        }
+        /* An answer given before the end of the body still goes out in full. */
+        if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && conn->req != NULL &&
+            conn->req->responded &&
+            evbuffer_get_length(bufferevent_get_output(conn->bev)) > 0) {
+            stop_reading(conn);
+            return;
+        }
+        /* A paused body may still have the rest of the request in the input buffer. */
+        if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && conn->req != NULL &&
+            conn->req->body_paused && !conn->req->responded &&
+            evbuffer_get_length(bufferevent_get_input(conn->bev)) > 0) {
+            conn->read_eof = true;
+            bufferevent_disable(conn->bev, EV_READ);
             return;
         }
         conn_free(conn);
@@ -460,18 +541,22 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd,
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
+    struct bufferevent *bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (bev == NULL) {
+        close(fd);
+        return;
+    }
+    if (http_server_adopt(srv, bev) < 0)
+        bufferevent_free(bev);
+}
+
+int http_server_adopt(struct http_server *srv, struct bufferevent *bev)
+{
     struct http_conn *conn = calloc(1, sizeof(*conn));
-    if (conn == NULL) {
-        close(fd);
-        return;
-    }
+    if (conn == NULL)
+        return -1;
     conn->srv = srv;
-    conn->bev = bufferevent_socket_new(srv->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (conn->bev == NULL) {
-        close(fd);
-        free(conn);
-        return;
-    }
+    conn->bev = bev;
     srv->connections++;
     conn->next = srv->conns;
     if (srv->conns)
@@ -481,8 +566,13 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd,
     conn->parser.data = conn;
     bufferevent_setcb(conn->bev, on_read, on_write, on_event, conn);
     bufferevent_setwatermark(conn->bev, EV_READ, 0, READ_HIGH_WATERMARK);
+    bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
     set_idle(conn, true);
     bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+    /* An adopted connection may hold a request already: read it on the next loop turn. */
+    if (evbuffer_get_length(bufferevent_get_input(bev)) > 0)
+        bufferevent_trigger(bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    return 0;
 }
 
 int http_server_new(struct event_base *base, const struct http_server_config *config,
@@ -666,14 +756,14 @@ void http_response_add_header(struct http_request *req, const char *name, const 
 }
 
 static void write_head(struct http_request *req, int status, const char *content_type,
-                       long long length)
+                       unsigned long long length, bool has_length)
 {
     struct evbuffer *out = bufferevent_get_output(req->conn->bev);
     evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
     if (content_type)
         evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
-    if (length >= 0)
-        evbuffer_add_printf(out, "Content-Length: %lld\r\n", length);
+    if (has_length)
+        evbuffer_add_printf(out, "Content-Length: %llu\r\n", length);
     else if (req->chunked)
         evbuffer_add_printf(out, "Transfer-Encoding: chunked\r\n");
     if (!req->keep_alive || req->conn->close_after)
@@ -688,6 +778,17 @@ static void finish(struct http_request *req)
     req->responded = true;
     if (!req->keep_alive)
         conn->close_after = true;
+    if (conn->close_after && req->body_streamed && !req->complete && !conn->draining &&
+        HTTP_PARSER_ERRNO(&conn->parser) != HPE_CB_body) {
+        /* Answered before the end of the body: read the rest and drop it, then close. */
+        conn->draining = true;
+        conn->discard_left = DISCARD_MAX;
+        req->body_paused = false;
+        if (HTTP_PARSER_ERRNO(&conn->parser) == HPE_PAUSED)
+            http_parser_pause(&conn->parser, 0);
+        bufferevent_trigger(conn->bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS);
+        return;
+    }
     if (conn->close_after) {
         bufferevent_disable(conn->bev, EV_READ);
         if (evbuffer_get_length(bufferevent_get_output(conn->bev)) == 0 && !conn->in_process)
@@ -705,7 +806,7 @@ void http_respond(struct http_request *req, int status, const char *content_type
         return;
     if (!req->complete)
         req->keep_alive = false; /* answering before the body was read: the rest is junk */
-    write_head(req, status, content_type, (long long)len);
+    write_head(req, status, content_type, len, true);
     if (!req->head_only && len > 0)
         evbuffer_add(bufferevent_get_output(req->conn->bev), body, len);
     finish(req);
@@ -715,18 +816,42 @@ void http_stream_start(struct http_request *req, int status, const char *content
 {
     if (req->responded || req->streaming)
         return;
+    if (!req->complete)
+        req->keep_alive = false; /* as in http_respond */
     req->streaming = true;
     /* HTTP/1.0 has no chunks: the end of the body is the end of the connection. */
     req->chunked = req->conn->parser.http_major > 1 ||
                    (req->conn->parser.http_major == 1 && req->conn->parser.http_minor >= 1);
     if (!req->chunked)
         req->keep_alive = false;
-    write_head(req, status, content_type, -1);
+    write_head(req, status, content_type, 0, false);
+}
+
+void http_stream_start_length(struct http_request *req, int status, const char *content_type,
+                              uint64_t length)
+{
+    if (req->responded || req->streaming)
+        return;
+    if (!req->complete)
+        req->keep_alive = false;
+    req->streaming = true;
+    req->length_known = true;
+    req->length_left = req->head_only ? 0 : length;
+    write_head(req, status, content_type, length, true);
 }
 
 size_t http_stream_write(struct http_request *req, const void *data, size_t len)
 {
     struct evbuffer *out = bufferevent_get_output(req->conn->bev);
+    if (!req->streaming || req->responded)
+        return evbuffer_get_length(out);
+    if (req->length_known) {
+        if (len > req->length_left)
+            len = (size_t)req->length_left;
+        req->length_left -= len;
+        evbuffer_add(out, data, len);
+        return evbuffer_get_length(out);
+    }
     if (len > 0) {
         if (req->chunked)
             evbuffer_add_printf(out, "%zx\r\n", len);
@@ -743,8 +868,42 @@ void http_stream_end(struct http_request *req)
         return;
     if (req->chunked)
         evbuffer_add(bufferevent_get_output(req->conn->bev), "0\r\n\r\n", 5);
+    if (req->length_known && req->length_left > 0)
+        req->keep_alive = false; /* the body came out short: only closing can tell */
     req->streaming = false;
     finish(req);
+}
+
+void http_request_stream_body(struct http_request *req, const struct http_body_handler *handler)
+{
+    req->body_handler = *handler;
+    req->body_streamed = true;
+}
+
+void http_request_pause_body(struct http_request *req)
+{
+    http_parser *p = &req->conn->parser;
+    if (!req->body_streamed || req->body_paused || req->complete)
+        return;
+    req->body_paused = true;
+    /* Inside on_data this makes http_parser_execute return after the current piece. */
+    if (HTTP_PARSER_ERRNO(p) == HPE_OK)
+        http_parser_pause(p, 1);
+}
+
+void http_request_resume_body(struct http_request *req)
+{
+    struct http_conn *conn = req->conn;
+    if (!req->body_paused)
+        return;
+    req->body_paused = false;
+    if (!req->complete && HTTP_PARSER_ERRNO(&conn->parser) == HPE_PAUSED)
+        http_parser_pause(&conn->parser, 0);
+    if (conn->read_eof) /* reading stopped at EOF: nothing will call on_read again */
+        bufferevent_trigger(conn->bev, EV_READ,
+                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    else
+        bufferevent_trigger(conn->bev, EV_READ, BEV_TRIG_DEFER_CALLBACKS);
 }
 
 struct bufferevent *http_request_take_over(struct http_request *req)

@@ -1,8 +1,10 @@
 /* A small HTTP/1.1 server on libevent bufferevents, parsing with http-parser.
  *
  * Requests are delivered whole (bodies up to a bound; beyond it the server answers 413 itself),
- * one at a time per connection, keep-alive honoured. A handler may instead take over the
- * connection after the request head (the gateway does, to stream bodies and upgrades raw). */
+ * one at a time per connection, keep-alive honoured. After the request head a handler may
+ * instead have the body streamed to it piece by piece, with no bound but its own and with
+ * backpressure (uploads), or take over the connection (the gateway does, to relay bodies and
+ * upgrades raw). Responses are whole, streamed chunked, or streamed with a known length. */
 #pragma once
 
 #include <event2/buffer.h>
@@ -10,6 +12,7 @@
 #include <event2/event.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "lib/error.h"
 
@@ -22,10 +25,11 @@ struct http_header {
 };
 
 struct http_server_config {
-    size_t max_body;        /* bytes; larger bodies get 413 */
+    size_t max_body;        /* bytes; larger bodies get 413 (streamed bodies: no limit) */
     size_t max_connections; /* further connections are refused at accept */
     /* After the head: return true to take the connection over (see http_request_take_over),
-     * false to have the body read and on_request called. May be NULL. */
+     * false to have the body read and on_request called, or streamed if the callback called
+     * http_request_stream_body. May be NULL. */
     bool (*on_head)(struct http_request *req, void *arg);
     void (*on_request)(struct http_request *req, void *arg);
     /* Writes the error body for errors the server answers by itself (400, 413, 431). */
@@ -42,6 +46,9 @@ int http_server_listen(struct http_server *srv, const char *host, int port,
 /* Accepts on an already listening socket (TCP or unix); the server owns it afterwards. */
 int http_server_listen_fd(struct http_server *srv, int fd, struct cove_error **err);
 void http_server_free(struct http_server *srv);
+/* Serves a connection that was taken over and is handed back (bytes already in its input
+ * buffer are parsed first). The server owns bev afterwards; -1 if out of memory. */
+int http_server_adopt(struct http_server *srv, struct bufferevent *bev);
 /* The port of the first TCP listener (useful with port 0). */
 int http_server_port(struct http_server *srv);
 
@@ -58,6 +65,25 @@ bool http_request_is_upgrade(const struct http_request *req);
 void http_request_set_data(struct http_request *req, void *data);
 void *http_request_data(const struct http_request *req);
 
+/* Streamed request bodies. Called from on_head (before it returns false): the body is not
+ * buffered and max_body does not apply; on_data gets each piece as it arrives, then on_end once
+ * the body is complete, in place of on_request. The handler answers whenever it likes (an
+ * answer before the body ended closes the connection after it). If the client goes away first,
+ * the on_abort callback runs instead of on_end. */
+struct http_body_handler {
+    /* Returns 0 to go on, or -1 to stop reading: no more pieces, no on_end, and the connection
+     * closes once the handler has answered (it must answer). */
+    int (*on_data)(struct http_request *req, const char *data, size_t len, void *arg);
+    void (*on_end)(struct http_request *req, void *arg);
+    void *arg;
+};
+void http_request_stream_body(struct http_request *req, const struct http_body_handler *handler);
+/* Backpressure for a slow sink: after pause no on_data call (not even for bytes already read)
+ * and the server reads at most its input buffer (256 KiB) ahead, until resume. Both may be
+ * called from on_data or at any time; resume delivers from the event loop, not from within. */
+void http_request_pause_body(struct http_request *req);
+void http_request_resume_body(struct http_request *req);
+
 /* Adds a response header (before responding). */
 void http_response_add_header(struct http_request *req, const char *name, const char *value);
 /* Whole response with Content-Length. */
@@ -67,6 +93,12 @@ void http_respond(struct http_request *req, int status, const char *content_type
 /* Streamed response (chunked). write returns the bytes now queued towards the client, for
  * backpressure; on_drain (if set) is called whenever the queue empties. */
 void http_stream_start(struct http_request *req, int status, const char *content_type);
+/* Streamed response with a known length (a download): Content-Length is sent and writes go out
+ * unframed; bytes beyond length are dropped. Ending short of length (the file shrank) closes the
+ * connection, so the client sees a truncated body rather than a wrong one. Writes, drain and
+ * end as for the chunked stream. */
+void http_stream_start_length(struct http_request *req, int status, const char *content_type,
+                              uint64_t length);
 size_t http_stream_write(struct http_request *req, const void *data, size_t len);
 void http_stream_end(struct http_request *req);
 void http_stream_on_drain(struct http_request *req, void (*cb)(struct http_request *, void *),

@@ -84,6 +84,7 @@ def test_keep_alive_across_requests_and_sandboxes(gw, server):
         for i in range(5):
             for path in (f"/sandboxes/{server}/proxy/{PORT}/n{i}",
                          f"/sandboxes/{server}/proxy/44772/ping",
+                         f"/v1/sandboxes/{other}",  # the lifecycle API on the same connection
                          f"/sandboxes/{other}/proxy/44772/ping"):
                 conn.request("GET", path, headers=gw.headers())
                 resp = conn.getresponse()

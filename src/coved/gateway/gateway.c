@@ -571,8 +571,41 @@ static void start_request(struct tunnel *t)
     t->state = READ_HEAD;
 }
 
-/* Checks and routes a complete request head; on refusal answers it and skips its body. */
-static void accept_request(struct tunnel *t)
+/* A request for the API on a connection the gateway holds (clients keep connections alive
+ * across both): the connection goes back to the HTTP server, this head put back in front. */
+static void hand_back(struct tunnel *t)
+{
+    struct bufferevent *bev = t->client;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    if (t->request_lf_pending && evbuffer_get_length(in) > 0)
+        evbuffer_drain(in, 1);
+    struct evbuffer *head = evbuffer_new();
+    if (head == NULL) {
+        tunnel_close(t);
+        return;
+    }
+    evbuffer_add_printf(head, "%s %s HTTP/%u.%u\r\n",
+                        http_method_str((enum http_method)t->request_parser.method),
+                        t->request.target, t->request_parser.http_major,
+                        t->request_parser.http_minor);
+    for (size_t i = 0; i < t->request.count; i++)
+        evbuffer_add_printf(head, "%s: %s\r\n", t->request.headers[i].name,
+                            t->request.headers[i].value);
+    evbuffer_add(head, "\r\n", 2);
+    evbuffer_prepend_buffer(in, head);
+    evbuffer_free(head);
+    bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+    t->client = NULL;
+    t->closing = true;
+    struct api *api = t->api;
+    tunnel_free(t);
+    if (http_server_adopt(api->http, bev) < 0)
+        bufferevent_free(bev);
+}
+
+/* Checks and routes a complete request head; on refusal answers it and skips its body.
+ * Returns true when the connection went back to the API server (the tunnel is gone). */
+static bool accept_request(struct tunnel *t)
 {
     http_parser *p = &t->request_parser;
     struct api *api = t->api;
@@ -587,8 +620,8 @@ static void accept_request(struct tunnel *t)
     bool routed = match_host(api->config.domain, head_header(&t->request, "Host"), target, &r) ||
                   match_path(target, &r);
     if (!routed) {
-        cove_error_set(&err, 0, 404, "GATEWAY::NOT_FOUND",
-                       "not a gateway route: use /sandboxes/{id}/proxy/{port}/...");
+        hand_back(t);
+        return true;
     } else if ((sb = authorize(api, &t->request, &r, &err)) == NULL) {
         /* err is set */
     } else if (r.port < 0) {
@@ -616,7 +649,7 @@ static void accept_request(struct tunnel *t)
         cove_error_free(err);
         t->request_upgrade = false;
         t->state = SKIP_BODY;
-        return;
+        return false;
     }
     t->upstream_reusable = false;
     http_parser_init(&t->response_parser, HTTP_RESPONSE);
@@ -626,6 +659,7 @@ static void accept_request(struct tunnel *t)
     t->response_lf_pending = false;
     write_request_head(t, r.rest[0] ? r.rest : "/");
     t->state = FORWARD_BODY;
+    return false;
 }
 
 /* Feeds client bytes to the request parser, forwarding or dropping body bytes. */
@@ -679,8 +713,7 @@ static void process_client(struct tunnel *t)
         }
         if (t->state == READ_HEAD && t->request_head_done && !head_before) {
             t->request_lf_pending = e == HPE_PAUSED && !t->request_done;
-            accept_request(t);
-            if (t->closing)
+            if (accept_request(t) || t->closing)
                 return;
             if (t->request_upgrade && t->state == FORWARD_BODY) {
                 /* An upgrade request has no body: what follows is for after the 101. */
