@@ -3,6 +3,7 @@ mount, cgroup, network namespace, run dir, or descriptor in the daemon."""
 
 import glob
 import os
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,13 +19,20 @@ def cove_cgroups():
             if os.path.isdir(d)}
 
 
+def named_netns():
+    try:
+        return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    except OSError:
+        return ""
+
+
 def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def test_create_delete_100_leaves_nothing(coved):
     pid = coved.proc.pid
-    netns_before = netns_inodes()
+    netns_before, named_before = netns_inodes(), named_netns()
     fds_before = fd_count(pid)
     host_ns = own_netns()
     ids = []
@@ -71,6 +79,7 @@ def test_create_delete_100_leaves_nothing(coved):
     # none kept alive by a socket the daemon still holds.
     assert not any(os.stat(f"/proc/{p}/ns/net").st_ino not in netns_before
                    for p in descendants(pid))
+    assert named_netns() == named_before  # nothing under /run/netns either
     foreign = {fd: ns for fd, ns in socket_netns_of(pid).items() if ns != host_ns}
     assert foreign == {}, f"coved holds sockets in sandbox namespaces: {foreign}"
     with open(f"/proc/{pid}/mountinfo") as f:

@@ -10,8 +10,26 @@ import pytest
 
 from hostile import delete_and_check
 
-FIND = "find / -path /proc -prune -o -path /sys -prune -o -name {} -print 2>/dev/null; true"
 SEARCH_DIRS = "/root /home /tmp /etc /var /run /opt /srv /mnt /media /dev/shm"
+
+
+def find_everywhere(coved, sid, name):
+    """Paths named `name` anywhere in the sandbox (/proc, /sys and /dev included). The
+    sandbox's own /etc/passwd is found too, which shows the walk really ran."""
+    out = coved.sh(sid, f"find / \\( -name {name} -o -path /etc/passwd \\) -print 2>/dev/null; "
+                        "true")
+    lines = out.split()
+    assert "/etc/passwd" in lines, f"find did not run: {out!r}"
+    return [l for l in lines if l != "/etc/passwd"]
+
+
+def grep_everywhere(coved, sid, data):
+    """Files under SEARCH_DIRS holding `data`; a canary of the sandbox's own shows grep ran."""
+    out = coved.sh(sid, f"echo {data} > /tmp/.canary; grep -rIl {data} {SEARCH_DIRS} "
+                        f"2>/dev/null; rm /tmp/.canary")
+    lines = out.split()
+    assert "/tmp/.canary" in lines, f"grep did not run: {out!r}"
+    return [l for l in lines if l != "/tmp/.canary"]
 
 
 def test_host_markers_invisible(coved, make_sandbox, host_markers):
@@ -25,10 +43,8 @@ def test_host_markers_invisible(coved, make_sandbox, host_markers):
     # The host's own trees are not there at all (the sandbox's /root and /tmp are its own).
     r = coved.exec(sid, f"ls -d /work {shlex.quote(coved.state_dir)} 2>&1; true")
     assert "No such file or directory" in r.stdout and r.stdout.count("\n") == 2, r.stdout
-    out = coved.sh(sid, FIND.format(host_markers.name))
-    assert out == "", f"find shows host markers: {out}"
-    out = coved.sh(sid, f"grep -rIl {host_markers.secret} {SEARCH_DIRS} 2>/dev/null; true")
-    assert out == "", f"host marker content found inside: {out}"
+    assert find_everywhere(coved, sid, host_markers.name) == []
+    assert grep_everywhere(coved, sid, host_markers.secret) == []
     # Walking out with .. ends at the sandbox's root.
     out = coved.sh(sid, "cd /tmp/../../../../..; pwd; ls")
     assert out.split("\n")[0] == "/" and "work" not in out.split()
@@ -114,16 +130,17 @@ def test_sandboxes_cannot_see_each_others_files(coved, make_sandbox):
     places = ["/tmp", "/home/user", "/root", "/etc", "/var/tmp", "/dev/shm", "/"]
     coved.sh(a, "; ".join(f"echo {secret} > {p.rstrip('/')}/{name}" for p in places))
     assert coved.sh(a, f"cat /tmp/{name}") == secret + "\n"
-    out = coved.sh(b, FIND.format(name))
-    assert out == "", f"B finds A's files: {out}"
-    out = coved.sh(b, f"grep -rIl {secret} {SEARCH_DIRS} 2>/dev/null; true")
-    assert out == "", f"B finds A's data: {out}"
+    assert find_everywhere(coved, b, name) == [], "B finds A's files"
+    assert grep_everywhere(coved, b, secret) == [], "B finds A's data"
     # Nor did it land in the shared template or anywhere under the daemon's state dir.
-    hits = subprocess.run(["grep", "-rIl", "--no-messages", "--exclude=*.log", secret, coved.state_dir],
+    hits = subprocess.run(["grep", "-rIl", "--no-messages", "--exclude=*.log", secret,
+                           coved.state_dir],
                           capture_output=True, text=True).stdout
     assert hits == "", f"A's data is on the host: {hits}"
     # A fresh sandbox starts from the clean template.
     c = make_sandbox()
-    assert coved.sh(c, FIND.format(name)) == ""
+    assert find_everywhere(coved, c, name) == []
+    # ... while A itself still has them all.
+    assert len(find_everywhere(coved, a, name)) == len(places)
     for sid in (a, b, c):
         delete_and_check(coved, sid)

@@ -58,6 +58,39 @@ static int make_dir(const char *path, struct cove_error **err)
     return 0;
 }
 
+static long long read_number(const char *path)
+{
+    char buf[64];
+    if (read_file(path, buf, sizeof(buf)) < 0)
+        return -1;
+    return strtoll(buf, NULL, 10);
+}
+
+/* All sandboxes together never take the whole pid space. One sandbox may be allowed more
+ * processes than the host has pids (pid_max is often 32768), and a few dozen at the default
+ * limit would leave the host unable to fork: the common parent keeps a quarter of the pid
+ * space (at least 1024 pids) for the host. A value an administrator set (anything but
+ * "max") is left alone; so is a parent without the file (a scratch tree in unit tests). */
+static void cap_parent_pids(const char *parent)
+{
+    char file[600], buf[64];
+    snprintf(file, sizeof(file), "%s/pids.max", parent);
+    if (read_file(file, buf, sizeof(buf)) < 0 || strncmp(buf, "max", 3) != 0)
+        return;
+    long long space = read_number("/proc/sys/kernel/pid_max");
+    long long threads = read_number("/proc/sys/kernel/threads-max");
+    if (threads > 0 && (space <= 0 || threads < space))
+        space = threads;
+    long long reserve = space / 4 > 1024 ? space / 4 : 1024;
+    if (space - reserve < 1024)
+        return;
+    snprintf(buf, sizeof(buf), "%lld", space - reserve);
+    struct cove_error *err = NULL;
+    if (write_file(file, buf, &err) < 0)
+        log_warn("sandboxes together may take every pid of the host: %s", err->message);
+    cove_error_free(err);
+}
+
 void cgroup_system_v2(struct cgroup_system *sys, const char *root)
 {
     memset(sys, 0, sizeof(*sys));
@@ -149,6 +182,7 @@ static int v2_create(const struct cgroup_system *sys, const char *id,
     snprintf(file, sizeof(file), "%s/cgroup.subtree_control", path);
     if (write_file(file, "+cpu +memory +pids", err) < 0)
         return -1;
+    cap_parent_pids(path);
     cgroup_path(sys, 0, id, path, sizeof(path));
     if (make_dir(path, err) < 0)
         return -1;
@@ -184,6 +218,8 @@ static int v1_create(const struct cgroup_system *sys, const char *id,
         cgroup_path(sys, c, NULL, path, sizeof(path));
         if (make_dir(path, err) < 0)
             return -1;
+        if (c == CGROUP_V1_PIDS)
+            cap_parent_pids(path);
         cgroup_path(sys, c, id, path, sizeof(path));
         if (make_dir(path, err) < 0)
             return -1;
