@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -23,7 +24,10 @@
 #include "agent/api.h"
 #include "agent/command.h"
 #include "agent/process.h"
+#include "agent/metrics.h"
+#include "agent/pty.h"
 #include "agent/reaper.h"
+#include "agent/session.h"
 #include "lib/error.h"
 #include "lib/http.h"
 #include "lib/log.h"
@@ -202,6 +206,9 @@ static void start_entrypoint(char **argv)
 int main(int argc, char **argv)
 {
     cove_log_set_prefix("cove-agent");
+    /* Not dumpable: root inside the sandbox must not ptrace the agent or take its descriptors
+     * (pidfd_getfd), among them its listening socket and its log, which is a host file. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     ensure_standard_fds();
     /* Whoever exec'd the agent may have blocked signals; SIGTERM and SIGCHLD must arrive. */
     sigset_t none;
@@ -257,6 +264,9 @@ int main(int argc, char **argv)
         return 1;
     }
     command_init(agent.base);
+    session_init(agent.base);
+    pty_init(agent.base);
+    metrics_init(agent.base);
     for (size_t n = 0; n < fds_len + specs_len; n++) {
         const char *spec = n < fds_len ? listen_fds[n] : listen_specs[n - fds_len];
         int fd = n < fds_len                      ? listen_inherited(spec, &err)
@@ -286,6 +296,9 @@ int main(int argc, char **argv)
     event_base_dispatch(agent.base);
 
     http_server_free(agent.server);
+    metrics_cleanup();
+    pty_cleanup();
+    session_cleanup();
     command_cleanup();
     for (size_t n = 0; n < 2; n++)
         event_free(agent.signal_events[n]);

@@ -332,10 +332,6 @@ print(json.dumps(res))
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the agent (PID 1) is dumpable, so root inside may ptrace it or take its descriptors - "
-    "among them its stderr, a file on the host's disk (docs/security.md, known limits). "
-    "Fix: prctl(PR_SET_DUMPABLE, 0) at the start of cove-agent"))
 def test_agent_cannot_be_taken_over(coved, make_sandbox):
     """The agent holds what the sandbox must not: its log, a file on the host's disk outside
     every cap, and the daemon's connections. Root inside cannot take them from it."""

@@ -137,6 +137,19 @@ static int check_metadata(json_t *metadata, bool is_patch, struct cove_error **e
     return 0;
 }
 
+/* No sandbox may ask for more pids than the host has. */
+static int max_pids(void)
+{
+    int pid_max = MAX_PIDS;
+    FILE *f = fopen("/proc/sys/kernel/pid_max", "re");
+    if (f != NULL) {
+        if (fscanf(f, "%d", &pid_max) != 1 || pid_max > MAX_PIDS)
+            pid_max = MAX_PIDS;
+        fclose(f);
+    }
+    return pid_max / 2;
+}
+
 static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove_error **err)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -177,11 +190,11 @@ static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove
                 out->cgroup.memory_bytes = b;
             } else if (strcmp(key, "pids") == 0) {
                 int64_t n = quantity_parse_count(s);
-                if (n < 8 || n > MAX_PIDS)
+                if (n < 8 || n > max_pids())
                     return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
                                           "resourceLimits.pids '%.32s' is out of range: from 8 "
                                           "to %d",
-                                          s, MAX_PIDS);
+                                          s, max_pids());
                 out->cgroup.pids_max = n;
             } else if (strcmp(key, "ephemeral-storage") == 0 || strcmp(key, "disk") == 0) {
                 int64_t b = quantity_parse_bytes(s);
@@ -199,6 +212,13 @@ static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove
             }
         }
     }
+    /* The writable layer is a tmpfs charged to the sandbox's memory: a larger cap could only
+     * end in an OOM kill instead of ENOSPC. */
+    if (out->disk_bytes > out->cgroup.memory_bytes)
+        return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                              "ephemeral-storage (%lld bytes) cannot exceed memory (%lld bytes): "
+                              "the writable layer is kept in the sandbox's memory",
+                              (long long)out->disk_bytes, (long long)out->cgroup.memory_bytes);
     if (out->disk_bytes == 0) {
         /* The writable layer lives in memory charged to the sandbox: by default it may take
          * half of it, so a full disk is an ENOSPC, not an OOM kill. */
