@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Cove start-up and memory benchmark. Run it through bench/run.sh (as root).
+"""Cove start-up, memory and exec benchmark. Run it through bench/run.sh (as root).
 
 Measures, for Cove and for bwrap, crun and podman (runc) doing the same job:
 start an isolated environment, run `echo hi`, read its first output, tear it down.
@@ -10,6 +10,14 @@ start an isolated environment, run `echo hi`, read its first output, tear it dow
 Three modes: sequential (back to back), concurrent (a fixed number in flight, in threads)
 and idle (one at a time after a pause, as a lone request on a quiet host would see it).
 Then the host memory an idle, paused Cove sandbox costs.
+
+And the exec part: the round trip of `echo hi` in an environment that is already running
+(Cove: POST .../proxy/44772/command on a kept-alive connection; podman exec; crun exec).
+
+  first  = from the start of the request until "hi" reaches the client
+  done   = until the end of the event stream (Cove) or the exit of the exec command
+
+--only startup,memory,exec picks the parts (default: all three).
 
 Only the Python 3 standard library is used. Everything made (coved and its state dir,
 sandboxes, the busybox rootfs, the OCI bundle, podman's storage, containers, cgroups,
@@ -198,9 +206,11 @@ class ProcTool:
         raise NotImplementedError
 
     def once(self):
-        n = next(self.counter)
+        return self.run_argv(self.argv(next(self.counter)))
+
+    def run_argv(self, argv):
         t0 = now()
-        p = subprocess.Popen(self.argv(n), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=self.errf, close_fds=True)
         fd = p.stdout.fileno()
         buf = b""
@@ -255,6 +265,18 @@ class Bwrap(ProcTool):
                 "--hostname", f"bench{n}", "/usr/bin/echo", "hi"]
 
 
+def run_or_explain(argv, env=None):
+    """Runs a set-up command whose stdout is not needed (a detached container must not
+    hold a pipe of ours open); fails with its stderr."""
+    with tempfile.TemporaryFile() as err:
+        rc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=err).returncode
+        if rc != 0:
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(argv)}: exit {rc}: "
+                               f"{err.read().decode(errors='replace')[-1500:]}")
+
+
 def make_busybox_rootfs(path):
     for d in ["bin", "proc", "sys", "dev", "tmp", "etc", "root"]:
         os.makedirs(os.path.join(path, d), exist_ok=True)
@@ -291,8 +313,25 @@ class Crun(ProcTool):
     def argv(self, n):
         return ["crun", "run", "--bundle", self.bundle, f"{self.prefix}{n}"]
 
+    exec_note = ("crun exec into a running container (`crun run --detach`, same bundle, "
+                 "`sleep` as its process): joins its namespaces and cgroups, execs /bin/echo")
+
+    def start_running(self):
+        """A container that keeps running (busybox sleep), for `crun exec`."""
+        self.exec_id = f"{self.prefix}exec"
+        cfg = json.load(open(os.path.join(self.bundle, "config.json")))
+        cfg["process"]["args"] = ["/bin/sleep", "3600"]
+        json.dump(cfg, open(os.path.join(self.bundle, "config-sleep.json"), "w"), indent=1)
+        run_or_explain(["crun", "run", "--detach", "--bundle", self.bundle,
+                        "--config", os.path.join(self.bundle, "config-sleep.json"),
+                        self.exec_id])
+
+    def exec_argv(self):
+        return ["crun", "exec", self.exec_id, "/bin/echo", "hi"]
+
     def cleanup(self):
-        # A container that outlived its `crun run` (only after a failure) has state here.
+        # A container that outlived its `crun run` (only after a failure) has state here,
+        # and so has the exec part's detached container.
         for cid in crun_leftovers(self.prefix):
             subprocess.run(["crun", "delete", "-f", cid], capture_output=True)
         super().cleanup()
@@ -342,10 +381,25 @@ class Podman(ProcTool):
                               "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
                               self.image, "echo", "hi"]
 
+    exec_note = ("podman --runtime runc exec into a running container (`podman run -d`, "
+                 "same image and flags, `sleep` as its process): conmon + runc exec")
+
+    def start_running(self):
+        """A container that keeps running (busybox sleep), for `podman exec`."""
+        self.exec_name = f"{os.path.basename(self.tmp)}-exec"
+        run_or_explain(self.base() + ["run", "-d", "--name", self.exec_name,
+                                      "--network", "none",
+                                      "--ulimit", "nofile=1024:1024",
+                                      "--ulimit", "nproc=1024:1024",
+                                      self.image, "sleep", "3600"], env=self.env)
+
+    def exec_argv(self):
+        return self.base() + ["exec", self.exec_name, "echo", "hi"]
+
     def cleanup(self):
         if os.path.isdir(self.dir):
             try:
-                subprocess.run(self.base() + ["rm", "-a", "-f"], capture_output=True,
+                subprocess.run(self.base() + ["rm", "-a", "-f", "-t", "0"], capture_output=True,
                                env=self.env, timeout=60)
                 subprocess.run(self.base() + ["rmi", "-a", "-f"], capture_output=True,
                                env=self.env, timeout=60)
@@ -378,6 +432,8 @@ class Coved:
                      "POST .../proxy/44772/command (new connection), DELETE (keep-alive)")
         self.lock = threading.Lock()
         self.local = threading.local()
+        self.gw_connects = 0  # connections opened by exec_keepalive
+        self.gw_lost = 0      # of which closed by the server or left unusable after a reply
 
     def start(self, log_level="info"):
         os.makedirs(self.state)
@@ -509,6 +565,62 @@ class Coved:
                                f"raw {stream.raw[:300]!r}")
         return t_first, t_end
 
+    def exec_keepalive(self, sid, command="echo hi", expect="hi"):
+        """The same exchange as exec_first on this thread's kept-alive connection to the
+        gateway (opened on first use, and again only if the server closes it). Returns (time
+        of first expected output, time of end of stream), both from the start of the send.
+        command=None sends GET .../proxy/44772/ping instead (the HTTP path alone)."""
+        if command is None:
+            req = (f"GET /sandboxes/{sid}/proxy/{AGENT_PORT}/ping HTTP/1.1\r\n"
+                   f"Host: 127.0.0.1:{self.port}\r\nOPEN-SANDBOX-API-KEY: {self.key}\r\n"
+                   "\r\n").encode()
+        else:
+            body = json.dumps({"command": command}).encode()
+            req = (f"POST /sandboxes/{sid}/proxy/{AGENT_PORT}/command HTTP/1.1\r\n"
+                   f"Host: 127.0.0.1:{self.port}\r\nOPEN-SANDBOX-API-KEY: {self.key}\r\n"
+                   f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        s = getattr(self.local, "gw", None)
+        if s is None:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.local.gw = s
+            with self.lock:
+                self.gw_connects += 1
+        t0 = now()
+        stream = EventStream()
+        t_first = None
+        try:
+            s.sendall(req)
+            while not stream.done:
+                data = s.recv(65536)
+                if not data:
+                    break
+                for ev in stream.feed(data):
+                    if (t_first is None and ev.get("type") == "stdout"
+                            and ev.get("text", "").strip() == expect):
+                        t_first = now()
+            t_end = now()
+            if command is None:
+                t_first = t_end
+        except OSError:
+            self.drop_gw()
+            raise
+        if not stream.done or stream.close or stream.leftover:
+            self.drop_gw()  # not reusable: the next call connects again
+            with self.lock:
+                self.gw_lost += 1
+        if stream.status != 200 or t_first is None or not stream.done:
+            raise RuntimeError(f"exec in {sid}: HTTP {stream.status}, events {stream.events!r}, "
+                               f"raw {stream.raw[:300]!r}")
+        return t_first - t0, t_end - t0
+
+    def drop_gw(self):
+        s = getattr(self.local, "gw", None)
+        if s is not None:
+            s.close()
+            self.local.gw = None
+
     def once(self):
         t0 = now()
         sid = self.create()
@@ -519,6 +631,24 @@ class Coved:
         return {"first": t_first - t0, "cycle": t_end - t0, "create": t_created - t0,
                 "exec_first": t_first - t_created, "exec_rest": t_exec_end - t_first,
                 "delete": t_end - t_exec_end}
+
+    def cpu_seconds(self, sid):
+        """CPU time used so far by a sandbox's cgroup (its agent and everything it ran) and
+        by coved itself, in seconds; None where it cannot be read."""
+        sb = read_int(f"/sys/fs/cgroup/cpuacct/cove/{sid}/cpuacct.usage")  # v1, ns
+        if sb is None:
+            sb = read_int(f"/sys/fs/cgroup/cpu,cpuacct/cove/{sid}/cpuacct.usage")
+        if sb is not None:
+            sb /= 1e9
+        else:
+            usec = read_stat(f"/sys/fs/cgroup/cove/{sid}/cpu.stat").get("usage_usec")  # v2
+            sb = usec / 1e6 if usec is not None else None
+        try:
+            f = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            coved = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            coved = None
+        return sb, coved
 
     def cgroup_memory_dir(self, sid):
         for d in (f"/sys/fs/cgroup/memory/cove/{sid}", f"/sys/fs/cgroup/cove/{sid}"):
@@ -597,10 +727,13 @@ class EventStream:
         self.raw = b""
         self.status = None
         self.chunked = False
+        self.length = None   # Content-Length, if the response has one
         self.body = b""      # de-chunked, not yet split into events
         self.pending = b""   # raw body bytes not yet de-chunked
         self.headers_done = False
         self.done = False
+        self.close = False     # the server said Connection: close
+        self.leftover = b""    # bytes after the end of the body (must be none)
         self.events = []
 
     def feed(self, data):
@@ -616,6 +749,10 @@ class EventStream:
                 k, _, v = h.partition(":")
                 if k.strip().lower() == "transfer-encoding" and "chunked" in v.lower():
                     self.chunked = True
+                if k.strip().lower() == "connection" and "close" in v.lower():
+                    self.close = True
+                if k.strip().lower() == "content-length":
+                    self.length = int(v)
             self.pending = self.pending[end + 4:]
             self.headers_done = True
         else:
@@ -627,13 +764,29 @@ class EventStream:
                     break
                 size = int(self.pending[:nl].split(b";")[0], 16)
                 if size == 0:
+                    # The last chunk, then trailers (none expected) and an empty line: wait
+                    # for all of it so that a kept-alive connection is left at a boundary.
+                    rest = self.pending[nl + 2:]
+                    if rest.startswith(b"\r\n"):
+                        end = 2
+                    elif b"\r\n\r\n" in rest:
+                        end = rest.find(b"\r\n\r\n") + 4
+                    else:
+                        break
                     self.done = True
+                    self.leftover = rest[end:]
                     self.pending = b""
                     break
                 if len(self.pending) < nl + 2 + size + 2:
                     break
                 self.body += self.pending[nl + 2:nl + 2 + size]
                 self.pending = self.pending[nl + 2 + size + 2:]
+        elif self.length is not None:
+            self.body += self.pending[:self.length]
+            self.leftover = self.pending[self.length:]
+            self.length -= len(self.pending) - len(self.leftover)
+            self.pending = b""
+            self.done = self.length == 0
         else:
             self.body += self.pending
             self.pending = b""
@@ -717,26 +870,177 @@ def measure_tool(tool, args):
     return res
 
 
-def run_crun_isolated(args, tmp):
+# ---------------------------------------------------------------- exec in a running environment
+
+class CoveExec:
+    """One iteration: `echo hi` through the gateway in one running sandbox, on this thread's
+    kept-alive connection (keepalive=True) or on a new connection each time."""
+
+    def __init__(self, cove, sid, keepalive=True):
+        self.cove, self.sid, self.keepalive = cove, sid, keepalive
+        self.calls = 0
+        if keepalive == "ping":
+            self.name = "cove-ping"
+            self.note = ("GET /sandboxes/{id}/proxy/44772/ping on a kept-alive connection: "
+                         "the HTTP path (client, gateway, agent) without a process")
+        elif keepalive:
+            self.name = "cove"
+            self.note = ("POST /sandboxes/{id}/proxy/44772/command {\"command\":\"echo hi\"} "
+                         "on a kept-alive HTTP/1.1 connection (one per client thread), event "
+                         "stream read to its end; one running sandbox (base, sleep infinity)")
+        else:
+            self.name = "cove-new"
+            self.note = "the same request on a new TCP connection each time (for comparison)"
+
+    def once(self):
+        self.calls += 1  # (threads: a lost increment only blurs the CPU-per-exec figure)
+        if self.keepalive == "ping":
+            first, done = self.cove.exec_keepalive(self.sid, command=None)
+        elif self.keepalive:
+            first, done = self.cove.exec_keepalive(self.sid)
+        else:
+            t0 = now()
+            t_first, t_end = self.cove.exec_first(self.sid)
+            first, done = t_first - t0, t_end - t0
+        return {"first": first, "done": done}
+
+
+class ProcExec:
+    """One iteration: a process (`crun exec ...`, `podman exec ...`, or plain echo for the
+    host floor) that prints "hi" and exits."""
+
+    def __init__(self, tool):
+        self.tool = tool
+        self.name = tool.name
+        self.note = getattr(tool, "exec_note", tool.note)
+
+    def once(self):
+        argv = self.tool.exec_argv() if hasattr(self.tool, "exec_argv") else self.tool.argv(0)
+        r = self.tool.run_argv(argv)
+        return {"first": r["first"], "done": r["cycle"]}
+
+
+def measure_exec(tool, args, concurrent=False):
+    """Exec part: warm-up, then `--exec-iterations` back to back, and (Cove only) the same
+    number with `--concurrency` in flight."""
+    res = {"tool": tool.name, "note": tool.note}
+    warm = [tool.once() for _ in range(max(1, args.warmup))]
+    n = args.exec_iterations
+    est = statistics.fmean(w["done"] for w in warm)
+    if est > args.slow_threshold:
+        n = max(10, min(n, args.slow_iterations))
+        res["reduced"] = (f"one exec took {est * 1000:.0f} ms (> {args.slow_threshold:.1f} s): "
+                          f"{n} iterations instead of {args.exec_iterations}")
+    log(f"  {tool.name}: exec, sequential x{n} ...")
+    modes = [("sequential",) + run_sequential(tool, n, 0)]
+    if concurrent and args.concurrency > 1:
+        log(f"  {tool.name}: exec, concurrent x{n} ({args.concurrency} at once) ...")
+        modes.append(("concurrent",) + run_concurrent(tool, n, args.concurrency))
+    for mode, samples, wall in modes:
+        r = {k: summary([s[k] for s in samples]) for k in samples[0]}
+        r["wall_s"] = wall
+        r["per_s"] = len(samples) / wall
+        res[mode] = r
+    return res
+
+
+def measure_cove_exec(cove, args):
+    """Exec part for Cove: one sandbox, kept running for all iterations, then deleted."""
+    sid = cove.create()
+    try:
+        tool = CoveExec(cove, sid)
+        cpu0 = cove.cpu_seconds(sid)
+        res = [measure_exec(tool, args, concurrent=True)]
+        cpu1 = cove.cpu_seconds(sid)
+        # One connection per client thread, none lost: keep-alive held for every request.
+        res[0]["connections"] = cove.gw_connects
+        res[0]["connections_lost"] = cove.gw_lost
+        # Where the CPU goes, per exec (warm-up, sequential and concurrent together).
+        for i, key in enumerate(("sandbox_cpu_ms_per_exec", "coved_cpu_ms_per_exec")):
+            if cpu0[i] is not None and cpu1[i] is not None:
+                res[0][key] = (cpu1[i] - cpu0[i]) * 1000 / tool.calls
+        res.append(measure_exec(CoveExec(cove, sid, keepalive=False), args))
+        res.append(measure_exec(CoveExec(cove, sid, keepalive="ping"), args))
+    finally:
+        cove.drop_gw()
+        cove.delete(sid)
+    return res
+
+
+def measure_container_tool(tool, args, parts):
+    """Start-up and/or exec part of crun or podman, on one setup. Returns (start-up result,
+    exec result), None for a part not run."""
+    start = ex = None
+    try:
+        tool.setup()
+        if "startup" in parts:
+            start = measure_tool(tool, args)
+        if "exec" in parts and hasattr(tool, "start_running"):
+            log(f"{tool.name}: exec: starting a container that keeps running ...")
+            tool.start_running()
+            ex = measure_exec(ProcExec(tool), args)
+    finally:
+        tool.cleanup()
+    return start, ex
+
+
+HIDDEN_UNIFIED_NOTE = ("; run in a private mount namespace with the empty cgroup2 mount "
+                       "/sys/fs/cgroup/unified hidden (crun refuses hybrid mode), so it uses v1")
+
+
+def run_crun_isolated(args, tmp, parts):
     """crun 1.8 refuses cgroup "hybrid" mode (v1 controllers plus a cgroup2 mount at
     /sys/fs/cgroup/unified). Run the crun part in a private mount namespace where that
     (controller-less) cgroup2 mount is hidden, so crun sees a plain v1 host."""
     out_path = os.path.join(tmp, "crun-result.json")
     cmd = ["unshare", "--mount", "--propagation", "private",
            sys.executable, os.path.abspath(__file__), "--worker", "crun", "--worker-hide-unified",
-           "--worker-tmp", tmp, "--worker-out", out_path,
+           "--worker-tmp", tmp, "--worker-out", out_path, "--only", ",".join(sorted(parts)),
            "--iterations", str(args.iterations), "--concurrency", str(args.concurrency),
            "--warmup", str(args.warmup), "--idle-iterations", str(args.idle_iterations),
            "--idle-gap", str(args.idle_gap), "--slow-threshold", str(args.slow_threshold),
-           "--slow-iterations", str(args.slow_iterations)]
-    subprocess.run(cmd, check=True)
-    res = json.load(open(out_path))
-    res["note"] += ("; run in a private mount namespace with the empty cgroup2 mount "
-                    "/sys/fs/cgroup/unified hidden (crun refuses hybrid mode), so it uses v1")
-    return res
+           "--slow-iterations", str(args.slow_iterations),
+           "--exec-iterations", str(args.exec_iterations)]
+    proc = subprocess.Popen(cmd)
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        # Not subprocess.run: it would SIGKILL the worker, which then could not delete its
+        # containers (the exec part's is detached and would keep running). Ask it to stop
+        # and clean up, and wait for that.
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        raise
+    if rc != 0:
+        raise subprocess.CalledProcessError(rc, cmd)
+    out = json.load(open(out_path))
+    for res in out.values():
+        if res:
+            res["note"] += HIDDEN_UNIFIED_NOTE
+    return out["startup"], out["exec"]
+
+
+def delete_crun_leftovers(tmp):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "crun-cleanup",
+           "--worker-tmp", tmp, "--worker-out", os.devnull]
+    if cgroup_mode() == "hybrid":
+        cmd = ["unshare", "--mount", "--propagation", "private"] + cmd + \
+            ["--worker-hide-unified"]
+    try:
+        subprocess.run(cmd, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        log(f"cleanup: crun containers: {e}")
 
 
 def raise_interrupt(signum, frame):
+    # Once: a second signal (Ctrl-C reaches a worker, then its parent's SIGTERM) must not
+    # interrupt the clean-up the first one started.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -751,13 +1055,13 @@ def worker_main(args):
     catch_signals()
     if args.worker_hide_unified:
         umount("/sys/fs/cgroup/unified")  # in this private mount namespace only
+    if args.worker == "crun-cleanup":
+        # Backstop after a failed worker: delete this run's crun containers, seeing v1.
+        Crun(args.worker_tmp).cleanup()
+        return
     tool = {"crun": Crun}[args.worker](args.worker_tmp)
-    try:
-        tool.setup()
-        res = measure_tool(tool, args)
-    finally:
-        tool.cleanup()
-    json.dump(res, open(args.worker_out, "w"))
+    start, ex = measure_container_tool(tool, args, set(args.only.split(",")))
+    json.dump({"startup": start, "exec": ex}, open(args.worker_out, "w"))
 
 
 # ---------------------------------------------------------------- memory
@@ -893,7 +1197,7 @@ def measure_memory(cove, n, rounds):
 
 # ---------------------------------------------------------------- report
 
-def print_report(info, results, memory, args, wall):
+def print_report(info, results, memory, exec_results, args, wall):
     p = print
     p()
     p("== Machine")
@@ -901,7 +1205,8 @@ def print_report(info, results, memory, args, wall):
       f"kernel {info['kernel']}; {info['os']}; cgroups {info['cgroups']}")
     p("Versions: " + "; ".join(f"{k}: {v}" for k, v in info["versions"].items()))
     p()
-    p("== Tools")
+    if results:
+        p("== Tools")
     for r in results:
         p(f"{r['tool']:7} {r['note']}")
         if r.get("reduced"):
@@ -911,7 +1216,7 @@ def print_report(info, results, memory, args, wall):
               "concurrent": f"Concurrent, {args.concurrency} at once",
               "idle": f"Idle: one at a time, {args.idle_gap * 1000:.0f} ms pause before each"}
     for mode in ("sequential", "concurrent", "idle"):
-        if not all(mode in r for r in results):
+        if not results or not all(mode in r for r in results):
             continue
         p()
         p(f"== {titles[mode]}: milliseconds (first = start -> \"hi\" received; "
@@ -935,7 +1240,7 @@ def print_report(info, results, memory, args, wall):
             p("cove phases p50/p95 (ms): " + ", ".join(
                 f"{k} {fmt(m[k]['p50'])}/{fmt(m[k]['p95'])}"
                 for k in ("create", "exec_first", "exec_rest", "delete")))
-    if cove:
+    if cove and "sequential" in cove:
         p()
         p("== Targets (sequential)")
         f = cove["sequential"]["first"]["p50"]
@@ -977,8 +1282,54 @@ def print_report(info, results, memory, args, wall):
           f"{memory['coved_rss_growth_kib']['median']:.0f} KiB in total; MemAvailable 0.5 s after "
           f"deleting them vs. before: {memory['not_returned_kib']['median']:.0f} KiB lower "
           "(all sandboxes; noise applies)")
+    if exec_results:
+        print_exec_report(exec_results, args)
     p()
     p(f"Total bench time {wall:.0f} s.")
+
+
+def print_exec_report(exec_results, args):
+    p = print
+
+    def fmt(x):  # sub-millisecond rows (the ping) need the second digit
+        return f"{x:.2f}" if x < 1 else globals()["fmt"](x)
+    p()
+    p("== Exec in a running environment: `echo hi`")
+    for r in exec_results:
+        p(f"{r['tool']:9} {r['note']}")
+        if r.get("reduced"):
+            p(f"          NOTE: {r['reduced']}")
+    p("bwrap     skipped: there is no exec into a running bwrap")
+    cove = next((r for r in exec_results if r["tool"] == "cove"), None)
+    if cove and "connections" in cove:
+        p(f"cove client connections: {cove['connections']} opened (one per client thread), "
+          f"{cove['connections_lost']} closed by the server or unusable after a reply")
+    if cove and "sandbox_cpu_ms_per_exec" in cove:
+        p(f"cove CPU per exec: sandbox cgroup (agent, bash, echo) "
+          f"{cove['sandbox_cpu_ms_per_exec']:.2f} ms; coved (API, gateway) "
+          f"{cove.get('coved_cpu_ms_per_exec', float('nan')):.2f} ms")
+    for mode, title in (("sequential", "back to back"),
+                        ("concurrent", f"{args.concurrency} at once (Cove only)")):
+        rows = [r for r in exec_results if mode in r]
+        if not rows:
+            continue
+        p()
+        p(f"== Exec, {title}: milliseconds (first = request -> \"hi\" received; "
+          "done = end of the event stream / exit of the exec command)")
+        p(f"{'tool':9}{'n':>5} | {'first p50':>9} {'p95':>7} {'mean':>7} | {'done p50':>9} "
+          f"{'p95':>7} {'mean':>7} | {'/s':>6} | {'first p50':>9} {'done p50':>9}")
+        p(f"{'':9}{'':>5} | {'':>9} {'':>7} {'':>7} | {'':>9} {'':>7} {'':>7} | {'':>6} | "
+          f"{'tool/cove':>9} {'tool/cove':>9}")
+        for r in rows:
+            m = r[mode]
+            f, d = m["first"], m["done"]
+            rf = rd = "-"
+            if cove and r is not cove and mode in cove:
+                rf = f"{f['p50'] / cove[mode]['first']['p50']:.2f}x"
+                rd = f"{d['p50'] / cove[mode]['done']['p50']:.2f}x"
+            p(f"{r['tool']:9}{f['n']:>5} | {fmt(f['p50']):>9} {fmt(f['p95']):>7} "
+              f"{fmt(f['mean']):>7} | {fmt(d['p50']):>9} {fmt(d['p95']):>7} {fmt(d['mean']):>7} "
+              f"| {fmt(m['per_s']):>6} | {rf:>9} {rd:>9}")
 
 
 # ---------------------------------------------------------------- main
@@ -1047,7 +1398,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--iterations", type=int, default=100,
-                    help="iterations per tool, sequential and concurrent (default 100)")
+                    help="iterations per tool of the start-up part, sequential and concurrent "
+                         "(default 100)")
     ap.add_argument("--concurrency", type=int, default=20, help="in flight at once (default 20)")
     ap.add_argument("--warmup", type=int, default=3, help="uncounted iterations (default 3)")
     ap.add_argument("--memory-sandboxes", type=int, default=20,
@@ -1069,6 +1421,13 @@ def main():
     ap.add_argument("--cove-state-parent",
                     help="make coved's state dir under this directory instead of the bench's "
                          "temp dir (e.g. /dev/shm to take the disk out of the picture)")
+    ap.add_argument("--only", default="startup,memory,exec",
+                    help="comma-separated parts to run: startup (create, echo hi, delete), "
+                         "memory (paused idle Cove sandboxes), exec (echo hi in a running "
+                         "environment); default all three")
+    ap.add_argument("--exec-iterations", type=int, default=200,
+                    help="iterations of the exec part per tool, sequential (and, for Cove, "
+                         "concurrent) (default 200; 0 skips it)")
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--worker-tmp", help=argparse.SUPPRESS)
@@ -1085,6 +1444,16 @@ def main():
         log("bench: run as root (namespaces, cgroups, mounts)")
         return 2
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    parts = {p.strip() for p in args.only.split(",") if p.strip()}
+    bad = parts - {"startup", "memory", "exec"} or \
+        set(tools) - {"cove", "host", "bwrap", "crun", "podman"}
+    if bad:
+        log(f"bench: unknown part or tool: {', '.join(sorted(bad))}")
+        return 2
+    if args.memory_sandboxes <= 0:
+        parts.discard("memory")
+    if args.exec_iterations <= 0:
+        parts.discard("exec")
 
     catch_signals()
 
@@ -1093,7 +1462,7 @@ def main():
     info = machine_info()
     libpod_before = bool(libpod_cgroups())
     tmp = tempfile.mkdtemp(prefix="cove-bench-")
-    results, memory = [], None
+    results, memory, exec_results = [], None, []
     cove = None
     crun_prefix = os.path.basename(tmp) + "-"
     rc = 0
@@ -1105,23 +1474,39 @@ def main():
                 cove.note += f"; state dir under {args.cove_state_parent}"
             # Memory first, while few pages freed by this run itself sit on per-CPU free lists
             # (see the note printed with the result).
-            if args.memory_sandboxes > 0:
+            if "memory" in parts:
                 memory = measure_memory(cove, args.memory_sandboxes, args.memory_rounds)
-            results.append(measure_tool(cove, args))
+            if "startup" in parts:
+                results.append(measure_tool(cove, args))
+            if "exec" in parts:
+                log("cove: exec: one running sandbox ...")
+                exec_results += measure_cove_exec(cove, args)
         for name in tools:
-            if name == "cove":
+            if name == "cove" or not parts & {"startup", "exec"}:
                 continue
+            if name == "bwrap" and "startup" not in parts:
+                continue  # no exec into a running bwrap
             log(f"{name}: ...")
+            start = ex = None
             if name == "crun" and cgroup_mode() == "hybrid":
-                results.append(run_crun_isolated(args, tmp))
-                continue
-            cls = {"host": HostExec, "bwrap": Bwrap, "crun": Crun, "podman": Podman}[name]
-            tool = cls(tmp)
-            try:
-                tool.setup()
-                results.append(measure_tool(tool, args))
-            finally:
-                tool.cleanup()
+                start, ex = run_crun_isolated(args, tmp, parts)
+            elif name in ("crun", "podman"):
+                cls = {"crun": Crun, "podman": Podman}[name]
+                start, ex = measure_container_tool(cls(tmp), args, parts)
+            else:
+                tool = {"host": HostExec, "bwrap": Bwrap}[name](tmp)
+                try:
+                    tool.setup()
+                    if "startup" in parts:
+                        start = measure_tool(tool, args)
+                    if "exec" in parts and name == "host":
+                        ex = measure_exec(ProcExec(tool), args)
+                finally:
+                    tool.cleanup()
+            if start:
+                results.append(start)
+            if ex:
+                exec_results.append(ex)
     except KeyboardInterrupt as e:
         log(f"bench: interrupted ({e}); cleaning up")
         rc = 130
@@ -1136,6 +1521,8 @@ def main():
         all_cove_ids = cove.all_ids if cove else set()
         if cove:
             cove.stop(all_cove_ids)
+        if crun_leftovers(crun_prefix):  # only if a crun worker died without cleaning up
+            delete_crun_leftovers(tmp)
         unmount_under(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         remove_new_globals(globals_before, libpod_before)
@@ -1143,8 +1530,8 @@ def main():
         if cove and cove.state_tmp and os.path.exists(cove.state_tmp):
             left.append(f"state dir {cove.state_tmp}")
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if results:
-        print_report(info, results, memory, args, now() - t_start)
+    if results or memory or exec_results:
+        print_report(info, results, memory, exec_results, args, now() - t_start)
     print()
     print("Cleanup check: " + ("nothing left behind (coved, sandboxes, cgroups, mounts, "
                                "containers, temp dir)" if not left else "LEFT: " + "; ".join(left)))
@@ -1153,7 +1540,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": info, "results": results, "memory": memory,
-                       "leftovers": left}, f, indent=1)
+                       "exec": exec_results, "leftovers": left}, f, indent=1)
     return rc
 
 
