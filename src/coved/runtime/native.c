@@ -314,8 +314,40 @@ int runtime_caps_trim(struct cove_error **err)
     return 0;
 }
 
+/* The sandbox's own cgroups, read-only at /sys/fs/cgroup (Docker does the same): mounted
+ * from inside the new cgroup namespace, each hierarchy's root is the sandbox's cgroup, so
+ * the agent and the user read their limits and usage and see nothing of the host's. */
+static void mount_cgroupfs(int status_fd, const struct cgroup_system *cg)
+{
+    static const char *const names[CGROUP_V1_COUNT] = {"cpu", "cpuacct", "memory", "pids",
+                                                       "freezer"};
+    if (access("/sys/fs/cgroup", F_OK) < 0)
+        return; /* sysfs without the directory: nothing to mount on */
+    if (cg->mode == CGROUP_V2) {
+        child_mount(status_fd, "cgroup2", "/sys/fs/cgroup", "cgroup2",
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+        return;
+    }
+    child_mount(status_fd, "tmpfs", "/sys/fs/cgroup", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "mode=0755,size=65536");
+    char path[64];
+    for (int c = 0; c < CGROUP_V1_COUNT; c++) {
+        if (cg->v1_mount[c][0] == '\0')
+            continue;
+        /* Co-mounted controllers (cpu,cpuacct) share one hierarchy: mount it once per name,
+         * the kernel gives the same superblock. */
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s", names[c]);
+        child_mkdir(status_fd, path, 0755);
+        child_mount(status_fd, "cgroup", path, "cgroup",
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, names[c]);
+    }
+    child_mount(status_fd, NULL, "/sys/fs/cgroup", NULL,
+                MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=65536");
+}
+
 struct child_args {
     const struct runtime_spec *spec;
+    const struct cgroup_system *cgroups;
     int agent_fd;
     int listen_fd;
     int go_fd;     /* parent -> child */
@@ -365,6 +397,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     build_root(status_fd, a->spec);
     if (unshare(CLONE_NEWCGROUP) < 0)
         child_fail(status_fd, "unshare cgroup namespace");
+    mount_cgroupfs(status_fd, a->cgroups);
     /* The user namespace belongs to the euid that creates it, and what its processes take of
      * the kernel's per-user budgets (inotify instances, user namespaces, message queues, ...)
      * is charged to that owner in the host's namespace as well. Created as host root, one
@@ -562,6 +595,7 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
 
     struct child_args args = {
         .spec = spec,
+        .cgroups = &rt->cgroups,
         .agent_fd = rt->agent_fd,
         .listen_fd = listen_fd,
         .go_fd = go[0],
