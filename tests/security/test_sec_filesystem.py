@@ -144,3 +144,23 @@ def test_sandboxes_cannot_see_each_others_files(coved, make_sandbox):
     assert len(find_everywhere(coved, a, name)) == len(places)
     for sid in (a, b, c):
         delete_and_check(coved, sid)
+
+
+def test_own_cgroups_visible_read_only_and_nothing_else(coved, make_sandbox):
+    """/sys/fs/cgroup shows the sandbox's own cgroups (its limits, for tools and the agent's
+    metrics), read-only, and none of the host's or other sandboxes'."""
+    other = make_sandbox()
+    sid = make_sandbox(limits={"cpu": "500m", "memory": "256Mi", "pids": "100"})
+    v1 = os.path.isdir("/sys/fs/cgroup/memory/cove")
+    limit = "/sys/fs/cgroup/memory/memory.limit_in_bytes" if v1 else "/sys/fs/cgroup/memory.max"
+    assert coved.sh(sid, f"cat {limit}") == f"{256 * 1024 * 1024}\n"
+    pids = "/sys/fs/cgroup/pids/pids.max" if v1 else "/sys/fs/cgroup/pids.max"
+    assert coved.sh(sid, f"cat {pids}") == "100\n"
+    for attempt in (f"echo 999999999999 > {limit}", f"echo max > {pids}",
+                    "mkdir /sys/fs/cgroup/memory/escape || mkdir /sys/fs/cgroup/escape",
+                    "mount -o remount,rw /sys/fs/cgroup"):
+        r = coved.exec(sid, attempt)
+        assert r.exit_code != 0, attempt
+    assert coved.sh(sid, f"cat {limit}") == f"{256 * 1024 * 1024}\n"
+    listing = coved.sh(sid, "find /sys/fs/cgroup -maxdepth 3 -type d; true")
+    assert other not in listing and sid not in listing and "/cove" not in listing
