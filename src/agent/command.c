@@ -60,7 +60,7 @@ struct output_pipe {
 };
 
 struct command {
-    char id[33];
+    char id[37]; /* 32 hex digits, or a bash session's UUID (its runs share its id) */
     char *content;
     bool background;
     pid_t pid; /* leader and process group; 0 once reaped, so no stale group is signalled */
@@ -88,6 +88,8 @@ struct command {
     /* background: combined stdout+stderr; log_base counts bytes dropped from its front */
     struct evbuffer *log;
     uint64_t log_base;
+
+    struct command_hooks hooks; /* of the module that started it (command_run_streamed) */
 
     struct command *prev, *next;
 };
@@ -327,6 +329,11 @@ static void command_pump(struct command *cmd)
         pending |= p->fd >= 0 && !p->drained;
     }
     /* Done when the command exited and its output is read, whoever still holds the pipes. */
+    if (!pending && !cmd->running && cmd->hooks.on_done != NULL) {
+        struct command_hooks hooks = cmd->hooks;
+        cmd->hooks.on_done = NULL;
+        hooks.on_done(cmd, cmd->exit_code, hooks.arg);
+    }
     if (!pending && !cmd->running && cmd->req != NULL)
         stream_finish(cmd);
     /* Level-triggered pipe events while the client keeps up; none while it does not. */
@@ -539,21 +546,69 @@ static int parse_run_request(json_t *body, struct run_request *out, struct cove_
     out->cwd = json_string_value(cwd);
     if (out->cwd != NULL && out->cwd[0] == '\0')
         out->cwd = NULL;
-    if (out->cwd != NULL) {
-        struct stat st;
-        if (stat(out->cwd, &st) < 0) {
-            if (errno == ENOENT)
-                return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                                      "%s working directory does not exist: %s", invalid, out->cwd);
-            return cove_error_set(err, errno, 400, "INVALID_REQUEST_BODY",
-                                  "%s cannot access working directory %s", invalid, out->cwd);
-        }
-        if (!S_ISDIR(st.st_mode))
+    return command_check_cwd(out->cwd, err);
+}
+
+int command_check_cwd(const char *cwd, struct cove_error **err)
+{
+    static const char *invalid = "invalid request, validation error";
+    struct stat st;
+    if (cwd == NULL)
+        return 0;
+    if (stat(cwd, &st) < 0) {
+        if (errno == ENOENT)
             return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                                  "%s working directory path is not a directory: %s", invalid,
-                                  out->cwd);
+                                  "%s working directory does not exist: %s", invalid, cwd);
+        return cove_error_set(err, errno, 400, "INVALID_REQUEST_BODY",
+                              "%s cannot access working directory %s", invalid, cwd);
     }
+    if (!S_ISDIR(st.st_mode))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s working directory path is not a directory: %s", invalid, cwd);
     return 0;
+}
+
+int command_resolve_dir(const char *path, bool create, char **out, struct cove_error **err)
+{
+    *out = NULL;
+    if (path == NULL || path[0] == '\0')
+        return 0;
+    const char *home = getenv("HOME");
+    int rc;
+    if ((path[0] == '~' && (path[1] == '\0' || path[1] == '/')) && home != NULL)
+        rc = asprintf(out, "%s%s", home, path + 1);
+    else
+        rc = (*out = strdup(path)) != NULL ? 0 : -1;
+    if (rc < 0) {
+        *out = NULL;
+        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    }
+    if (!create)
+        return 0;
+    /* mkdir -p: every missing component, then the whole must be a directory. */
+    char *p = *out;
+    for (char *slash = strchr(p + 1, '/');; slash = strchr(slash + 1, '/')) {
+        if (slash != NULL)
+            *slash = '\0';
+        int made = mkdir(p, 0777);
+        int saved = errno;
+        if (slash != NULL)
+            *slash = '/';
+        if (made < 0 && saved != EEXIST) {
+            cove_error_set(err, saved, 500, "RUNTIME_ERROR", "cannot create directory %s", p);
+            break;
+        }
+        if (slash == NULL || slash[1] == '\0') {
+            struct stat st;
+            if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+                return 0;
+            cove_error_set(err, ENOTDIR, 500, "RUNTIME_ERROR", "cannot use directory %s", p);
+            break;
+        }
+    }
+    free(*out);
+    *out = NULL;
+    return -1;
 }
 
 /* --- building the process --- */
@@ -598,8 +653,7 @@ static void resolve_user(const struct run_request *run, struct process_spec *spe
     fclose(f);
 }
 
-/* bash when the sandbox has it (execd prefers it too, and users write bash), else sh. */
-static const char *find_shell(char *path, size_t size)
+const char *command_find_shell(char *path, size_t size)
 {
     const char *dirs = getenv("PATH");
     if (dirs == NULL)
@@ -663,8 +717,9 @@ static int make_output_pipe(int fds[2], struct cove_error **err)
     return 0;
 }
 
-/* Starts the process for cmd; sets up its pipes and reaper watch. */
-static int command_start(struct command *cmd, const struct run_request *run,
+/* Starts cmd's process from base (its stdout and stderr are set here); sets up its pipes,
+ * reaper watch and timeout. */
+static int command_start(struct command *cmd, const struct process_spec *base, int64_t timeout_ms,
                          struct cove_error **err)
 {
     int out[2] = {-1, -1}, errp[2] = {-1, -1};
@@ -675,24 +730,11 @@ static int command_start(struct command *cmd, const struct run_request *run,
         close(out[1]);
         return -1;
     }
-    char shell[4096];
-    char *shell_argv[] = {(char *)find_shell(shell, sizeof(shell)), "-c", (char *)run->command,
-                          NULL};
-    char *const *argv = run->argv ? run->argv : shell_argv;
-    char **env = build_environment(run->envs);
-    gid_t groups[MAX_GROUPS];
-    struct process_spec spec = {.argv = (char **)argv,
-                                .envp = env,
-                                .cwd = run->cwd,
-                                .stdin_fd = -1,
-                                .stdout_fd = out[1],
-                                .stderr_fd = cmd->background ? out[1] : errp[1]};
-    if (run->has_uid)
-        resolve_user(run, &spec, groups);
+    struct process_spec spec = *base;
+    spec.stdout_fd = out[1];
+    spec.stderr_fd = cmd->background ? out[1] : errp[1];
     pid_t pid = 0;
-    int rc = env == NULL ? cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory")
-                         : process_spawn(&spec, &pid, err);
-    free_environment(env);
+    int rc = process_spawn(&spec, &pid, err);
     close(out[1]);
     if (errp[1] >= 0)
         close(errp[1]);
@@ -727,25 +769,47 @@ static int command_start(struct command *cmd, const struct run_request *run,
         }
         event_add(p->event, NULL);
     }
-    if (run->timeout_ms > 0) {
+    if (timeout_ms > 0) {
         cmd->timeout_event = evtimer_new(event_base, on_timeout, cmd);
-        struct timeval tv = timeval_from_ms(run->timeout_ms);
+        struct timeval tv = timeval_from_ms(timeout_ms);
         if (cmd->timeout_event != NULL)
             evtimer_add(cmd->timeout_event, &tv);
     }
     return 0;
 }
 
-static struct command *command_new(const struct run_request *run)
+/* Starts a command of the API or the entrypoint: the shell (or argv), the request's
+ * environment and user. */
+static int command_launch(struct command *cmd, const struct run_request *run,
+                          struct cove_error **err)
+{
+    char shell[4096];
+    char *shell_argv[] = {(char *)command_find_shell(shell, sizeof(shell)), "-c",
+                          (char *)run->command, NULL};
+    char *const *argv = run->argv ? run->argv : shell_argv;
+    char **env = build_environment(run->envs);
+    if (env == NULL)
+        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    gid_t groups[MAX_GROUPS];
+    struct process_spec spec = {
+        .argv = (char **)argv, .envp = env, .cwd = run->cwd, .stdin_fd = -1};
+    if (run->has_uid)
+        resolve_user(run, &spec, groups);
+    int rc = command_start(cmd, &spec, run->timeout_ms, err);
+    free_environment(env);
+    return rc;
+}
+
+static struct command *command_new(const char *content, bool background, int64_t timeout_ms)
 {
     struct command *cmd = calloc(1, sizeof(*cmd));
-    if (cmd == NULL || (cmd->content = strdup(run->command)) == NULL) {
+    if (cmd == NULL || (cmd->content = strdup(content)) == NULL) {
         free(cmd);
         return NULL;
     }
     new_command_id(cmd->id);
-    cmd->background = run->background;
-    cmd->timeout_ms = run->timeout_ms;
+    cmd->background = background;
+    cmd->timeout_ms = timeout_ms;
     clock_gettime(CLOCK_REALTIME, &cmd->started_at);
     cmd->started_mono_ms = monotonic_ms();
     cmd->pipes[0].fd = cmd->pipes[1].fd = -1;
@@ -772,7 +836,7 @@ int command_start_entrypoint(char *const *argv, struct cove_error **err)
         strcat(content, argv[i]);
     }
     struct run_request run = {.command = content, .argv = argv, .background = true};
-    struct command *cmd = command_new(&run);
+    struct command *cmd = command_new(run.command, true, 0);
     free(content);
     if (cmd == NULL || (cmd->log = evbuffer_new()) == NULL) {
         if (cmd != NULL)
@@ -780,7 +844,7 @@ int command_start_entrypoint(char *const *argv, struct cove_error **err)
         return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
     }
     snprintf(cmd->id, sizeof(cmd->id), "%s", COMMAND_ENTRYPOINT_ID);
-    if (command_start(cmd, &run, err) < 0) {
+    if (command_launch(cmd, &run, err) < 0) {
         command_free(cmd);
         return -1;
     }
@@ -807,6 +871,17 @@ static void stream_open(struct http_request *req, struct command *cmd)
     stream_flush(cmd);
 }
 
+/* Streams cmd's events to req until it ends (or the client goes away). */
+static void stream_follow(struct http_request *req, struct command *cmd)
+{
+    http_stream_on_drain(req, on_stream_drain, cmd);
+    http_request_on_abort(req, on_stream_abort, cmd);
+    cmd->ping_event = event_new(event_base, -1, EV_PERSIST, on_ping, cmd);
+    struct timeval second = {1, 0};
+    if (cmd->ping_event != NULL)
+        event_add(cmd->ping_event, &second);
+}
+
 /* runCommand: POST /command */
 void command_handle_run(struct http_request *req, const struct api_params *params)
 {
@@ -827,7 +902,7 @@ void command_handle_run(struct http_request *req, const struct api_params *param
         json_decref(json);
         return;
     }
-    struct command *cmd = command_new(&run);
+    struct command *cmd = command_new(run.command, run.background, run.timeout_ms);
     if (cmd == NULL) {
         api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
         json_decref(json);
@@ -835,7 +910,7 @@ void command_handle_run(struct http_request *req, const struct api_params *param
     }
     if (run.background)
         cmd->log = evbuffer_new();
-    int rc = command_start(cmd, &run, &err);
+    int rc = command_launch(cmd, &run, &err);
     json_decref(json);
     if (rc < 0) {
         cmd->exit_code = 255;
@@ -878,12 +953,39 @@ void command_handle_run(struct http_request *req, const struct api_params *param
         http_stream_end(req);
         return;
     }
-    http_stream_on_drain(req, on_stream_drain, cmd);
-    http_request_on_abort(req, on_stream_abort, cmd);
-    cmd->ping_event = event_new(event_base, -1, EV_PERSIST, on_ping, cmd);
-    struct timeval second = {1, 0};
-    if (cmd->ping_event != NULL)
-        event_add(cmd->ping_event, &second);
+    stream_follow(req, cmd);
+}
+
+int command_run_streamed(struct http_request *req, const char *id, const char *content,
+                         const struct process_spec *spec, int64_t timeout_ms,
+                         const struct command_hooks *hooks, struct command **out,
+                         struct cove_error **err)
+{
+    struct command *cmd = command_new(content, false, timeout_ms);
+    if (cmd == NULL)
+        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    snprintf(cmd->id, sizeof(cmd->id), "%s", id);
+    if (command_start(cmd, spec, timeout_ms, err) < 0) {
+        command_free(cmd);
+        return -1;
+    }
+    log_info("command %s (pid %d) started", cmd->id, cmd->pid);
+    cmd->hooks = *hooks;
+    *out = cmd;
+    stream_open(req, cmd);
+    stream_follow(req, cmd);
+    return 0;
+}
+
+void command_kill(struct command *cmd)
+{
+    if (cmd->running && cmd->pid > 0)
+        kill(-cmd->pid, SIGKILL);
+}
+
+void command_forget_hooks(struct command *cmd)
+{
+    cmd->hooks = (struct command_hooks){0};
 }
 
 /* interruptCommand: DELETE /command?id= */
@@ -894,13 +996,15 @@ void command_handle_interrupt(struct http_request *req, const struct api_params 
         api_respond_error(req, 400, "MISSING_QUERY", "missing query parameter 'id'");
         return;
     }
-    struct command *cmd = command_find(id);
-    if (cmd == NULL) {
+    if (command_find(id) == NULL) {
         api_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id);
         return;
     }
-    /* Interrupting a command that already ended is not an error: the goal is reached. */
-    if (cmd->running && cmd->pid > 0) {
+    /* Interrupting a command that already ended is not an error: the goal is reached. The
+     * runs of a bash session share its id (the id its init event gives): all of them. */
+    for (struct command *cmd = commands; cmd != NULL; cmd = cmd->next) {
+        if (strcmp(cmd->id, id) != 0 || !cmd->running || cmd->pid <= 0)
+            continue;
         log_info("command %s: interrupted, terminating process group %d", cmd->id, cmd->pid);
         kill(-cmd->pid, SIGTERM);
         if (cmd->interrupt_event == NULL)

@@ -3,9 +3,15 @@
  * logs and interrupt by command id. */
 #pragma once
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 struct event_base;
 struct http_request;
 struct api_params;
+struct process_spec;
+struct command;
 
 struct cove_error;
 
@@ -18,6 +24,37 @@ void command_init(struct event_base *base);
 int command_start_entrypoint(char *const *argv, struct cove_error **err);
 /* Forgets every command (at exit; processes are dealt with by the caller). */
 void command_cleanup(void);
+
+/* For modules that run foreground commands of their own (bash sessions). */
+struct command_hooks {
+    /* Once the command has exited and its output is read (or its client is gone), before the
+     * last event, so that what the command left behind is in place when the client sees the
+     * end. Called at most once; cmd is not to be kept after it. */
+    void (*on_done)(struct command *cmd, int exit_code, void *arg);
+    void *arg;
+};
+
+/* Starts spec (its stdout and stderr are the command's pipes) as a foreground command with
+ * the given id (several commands may share one: interrupting the id stops them all), and
+ * streams its events to req as POST /command does. On failure nothing was sent to req. */
+int command_run_streamed(struct http_request *req, const char *id, const char *content,
+                         const struct process_spec *spec, int64_t timeout_ms,
+                         const struct command_hooks *hooks, struct command **out,
+                         struct cove_error **err);
+/* SIGKILL to the command's process group, if it still runs. */
+void command_kill(struct command *cmd);
+/* The hooks' owner is gone: they are not called any more. */
+void command_forget_hooks(struct command *cmd);
+
+/* bash when the sandbox has it (execd prefers it too, and users write bash), else sh. */
+const char *command_find_shell(char *path, size_t size);
+/* execd's check of a request's working directory: 400 INVALID_REQUEST_BODY when it is not an
+ * existing directory. NULL passes. */
+int command_check_cwd(const char *cwd, struct cove_error **err);
+
+/* A directory a client names, as execd takes it: "~" and "~/..." are in $HOME; with create,
+ * it is made with its parents (mkdir -p). *out is NULL for an empty path. */
+int command_resolve_dir(const char *path, bool create, char **out, struct cove_error **err);
 
 void command_handle_run(struct http_request *req, const struct api_params *params);
 void command_handle_interrupt(struct http_request *req, const struct api_params *params);

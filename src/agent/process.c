@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,12 +19,25 @@ struct child_failure {
     int errnum;
 };
 
-enum { STEP_STDIO, STEP_SETSID, STEP_SETGROUPS, STEP_SETGID, STEP_SETUID, STEP_CHDIR, STEP_EXEC };
+enum {
+    STEP_STDIO,
+    STEP_SETSID,
+    STEP_TTY,
+    STEP_SETGROUPS,
+    STEP_SETGID,
+    STEP_SETUID,
+    STEP_CHDIR,
+    STEP_EXEC
+};
 
 static const char *step_names[] = {
-    [STEP_STDIO] = "cannot set up stdio",   [STEP_SETSID] = "cannot start a session",
-    [STEP_SETGROUPS] = "cannot set groups", [STEP_SETGID] = "cannot set gid",
-    [STEP_SETUID] = "cannot set uid",       [STEP_CHDIR] = "cannot enter working directory",
+    [STEP_STDIO] = "cannot set up stdio",
+    [STEP_SETSID] = "cannot start a session",
+    [STEP_TTY] = "cannot acquire the controlling terminal",
+    [STEP_SETGROUPS] = "cannot set groups",
+    [STEP_SETGID] = "cannot set gid",
+    [STEP_SETUID] = "cannot set uid",
+    [STEP_CHDIR] = "cannot enter working directory",
     [STEP_EXEC] = "cannot execute program",
 };
 
@@ -77,6 +91,10 @@ static void child_run(const struct process_spec *spec, int stdin_fd, int report_
         close(oom);
     }
 
+    /* Descriptor 3 is about to be given away: the failure report must not be there. */
+    if (spec->fd3 > 0 && report_fd == 3 && (report_fd = fcntl(3, F_DUPFD_CLOEXEC, 4)) < 0)
+        _exit(127);
+
     if (setsid() < 0)
         child_fail(report_fd, STEP_SETSID);
 
@@ -86,6 +104,12 @@ static void child_run(const struct process_spec *spec, int stdin_fd, int report_
         (spec->stdout_fd >= 0 && child_install_fd(spec->stdout_fd, 1) < 0) ||
         (spec->stderr_fd >= 0 && child_install_fd(spec->stderr_fd, 2) < 0))
         child_fail(report_fd, STEP_STDIO);
+    /* After 0-2: a source installed there may have been descriptor 3 itself. */
+    if (spec->fd3 > 0 && child_install_fd(spec->fd3, 3) < 0)
+        child_fail(report_fd, STEP_STDIO);
+    /* A new session leader without a controlling terminal gets one: job control, ^C. */
+    if (spec->controlling_tty && ioctl(0, TIOCSCTTY, 0) < 0)
+        child_fail(report_fd, STEP_TTY);
 
     if (spec->set_user) {
         /* EPERM: the user namespace denies setgroups; the agent then has no supplementary
@@ -103,7 +127,7 @@ static void child_run(const struct process_spec *spec, int stdin_fd, int report_
         child_fail(report_fd, STEP_CHDIR);
 
     /* The agent opens everything O_CLOEXEC; this also covers descriptors it inherited. */
-    close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    close_range(spec->fd3 > 0 ? 4 : 3, ~0U, CLOSE_RANGE_CLOEXEC);
 
     execvpe(spec->argv[0], spec->argv, spec->envp);
     child_fail(report_fd, STEP_EXEC);

@@ -19,9 +19,11 @@ struct process_spec {
     gid_t gid;
     const gid_t *groups;
     size_t groups_len;
-    int stdin_fd;  /* -1: /dev/null */
-    int stdout_fd; /* -1: the agent's */
-    int stderr_fd; /* -1: the agent's */
+    int stdin_fd;         /* -1: /dev/null */
+    int stdout_fd;        /* -1: the agent's */
+    int stderr_fd;        /* -1: the agent's */
+    int fd3;              /* installed as descriptor 3 when > 0 (a bash session's state pipe) */
+    bool controlling_tty; /* stdin is a terminal's slave side: make it the controlling one */
 };
 
 /* Forks and execs. Failures in the child up to and including exec (bad cwd, setuid, missing

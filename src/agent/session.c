@@ -1,0 +1,499 @@
+#include "agent/session.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/api.h"
+#include "agent/command.h"
+#include "agent/process.h"
+#include "lib/http.h"
+#include "lib/log.h"
+
+/* Each session costs a little memory and its environment: bounded. */
+#define SESSION_MAX 256
+/* A run's report (directory and environment) beyond this is ignored and the state kept. */
+#define STATE_MAX (1024 * 1024)
+#define STATE_READ_SIZE (16 * 1024)
+
+/* Runs in the session's bash: the command (in $1, so any text is taken literally) through
+ * eval, with descriptor 3 closed so nothing it starts holds the report pipe; then the report
+ * on descriptor 3: "cwd=DIR", one "NAME=VALUE" per exported variable, and an empty record
+ * that says the report is whole, each ending in NUL (which no path or value can contain). */
+static const char wrapper_script[] =
+    "__cove_command=$1\n"
+    "shift\n"
+    "eval \"$__cove_command\" 3>&-\n"
+    "__cove_status=$?\n"
+    "{\n"
+    "  builtin printf 'cwd=%s\\0' \"${PWD:-$(builtin pwd)}\"\n"
+    "  while IFS= builtin read -r __cove_name; do\n"
+    "    builtin printf '%s=%s\\0' \"$__cove_name\" \"${!__cove_name}\"\n"
+    "  done < <(builtin compgen -e)\n"
+    "  builtin printf '\\0'\n"
+    "} >&3\n"
+    "builtin exit \"$__cove_status\"\n";
+
+/* Not carried from one run to the next (as execd: prompt settings), plus what bash sets for
+ * itself on every start. */
+static const char *const not_persisted[] = {"PS1",   "PS2", "PS3", "PS4", "PROMPT_COMMAND",
+                                            "SHLVL", "_"};
+
+struct session;
+
+/* One command running in a session, with the pipe its report comes back on. */
+struct session_run {
+    struct session *session;
+    struct command *cmd;
+    int state_fd; /* -1 once closed */
+    struct event *state_event;
+    struct evbuffer *state;
+    bool state_overflow;
+    struct session_run *next;
+};
+
+struct session {
+    char id[37];
+    char *cwd;  /* NULL: the agent's */
+    char **env; /* NAME=VALUE, NULL-terminated */
+    struct session_run *runs;
+    struct session *next;
+};
+
+static struct event_base *event_base;
+static struct session *sessions;
+static size_t sessions_len;
+
+/* Session ids are UUIDs with dashes, as execd's (uuid.New().String()). */
+static void new_session_id(char id[37])
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof(b), GRND_NONBLOCK) != (ssize_t)sizeof(b)) {
+        static unsigned counter;
+        for (size_t i = 0; i < sizeof(b); i++)
+            b[i] = (unsigned char)(rand() ^ (int)++counter);
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    snprintf(id, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
+}
+
+static void free_env(char **env)
+{
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+        free(env[i]);
+    free(env);
+}
+
+/* The agent's environment, as a session starts with it. */
+static char **copy_environ(void)
+{
+    extern char **environ;
+    size_t n = 0;
+    while (environ[n] != NULL)
+        n++;
+    char **env = calloc(n + 1, sizeof(char *));
+    for (size_t i = 0; env != NULL && i < n; i++) {
+        if ((env[i] = strdup(environ[i])) == NULL) {
+            free_env(env);
+            return NULL;
+        }
+    }
+    return env;
+}
+
+static struct session *session_find(const char *id)
+{
+    for (struct session *s = sessions; s != NULL; s = s->next)
+        if (strcmp(s->id, id) == 0)
+            return s;
+    return NULL;
+}
+
+/* --- a run's report --- */
+
+static void state_close(struct session_run *run)
+{
+    if (run->state_event != NULL)
+        event_free(run->state_event);
+    run->state_event = NULL;
+    if (run->state_fd >= 0)
+        close(run->state_fd);
+    run->state_fd = -1;
+}
+
+/* Reads what the report pipe holds now; closes it at EOF. */
+static void state_read(struct session_run *run)
+{
+    char buffer[STATE_READ_SIZE];
+    while (run->state_fd >= 0) {
+        ssize_t n = read(run->state_fd, buffer, sizeof(buffer));
+        if (n > 0) {
+            if (evbuffer_get_length(run->state) + (size_t)n > STATE_MAX)
+                run->state_overflow = true;
+            else
+                evbuffer_add(run->state, buffer, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n == 0 || errno != EAGAIN)
+            state_close(run);
+        return;
+    }
+}
+
+static void on_state_readable(evutil_socket_t fd, short what, void *arg)
+{
+    state_read(arg);
+}
+
+static bool persisted(const char *record, size_t name_len)
+{
+    for (size_t i = 0; i < sizeof(not_persisted) / sizeof(not_persisted[0]); i++)
+        if (strlen(not_persisted[i]) == name_len &&
+            strncmp(record, not_persisted[i], name_len) == 0)
+            return false;
+    return true;
+}
+
+/* Takes a whole report as the session's new directory and environment. */
+static void state_apply(struct session *session, struct evbuffer *state)
+{
+    size_t len = evbuffer_get_length(state);
+    const char *data = (const char *)evbuffer_pullup(state, -1);
+    /* Whole: "cwd=...\0", records, and the empty record last. */
+    if (len < 6 || memcmp(data, "cwd=", 4) != 0 || data[len - 1] != '\0' || data[len - 2] != '\0')
+        return;
+    size_t records = 0;
+    for (size_t i = 0; i < len; i++)
+        records += data[i] == '\0';
+    char **env = calloc(records + 1, sizeof(char *));
+    char *cwd = strdup(data + 4);
+    if (env == NULL || cwd == NULL) {
+        free(env);
+        free(cwd);
+        return;
+    }
+    size_t n = 0;
+    const char *end = data + len - 1; /* the terminating empty record */
+    for (const char *r = data + strlen(data) + 1; r < end; r += strlen(r) + 1) {
+        const char *eq = strchr(r, '=');
+        if (eq == NULL || eq == r || !persisted(r, (size_t)(eq - r)))
+            continue;
+        if ((env[n] = strdup(r)) != NULL)
+            n++;
+    }
+    free(session->cwd);
+    session->cwd = cwd;
+    /* Without a single variable the report is not believable (no compgen?): keep the old. */
+    if (n == 0) {
+        free(env);
+        return;
+    }
+    free_env(session->env);
+    session->env = env;
+}
+
+static void run_free(struct session_run *run)
+{
+    state_close(run);
+    if (run->state != NULL)
+        evbuffer_free(run->state);
+    free(run);
+}
+
+static void run_unlink(struct session_run *run)
+{
+    struct session *session = run->session;
+    for (struct session_run **p = &session->runs; *p != NULL; p = &(*p)->next) {
+        if (*p == run) {
+            *p = run->next;
+            break;
+        }
+    }
+}
+
+/* The command exited and its output is read: take its report before its last event. */
+static void on_run_done(struct command *cmd, int exit_code, void *arg)
+{
+    struct session_run *run = arg;
+    state_read(run); /* bash has exited: all it wrote is in the pipe */
+    if (!run->state_overflow)
+        state_apply(run->session, run->state);
+    else
+        log_warn("session %s: the state a run reported is over %d bytes, ignored", run->session->id,
+                 STATE_MAX);
+    run_unlink(run);
+    run_free(run);
+}
+
+/* The session's environment (borrowed strings) with PWD naming the run's directory, so bash
+ * keeps that logical path. */
+static char **run_environment(const struct session *session, char *pwd)
+{
+    size_t n = 0;
+    while (session->env != NULL && session->env[n] != NULL)
+        n++;
+    char **env = calloc(n + 2, sizeof(char *));
+    if (env == NULL)
+        return NULL;
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++)
+        if (pwd == NULL || strncmp(session->env[i], "PWD=", 4) != 0)
+            env[out++] = session->env[i];
+    env[out] = pwd;
+    return env;
+}
+
+static json_t *read_body(struct http_request *req, bool allow_empty, struct cove_error **err)
+{
+    struct evbuffer *body = http_request_body(req);
+    size_t len = evbuffer_get_length(body);
+    if (len == 0 && allow_empty)
+        return json_object();
+    json_error_t error;
+    json_t *json = json_loadb(len ? (const char *)evbuffer_pullup(body, -1) : "", len, 0, &error);
+    if (json == NULL) {
+        cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "error parsing request. %s",
+                       error.text);
+        return NULL;
+    }
+    if (!json_is_object(json)) {
+        json_decref(json);
+        cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                       "error parsing request. the body must be a JSON object");
+        return NULL;
+    }
+    return json;
+}
+
+/* createSession: POST /session, optional body {cwd}. */
+void session_handle_create(struct http_request *req, const struct api_params *params)
+{
+    cleanup_error struct cove_error *err = NULL;
+    json_t *body = read_body(req, true, &err);
+    if (body == NULL) {
+        api_respond_cove_error(req, err);
+        return;
+    }
+    json_t *cwd = json_object_get(body, "cwd");
+    if (cwd != NULL && !json_is_null(cwd) && !json_is_string(cwd)) {
+        json_decref(body);
+        api_respond_error(req, 400, "INVALID_REQUEST_BODY",
+                          "error parsing request. cwd must be a string");
+        return;
+    }
+    if (sessions_len >= SESSION_MAX) {
+        json_decref(body);
+        api_respond_error(req, 503, "RUNTIME_ERROR", "error creating session. %d sessions exist",
+                          SESSION_MAX);
+        return;
+    }
+    /* As execd: the directory is made if it is missing. */
+    char *dir = NULL;
+    int rc = command_resolve_dir(json_string_value(cwd), true, &dir, &err);
+    json_decref(body);
+    if (rc < 0) {
+        api_respond_error(req, 500, "RUNTIME_ERROR", "error creating session. %s", err->message);
+        return;
+    }
+    struct session *session = calloc(1, sizeof(*session));
+    if (session == NULL || (session->env = copy_environ()) == NULL) {
+        free(session);
+        free(dir);
+        api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
+        return;
+    }
+    new_session_id(session->id);
+    session->cwd = dir;
+    session->next = sessions;
+    sessions = session;
+    sessions_len++;
+    log_info("session %s created (cwd %s)", session->id, dir ? dir : "(agent's)");
+    api_respond_json(req, 200, json_pack("{s:s}", "session_id", session->id));
+}
+
+/* Reads a RunInSessionRequest {command, cwd, timeout} with execd's rules. */
+static int parse_run(json_t *body, const char **command, char **cwd, int64_t *timeout_ms,
+                     struct cove_error **err)
+{
+    json_t *c = json_object_get(body, "command");
+    json_t *d = json_object_get(body, "cwd");
+    json_t *t = json_object_get(body, "timeout");
+    if ((c != NULL && !json_is_null(c) && !json_is_string(c)) ||
+        (d != NULL && !json_is_null(d) && !json_is_string(d)) ||
+        (t != NULL && !json_is_null(t) && !json_is_integer(t)))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "error parsing request. command and cwd must be strings, timeout "
+                              "an integer (milliseconds)");
+    *command = json_string_value(c);
+    if (*command == NULL || (*command)[0] == '\0')
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "invalid request. command is required");
+    *timeout_ms = t != NULL ? json_integer_value(t) : 0;
+    if (*timeout_ms < 0)
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "invalid request. timeout must be at least 0");
+    if (command_resolve_dir(json_string_value(d), false, cwd, err) < 0)
+        return -1;
+    if (command_check_cwd(*cwd, err) < 0) {
+        free(*cwd);
+        *cwd = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static int make_state_pipe(int fds[2], struct cove_error **err)
+{
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return cove_error_sys(err, "cannot create the session's state pipe");
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    return 0;
+}
+
+/* Starts the run: bash with the wrapper, in the session's (or the request's) directory. */
+static int run_start(struct http_request *req, struct session *session, const char *command,
+                     const char *cwd, int64_t timeout_ms, struct cove_error **err)
+{
+    char bash[4096];
+    const char *shell = command_find_shell(bash, sizeof(bash));
+    size_t shell_len = strlen(shell);
+    if (shell_len < 4 || strcmp(shell + shell_len - 4, "bash") != 0)
+        return cove_error_set(err, ENOENT, 500, "RUNTIME_ERROR",
+                              "error running in session. bash sessions need bash");
+    struct session_run *run = calloc(1, sizeof(*run));
+    if (run == NULL || (run->state = evbuffer_new()) == NULL) {
+        free(run);
+        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    }
+    run->session = session;
+    run->state_fd = -1;
+    int state[2];
+    char *pwd = NULL;
+    const char *dir = cwd ? cwd : session->cwd;
+    struct stat st;
+    if (cwd == NULL && dir != NULL && (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)))
+        dir = NULL; /* removed since: the agent's directory, as execd's failing `cd` leaves */
+    if (dir != NULL && asprintf(&pwd, "PWD=%s", dir) < 0)
+        pwd = NULL;
+    char **env = (dir == NULL || pwd != NULL) ? run_environment(session, pwd) : NULL;
+    if (env == NULL) {
+        free(pwd);
+        run_free(run);
+        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    }
+    if (make_state_pipe(state, err) < 0) {
+        free(env);
+        free(pwd);
+        run_free(run);
+        return -1;
+    }
+    char *argv[] = {(char *)shell,          "--norc", "--noprofile",   "-c",
+                    (char *)wrapper_script, "bash",   (char *)command, NULL};
+    struct process_spec spec = {
+        .argv = argv, .envp = env, .cwd = dir, .stdin_fd = -1, .fd3 = state[1]};
+    struct command_hooks hooks = {.on_done = on_run_done, .arg = run};
+    run->state_fd = state[0];
+    run->state_event =
+        event_new(event_base, state[0], EV_READ | EV_PERSIST, on_state_readable, run);
+    int rc = run->state_event != NULL
+                 ? command_run_streamed(req, session->id, command, &spec, timeout_ms, &hooks,
+                                        &run->cmd, err)
+                 : cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    close(state[1]);
+    free(env);
+    free(pwd);
+    if (rc < 0) {
+        run_free(run);
+        return -1;
+    }
+    event_add(run->state_event, NULL);
+    run->next = session->runs;
+    session->runs = run;
+    return 0;
+}
+
+/* runInSession: POST /session/{sessionId}/run */
+void session_handle_run(struct http_request *req, const struct api_params *params)
+{
+    cleanup_error struct cove_error *err = NULL;
+    const char *id = api_param(params, "sessionId");
+    struct session *session = id ? session_find(id) : NULL;
+    if (session == NULL) {
+        api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
+        return;
+    }
+    json_t *body = read_body(req, false, &err);
+    if (body == NULL) {
+        api_respond_cove_error(req, err);
+        return;
+    }
+    const char *command = NULL;
+    char *cwd = NULL;
+    int64_t timeout_ms = 0;
+    if (parse_run(body, &command, &cwd, &timeout_ms, &err) < 0 ||
+        run_start(req, session, command, cwd, timeout_ms, &err) < 0)
+        api_respond_cove_error(req, err);
+    free(cwd);
+    json_decref(body);
+}
+
+static void session_free(struct session *session)
+{
+    while (session->runs != NULL) {
+        struct session_run *run = session->runs;
+        session->runs = run->next;
+        command_forget_hooks(run->cmd);
+        command_kill(run->cmd);
+        run_free(run);
+    }
+    free_env(session->env);
+    free(session->cwd);
+    free(session);
+}
+
+/* deleteSession: DELETE /session/{sessionId} */
+void session_handle_delete(struct http_request *req, const struct api_params *params)
+{
+    const char *id = api_param(params, "sessionId");
+    for (struct session **p = &sessions; *p != NULL; p = &(*p)->next) {
+        struct session *session = *p;
+        if (strcmp(session->id, id) != 0)
+            continue;
+        *p = session->next;
+        sessions_len--;
+        log_info("session %s deleted", session->id);
+        session_free(session); /* a command still running goes with it */
+        http_respond(req, 200, NULL, NULL, 0);
+        return;
+    }
+    api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
+}
+
+void session_init(struct event_base *base)
+{
+    event_base = base;
+}
+
+void session_cleanup(void)
+{
+    while (sessions != NULL) {
+        struct session *session = sessions;
+        sessions = session->next;
+        session_free(session);
+    }
+    sessions_len = 0;
+}
