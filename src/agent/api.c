@@ -9,6 +9,10 @@
 #include <sys/queue.h>
 
 #include "agent/command.h"
+#include "agent/files.h"
+#include "agent/metrics.h"
+#include "agent/pty.h"
+#include "agent/session.h"
 
 /* Clients are coved (one socket per sandbox) and, under OCI runtimes, the gateway: few. */
 #define API_MAX_CONNECTIONS 256
@@ -26,11 +30,45 @@ struct route {
 };
 
 static const struct route routes[] = {
-    {"GET", "/ping", handle_ping},                          /* ping */
-    {"POST", "/command", command_handle_run},               /* runCommand */
-    {"DELETE", "/command", command_handle_interrupt},       /* interruptCommand */
-    {"GET", "/command/status/{id}", command_handle_status}, /* getCommandStatus */
-    {"GET", "/command/{id}/logs", command_handle_logs},     /* getBackgroundCommandLogs */
+    {"GET", "/ping", handle_ping},                               /* ping */
+    {"POST", "/command", command_handle_run},                    /* runCommand */
+    {"DELETE", "/command", command_handle_interrupt},            /* interruptCommand */
+    {"GET", "/command/status/{id}", command_handle_status},      /* getCommandStatus */
+    {"GET", "/command/{id}/logs", command_handle_logs},          /* getBackgroundCommandLogs */
+    {"GET", "/files/info", files_handle_info},                   /* getFilesInfo */
+    {"DELETE", "/files", files_handle_remove},                   /* removeFiles */
+    {"POST", "/files/permissions", files_handle_permissions},    /* chmodFiles */
+    {"POST", "/files/mv", files_handle_move},                    /* renameFiles */
+    {"GET", "/files/search", files_handle_search},               /* searchFiles */
+    {"POST", "/files/replace", files_handle_replace},            /* replaceContent */
+    {"GET", "/files/download", files_handle_download},           /* downloadFile */
+    {"GET", "/directories/list", files_handle_list_directory},   /* listDirectory */
+    {"POST", "/directories", files_handle_make_directories},     /* makeDirs */
+    {"DELETE", "/directories", files_handle_remove_directories}, /* removeDirs */
+    {"POST", "/session", session_handle_create},                 /* createSession */
+    {"POST", "/session/{sessionId}/run", session_handle_run},    /* runInSession */
+    {"DELETE", "/session/{sessionId}", session_handle_delete},   /* deleteSession */
+    {"GET", "/metrics", metrics_handle_get},                     /* getMetrics */
+    {"GET", "/metrics/watch", metrics_handle_watch},             /* watchMetrics */
+    /* execd's PTY API (components/execd/PTY.md), not in execd-api.yaml */
+    {"POST", "/pty", pty_handle_create},
+    {"GET", "/pty/{sessionId}", pty_handle_status},
+    {"DELETE", "/pty/{sessionId}", pty_handle_delete},
+    {"GET", "/pty/{sessionId}/ws", pty_handle_ws},
+};
+
+/* Routes that see the request right after its head, before the body: a head handler returns
+ * true when it took the connection over (a WebSocket upgrade), else the route's handler
+ * answers once the request is read. */
+struct head_route {
+    const char *method;
+    const char *pattern;
+    api_head_fn head;
+};
+
+static const struct head_route head_routes[] = {
+    {"GET", "/pty/{sessionId}/ws", pty_head_ws},
+    {"POST", "/files/upload", files_head_upload}, /* uploadFile: the body streams */
 };
 
 const char *api_param(const struct api_params *params, const char *name)
@@ -127,6 +165,23 @@ static void dispatch(struct http_request *req, void *arg)
     api_respond_error(req, 404, "NOT_FOUND", "no such route");
 }
 
+static bool dispatch_head(struct http_request *req, void *arg)
+{
+    const char *method = http_request_method(req);
+    char *path = evhttp_uridecode(http_request_path(req), 0, NULL);
+    struct api_params params;
+    bool taken = false;
+    for (size_t i = 0; path != NULL && i < sizeof(head_routes) / sizeof(head_routes[0]); i++) {
+        if (strcmp(head_routes[i].method, method) == 0 &&
+            api_route_match(head_routes[i].pattern, path, &params)) {
+            taken = head_routes[i].head(req, &params);
+            break;
+        }
+    }
+    free(path);
+    return taken;
+}
+
 /* Errors the server answers by itself (malformed request, 413, 431, ...). */
 static void respond_server_error(struct http_request *req, int status, const char *code,
                                  const char *message, void *arg)
@@ -139,6 +194,7 @@ struct http_server_config api_server_config(void)
     return (struct http_server_config){
         .max_body = API_MAX_BODY,
         .max_connections = API_MAX_CONNECTIONS,
+        .on_head = dispatch_head,
         .on_request = dispatch,
         .on_error = respond_server_error,
     };

@@ -25,6 +25,7 @@ struct api_params {
 };
 
 typedef void (*api_handler_fn)(struct http_request *req, const struct api_params *params);
+typedef bool (*api_head_fn)(struct http_request *req, const struct api_params *params);
 
 /* Matches a (decoded) path against a pattern such as "/command/{id}/logs". Empty segments
  * are ignored, so "/ping/" matches "/ping". On a match fills params and returns true. */

@@ -497,3 +497,49 @@ void session_cleanup(void)
     }
     sessions_len = 0;
 }
+
+int session_open(const char *cwd, char id[37], struct cove_error **err)
+{
+    if (sessions_len >= SESSION_MAX)
+        return cove_error_set(err, 0, 503, "RUNTIME_ERROR",
+                              "error creating session. %d sessions exist", SESSION_MAX);
+    char *dir = NULL;
+    if (command_resolve_dir(cwd, true, &dir, err) < 0)
+        return -1;
+    struct session *session = calloc(1, sizeof(*session));
+    if (session == NULL || (session->env = copy_environ()) == NULL) {
+        free(session);
+        free(dir);
+        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    }
+    new_session_id(session->id);
+    session->cwd = dir;
+    session->next = sessions;
+    sessions = session;
+    sessions_len++;
+    snprintf(id, 37, "%s", session->id);
+    log_info("session %s created for a bash code context", session->id);
+    return 0;
+}
+
+int session_run(struct http_request *req, const char *id, const char *command, int64_t timeout_ms,
+                struct cove_error **err)
+{
+    struct session *session = session_find(id);
+    if (session == NULL)
+        return cove_error_set(err, 0, 404, "CONTEXT_NOT_FOUND", "context %s not found", id);
+    return run_start(req, session, command, NULL, timeout_ms, err);
+}
+
+void session_close(const char *id)
+{
+    for (struct session **p = &sessions; *p != NULL; p = &(*p)->next) {
+        struct session *session = *p;
+        if (strcmp(session->id, id) != 0)
+            continue;
+        *p = session->next;
+        sessions_len--;
+        session_free(session);
+        return;
+    }
+}

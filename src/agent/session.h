@@ -8,6 +8,8 @@
  * group only: the session goes on from the state the last completed run left. */
 #pragma once
 
+#include <stdint.h>
+
 struct event_base;
 struct http_request;
 struct api_params;
@@ -20,3 +22,13 @@ void session_handle_delete(struct http_request *req, const struct api_params *pa
 
 /* Forgets every session (at exit; processes are dealt with by the caller). */
 void session_cleanup(void);
+
+/* For code contexts of language bash (code.c): the same sessions, without their HTTP
+ * requests. session_open makes one in cwd (NULL: the agent's; made if missing) and gives its
+ * id; session_run streams one run to req as runInSession does (404 CONTEXT_NOT_FOUND when the
+ * session is gone; on failure nothing was sent); session_close ends it and what it runs. */
+struct cove_error;
+int session_open(const char *cwd, char id[37], struct cove_error **err);
+int session_run(struct http_request *req, const char *id, const char *command, int64_t timeout_ms,
+                struct cove_error **err);
+void session_close(const char *id);

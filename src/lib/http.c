@@ -723,6 +723,11 @@ bool http_request_is_upgrade(const struct http_request *req)
     return req->upgrade;
 }
 
+struct event_base *http_request_event_base(const struct http_request *req)
+{
+    return req->conn->srv->base;
+}
+
 void http_request_set_data(struct http_request *req, void *data)
 {
     req->data = data;

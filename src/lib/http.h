@@ -61,18 +61,21 @@ const char *http_request_header(const struct http_request *req, const char *name
 const struct http_header *http_request_headers(const struct http_request *req, size_t *count);
 struct evbuffer *http_request_body(struct http_request *req);
 bool http_request_is_upgrade(const struct http_request *req);
+/* The event loop serving the request (for handlers that continue their work later). */
+struct event_base *http_request_event_base(const struct http_request *req);
 /* The request's own data slot, for handlers that answer later. */
 void http_request_set_data(struct http_request *req, void *data);
 void *http_request_data(const struct http_request *req);
 
 /* Streamed request bodies. Called from on_head (before it returns false): the body is not
  * buffered and max_body does not apply; on_data gets each piece as it arrives, then on_end once
- * the body is complete, in place of on_request. The handler answers whenever it likes (an
- * answer before the body ended closes the connection after it). If the client goes away first,
- * the on_abort callback runs instead of on_end. */
+ * the body is complete, in place of on_request. The handler answers whenever it likes; an
+ * answer before the end of the body closes the connection after it, once the rest of the body
+ * was read and dropped (up to 4 MiB: closing with unread input would reset the connection and
+ * could lose the answer). If the client goes away first, on_abort runs instead of on_end. */
 struct http_body_handler {
-    /* Returns 0 to go on, or -1 to stop reading: no more pieces, no on_end, and the connection
-     * closes once the handler has answered (it must answer). */
+    /* Returns 0 to go on, or -1 to refuse the rest: no more pieces and no on_end (the rest is
+     * dropped as above); the handler must answer, now or later. */
     int (*on_data)(struct http_request *req, const char *data, size_t len, void *arg);
     void (*on_end)(struct http_request *req, void *arg);
     void *arg;

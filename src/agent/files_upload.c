@@ -1,0 +1,419 @@
+/* uploadFile: POST /files/upload, multipart/form-data streamed as it arrives.
+ *
+ * Parts come in pairs as the OpenSandbox SDKs send them: a "metadata" part (JSON FileMetadata:
+ * path, owner, group, mode) and then a "file" part with the content; metadata parts may also
+ * all come first (they queue up, and each file part takes the oldest). Other parts are
+ * ignored. Each file is written to a temporary file in its target directory, through a
+ * descriptor of that directory, and only renamed over its target once the whole request
+ * was read and found well-formed: a bad request (as execd, which parses the whole form before
+ * writing) writes nothing, and a symlink swapped in meanwhile, for the target or a directory
+ * on its way, is replaced or bypassed, never written through. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/api.h"
+#include "agent/files.h"
+#include "agent/files_path.h"
+#include "agent/files_request.h"
+#include "agent/multipart.h"
+#include "agent/users.h"
+#include "lib/log.h"
+
+/* Content is written in blocks of this size (the pieces a socket gives are small). */
+#define WRITE_BLOCK (256 * 1024)
+#define MAX_METADATA (64 * 1024)
+/* Files in one request, metadata parts waiting for their file, and distinct directories the
+ * files go to (each held open until the end): bounds on what one request makes the agent hold. */
+#define MAX_FILES 10000
+#define MAX_PENDING_METADATA 1024
+#define MAX_DIRECTORIES 256
+
+struct target_dir {
+    char path[FILES_PATH_MAX];
+    int fd;
+};
+
+/* A metadata part read, waiting for its file part. */
+struct metadata {
+    struct metadata *next;
+    char path[FILES_PATH_MAX]; /* clean, absolute */
+    struct files_permission perm;
+};
+
+/* A file written to its temporary name, renamed at the end. */
+struct staged {
+    int dir;
+    char temp[NAME_MAX + 1];
+    char name[NAME_MAX + 1];
+};
+
+enum part_kind { PART_IGNORED, PART_METADATA, PART_FILE };
+
+struct upload {
+    struct multipart_parser *parser;
+    enum part_kind part;
+    char *metadata_text;
+    size_t metadata_len;
+    struct metadata *queue, *queue_tail;
+    size_t metadata_parts, file_parts;
+
+    /* the file part being written */
+    int fd;
+    struct staged current;
+    char *block;
+    size_t block_len;
+    char shown_path[FILES_PATH_MAX]; /* for messages */
+
+    struct staged *staged;
+    size_t staged_len, staged_cap;
+    struct target_dir dirs[MAX_DIRECTORIES];
+    size_t dirs_len;
+};
+
+static void upload_free(struct upload *u)
+{
+    if (u->fd >= 0) {
+        close(u->fd);
+        unlinkat(u->current.dir, u->current.temp, 0);
+    }
+    for (size_t i = 0; i < u->staged_len; i++)
+        if (u->staged[i].temp[0] != '\0')
+            unlinkat(u->staged[i].dir, u->staged[i].temp, 0);
+    for (size_t i = 0; i < u->dirs_len; i++)
+        close(u->dirs[i].fd);
+    while (u->queue != NULL) {
+        struct metadata *next = u->queue->next;
+        free(u->queue);
+        u->queue = next;
+    }
+    multipart_parser_free(u->parser);
+    free(u->staged);
+    free(u->block);
+    free(u->metadata_text);
+    free(u);
+}
+
+static void on_abort(struct http_request *req, void *arg)
+{
+    log_info("upload: the client went away; nothing was written");
+    upload_free(arg);
+}
+
+/* Answers with err and drops everything written so far. */
+static void upload_fail(struct http_request *req, struct upload *u, struct cove_error *err)
+{
+    http_request_on_abort(req, NULL, NULL);
+    upload_free(u);
+    api_respond_cove_error(req, err);
+    cove_error_free(err);
+}
+
+/* The directory a file goes to, made if missing, opened once per request. */
+static int target_directory(struct upload *u, const char *abs, struct cove_error **err)
+{
+    char parent[FILES_PATH_MAX];
+    size_t len = (size_t)(strrchr(abs, '/') - abs);
+    snprintf(parent, sizeof(parent), "%.*s", (int)(len ? len : 1), len ? abs : "/");
+    for (size_t i = 0; i < u->dirs_len; i++)
+        if (strcmp(u->dirs[i].path, parent) == 0)
+            return u->dirs[i].fd;
+    if (u->dirs_len == MAX_DIRECTORIES)
+        return cove_error_set(err, 0, 400, "INVALID_FILE",
+                              "one upload may write to at most %d directories", MAX_DIRECTORIES);
+    bool created;
+    int fd = files_path_make_dirs(parent, 0755, 0, 0, &created);
+    if (fd < 0)
+        return files_path_error(err, errno, "create the directory of", u->shown_path);
+    snprintf(u->dirs[u->dirs_len].path, sizeof(u->dirs[0].path), "%s", parent);
+    u->dirs[u->dirs_len++].fd = fd;
+    return fd;
+}
+
+static int write_block(struct upload *u, struct cove_error **err)
+{
+    for (size_t done = 0; done < u->block_len;) {
+        ssize_t n = write(u->fd, u->block + done, u->block_len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return files_path_error(err, errno, "write", u->shown_path);
+        done += (size_t)n;
+    }
+    u->block_len = 0;
+    return 0;
+}
+
+static int begin_file(struct upload *u, struct cove_error **err)
+{
+    struct metadata *meta = u->queue;
+    if (meta == NULL)
+        return cove_error_set(err, 0, 400, "INVALID_FILE_METADATA",
+                              "a file part came without a metadata part before it");
+    if (u->file_parts == MAX_FILES)
+        return cove_error_set(err, 0, 400, "INVALID_FILE", "one upload may hold at most %d files",
+                              MAX_FILES);
+    u->queue = meta->next;
+    if (u->queue == NULL)
+        u->queue_tail = NULL;
+    u->file_parts++;
+    files_path_printable(meta->path, u->shown_path, sizeof(u->shown_path));
+    int rc = -1;
+    const char *name = strrchr(meta->path, '/') + 1;
+    if (name[0] == '\0') {
+        cove_error_set(err, 0, 400, "INVALID_FILE_METADATA", "cannot upload to /");
+        goto out;
+    }
+    int dir = target_directory(u, meta->path, err);
+    if (dir < 0)
+        goto out;
+    /* A directory in the way is refused now; an existing file keeps its mode by default. */
+    mode_t mode = 0755;
+    struct stat st;
+    if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            files_path_error(err, EISDIR, "upload to", meta->path);
+            goto out;
+        }
+        if (S_ISREG(st.st_mode))
+            mode = st.st_mode & 07777;
+    }
+    if (meta->perm.has_mode)
+        mode = meta->perm.mode;
+    u->current.dir = dir;
+    snprintf(u->current.name, sizeof(u->current.name), "%s", name);
+    u->fd = files_path_create_temp(dir, u->current.temp);
+    if (u->fd < 0) {
+        files_path_error(err, errno, "create a file beside", meta->path);
+        goto out;
+    }
+    /* Sandbox root by default; an owner without a group brings the owner's own group. */
+    uid_t uid = meta->perm.has_owner ? meta->perm.uid : 0;
+    gid_t gid = meta->perm.has_group   ? meta->perm.gid
+                : meta->perm.has_owner ? meta->perm.owner_gid
+                                       : 0;
+    if (fchmod(u->fd, mode) < 0 || fchown(u->fd, uid, gid) < 0) {
+        files_path_error(err, errno, "set the owner and mode of", meta->path);
+        goto out;
+    }
+    u->block_len = 0;
+    rc = 0;
+out:
+    free(meta);
+    return rc;
+}
+
+static int end_file(struct upload *u, struct cove_error **err)
+{
+    if (write_block(u, err) < 0)
+        return -1;
+    if (close(u->fd) < 0) {
+        u->fd = -1;
+        unlinkat(u->current.dir, u->current.temp, 0);
+        return files_path_error(err, errno, "write", u->shown_path);
+    }
+    u->fd = -1;
+    if (u->staged_len == u->staged_cap) {
+        size_t cap = u->staged_cap ? u->staged_cap * 2 : 8;
+        struct staged *grown = realloc(u->staged, cap * sizeof(*grown));
+        if (grown == NULL) {
+            unlinkat(u->current.dir, u->current.temp, 0);
+            return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+        }
+        u->staged = grown;
+        u->staged_cap = cap;
+    }
+    u->staged[u->staged_len++] = u->current;
+    return 0;
+}
+
+static int end_metadata(struct upload *u, struct cove_error **err)
+{
+    json_error_t error;
+    json_t *json = json_loadb(u->metadata_text ? u->metadata_text : "", u->metadata_len, 0, &error);
+    if (json == NULL)
+        return cove_error_set(err, 0, 400, "INVALID_FILE_METADATA", "invalid metadata format. %s",
+                              error.text);
+    int rc = -1;
+    struct metadata *meta = calloc(1, sizeof(*meta));
+    json_t *path = json_object_get(json, "path");
+    if (meta == NULL) {
+        cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    } else if (!json_is_object(json) ||
+               (path != NULL && !json_is_string(path) && !json_is_null(path))) {
+        cove_error_set(err, 0, 400, "INVALID_FILE_METADATA",
+                       "invalid metadata format. expected {path, owner, group, mode}");
+    } else if (json_string_length(path) == 0) {
+        cove_error_set(err, 0, 400, "INVALID_FILE_METADATA", "metadata path is empty");
+    } else if (strlen(json_string_value(path)) != json_string_length(path)) {
+        cove_error_set(err, 0, 400, "INVALID_FILE_METADATA", "metadata path holds a NUL byte");
+    } else if (files_path_clean(json_string_value(path), meta->path, sizeof(meta->path), err) ==
+                   0 &&
+               files_parse_permission(json, "INVALID_FILE_METADATA", &meta->perm, err) == 0) {
+        if (u->queue_tail != NULL)
+            u->queue_tail->next = meta;
+        else
+            u->queue = meta;
+        u->queue_tail = meta;
+        meta = NULL;
+        rc = 0;
+    }
+    if (rc < 0 && err != NULL && *err != NULL && strcmp((*err)->code, "INVALID_REQUEST_BODY") == 0)
+        snprintf((*err)->code, sizeof((*err)->code), "INVALID_FILE_METADATA");
+    free(meta);
+    json_decref(json);
+    return rc;
+}
+
+/* ---- multipart callbacks ---- */
+
+static int on_part_begin(const struct multipart_part *part, void *arg, struct cove_error **err)
+{
+    struct upload *u = arg;
+    if (strcmp(part->name, "metadata") == 0) {
+        if (u->metadata_parts - u->file_parts >= MAX_PENDING_METADATA)
+            return cove_error_set(err, 0, 400, "INVALID_FILE",
+                                  "more than %d metadata parts wait for their file part",
+                                  MAX_PENDING_METADATA);
+        u->part = PART_METADATA;
+        u->metadata_len = 0;
+        u->metadata_parts++;
+        return 0;
+    }
+    if (strcmp(part->name, "file") == 0) {
+        u->part = PART_FILE;
+        return begin_file(u, err);
+    }
+    u->part = PART_IGNORED;
+    return 0;
+}
+
+static int on_part_data(const char *data, size_t len, void *arg, struct cove_error **err)
+{
+    struct upload *u = arg;
+    if (u->part == PART_METADATA) {
+        if (u->metadata_len + len > MAX_METADATA)
+            return cove_error_set(err, 0, 400, "INVALID_FILE_METADATA",
+                                  "a metadata part is larger than %d bytes", MAX_METADATA);
+        if (u->metadata_text == NULL && (u->metadata_text = malloc(MAX_METADATA)) == NULL)
+            return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+        memcpy(u->metadata_text + u->metadata_len, data, len);
+        u->metadata_len += len;
+    } else if (u->part == PART_FILE) {
+        while (len > 0) {
+            size_t n = WRITE_BLOCK - u->block_len < len ? WRITE_BLOCK - u->block_len : len;
+            memcpy(u->block + u->block_len, data, n);
+            u->block_len += n;
+            data += n;
+            len -= n;
+            if (u->block_len == WRITE_BLOCK && write_block(u, err) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static int on_part_end(void *arg, struct cove_error **err)
+{
+    struct upload *u = arg;
+    enum part_kind kind = u->part;
+    u->part = PART_IGNORED;
+    if (kind == PART_METADATA)
+        return end_metadata(u, err);
+    if (kind == PART_FILE)
+        return end_file(u, err);
+    return 0;
+}
+
+static const struct multipart_callbacks multipart_callbacks = {
+    .on_part_begin = on_part_begin,
+    .on_part_data = on_part_data,
+    .on_part_end = on_part_end,
+};
+
+/* ---- the request body ---- */
+
+static int on_body_data(struct http_request *req, const char *data, size_t len, void *arg)
+{
+    struct upload *u = arg;
+    struct cove_error *err = NULL;
+    if (multipart_parser_feed(u->parser, data, len, &err) < 0) {
+        upload_fail(req, u, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void on_body_end(struct http_request *req, void *arg)
+{
+    struct upload *u = arg;
+    struct cove_error *err = NULL;
+    if (multipart_parser_finish(u->parser, &err) < 0) {
+        upload_fail(req, u, err);
+        return;
+    }
+    /* What execd checks on the whole form before writing anything. */
+    if (u->metadata_parts == 0)
+        cove_error_set(&err, 0, 400, "INVALID_FILE_METADATA", "metadata file is missing");
+    else if (u->file_parts == 0)
+        cove_error_set(&err, 0, 400, "INVALID_FILE_CONTENT", "file is missing");
+    else if (u->metadata_parts != u->file_parts)
+        cove_error_set(&err, 0, 400, "INVALID_FILE", "metadata and file count mismatch: %zu vs %zu",
+                       u->metadata_parts, u->file_parts);
+    for (size_t i = 0; err == NULL && i < u->staged_len; i++) {
+        struct staged *s = &u->staged[i];
+        if (renameat(s->dir, s->temp, s->dir, s->name) < 0) {
+            char name[NAME_MAX + 8];
+            snprintf(name, sizeof(name), ".../%s", s->name);
+            files_path_error(&err, errno, "put in place", name);
+            break;
+        }
+        s->temp[0] = '\0';
+    }
+    if (err != NULL) {
+        upload_fail(req, u, err);
+        return;
+    }
+    log_info("upload: %zu file(s) written", u->staged_len);
+    http_request_on_abort(req, NULL, NULL);
+    upload_free(u);
+    http_respond(req, 200, NULL, NULL, 0);
+}
+
+bool files_head_upload(struct http_request *req, const struct api_params *params)
+{
+    struct cove_error *err = NULL;
+    char boundary[MULTIPART_MAX_BOUNDARY + 1];
+    if (multipart_boundary_from_content_type(http_request_header(req, "Content-Type"), boundary,
+                                             sizeof(boundary), &err) < 0) {
+        api_respond_cove_error(req, err);
+        cove_error_free(err);
+        return false;
+    }
+    struct upload *u = calloc(1, sizeof(*u));
+    if (u != NULL) {
+        u->fd = -1;
+        u->block = malloc(WRITE_BLOCK);
+    }
+    if (u == NULL || u->block == NULL ||
+        multipart_parser_new(boundary, &multipart_callbacks, u, &u->parser, &err) < 0) {
+        if (u != NULL)
+            upload_free(u);
+        if (err == NULL)
+            cove_error_set(&err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+        api_respond_cove_error(req, err);
+        cove_error_free(err);
+        return false;
+    }
+    users_refresh();
+    struct http_body_handler handler = {.on_data = on_body_data, .on_end = on_body_end, .arg = u};
+    http_request_stream_body(req, &handler);
+    http_request_on_abort(req, on_abort, u);
+    return false;
+}
