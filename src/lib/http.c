@@ -567,6 +567,9 @@ int http_server_adopt(struct http_server *srv, struct bufferevent *bev)
     bufferevent_setcb(conn->bev, on_read, on_write, on_event, conn);
     bufferevent_setwatermark(conn->bev, EV_READ, 0, READ_HIGH_WATERMARK);
     bufferevent_setwatermark(conn->bev, EV_WRITE, 0, 0);
+    /* libevent moves 4 KiB per read by default: too little for bulk bodies. */
+    bufferevent_set_max_single_read(conn->bev, 256 * 1024);
+    bufferevent_set_max_single_write(conn->bev, 256 * 1024);
     set_idle(conn, true);
     bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
     /* An adopted connection may hold a request already: read it on the next loop turn. */

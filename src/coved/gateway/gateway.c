@@ -39,6 +39,8 @@
 
 #define TUNNEL_HIGH_WATER (1024 * 1024)
 #define TUNNEL_LOW_WATER (256 * 1024)
+/* libevent moves 4 KiB per read by default: far too little for bulk transfers. */
+#define TUNNEL_IO_CHUNK (256 * 1024)
 #define MAX_HEADERS 100
 #define MAX_HEAD_BYTES (64 * 1024)
 #define MAX_TARGET 8192
@@ -497,6 +499,8 @@ static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port
     }
     bufferevent_setcb(t->upstream, on_upstream_read, on_upstream_write, on_upstream_event, t);
     bufferevent_setwatermark(t->upstream, EV_WRITE, TUNNEL_LOW_WATER, 0);
+    bufferevent_set_max_single_read(t->upstream, TUNNEL_IO_CHUNK);
+    bufferevent_set_max_single_write(t->upstream, TUNNEL_IO_CHUNK);
     if (bufferevent_socket_connect(t->upstream, (struct sockaddr *)&ss, (int)len) < 0) {
         drop_upstream(t);
         return cove_error_set(err, 0, 502, "GATEWAY::UPSTREAM_UNREACHABLE",
@@ -960,6 +964,8 @@ bool gateway_handle(struct api *api, struct http_request *req)
     t->client = http_request_take_over(req);
     bufferevent_setcb(t->client, on_client_read, on_client_write, on_client_event, t);
     bufferevent_setwatermark(t->client, EV_WRITE, TUNNEL_LOW_WATER, 0);
+    bufferevent_set_max_single_read(t->client, TUNNEL_IO_CHUNK);
+    bufferevent_set_max_single_write(t->client, TUNNEL_IO_CHUNK);
     bufferevent_enable(t->client, EV_READ | EV_WRITE);
     start_request(t);
     /* The server drains the head it parsed once this returns: a copy goes in front of the
