@@ -1,5 +1,5 @@
 /* UTF-8 checks for text the agent shows in JSON or messages: file names are bytes, and JSON
- * strings must be UTF-8. (sse.c keeps its own copy for command output.) */
+ * strings must be UTF-8: file names and command output are bytes. */
 #pragma once
 
 #include <jansson.h>
