@@ -1,4 +1,5 @@
 #include "agent/command.h"
+#include "agent/ids.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -109,21 +110,6 @@ static struct timeval timeval_from_ms(int64_t ms)
     return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
 }
 
-/* Command ids are UUIDv4 hex without dashes, like execd's. */
-static void new_command_id(char id[33])
-{
-    unsigned char bytes[16];
-    if (getrandom(bytes, sizeof(bytes), GRND_NONBLOCK) != (ssize_t)sizeof(bytes)) {
-        static uint64_t counter;
-        uint64_t a = (uint64_t)monotonic_ms() ^ ((uint64_t)getpid() << 32), b = ++counter;
-        memcpy(bytes, &a, 8);
-        memcpy(bytes + 8, &b, 8);
-    }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    for (int i = 0; i < 16; i++)
-        snprintf(id + 2 * i, 3, "%02x", bytes[i]);
-}
 
 /* --- registry --- */
 
@@ -807,7 +793,7 @@ static struct command *command_new(const char *content, bool background, int64_t
         free(cmd);
         return NULL;
     }
-    new_command_id(cmd->id);
+    ids_uuid_hex(cmd->id); /* execd's command ids: no dashes */
     cmd->background = background;
     cmd->timeout_ms = timeout_ms;
     clock_gettime(CLOCK_REALTIME, &cmd->started_at);

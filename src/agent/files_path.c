@@ -1,4 +1,5 @@
 #include "agent/files_path.h"
+#include "agent/ids.h"
 
 #include "agent/utf8.h"
 
@@ -301,12 +302,7 @@ int files_path_create_temp(int dirfd, char *name)
 {
     for (int attempt = 0; attempt < 16; attempt++) {
         unsigned char bytes[8];
-        if (getrandom(bytes, sizeof(bytes), GRND_NONBLOCK) != (ssize_t)sizeof(bytes)) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            uint64_t mix = (uint64_t)now.tv_nsec * 2654435761u + (uint64_t)attempt;
-            memcpy(bytes, &mix, sizeof(bytes));
-        }
+        ids_random_bytes(bytes, sizeof(bytes));
         int n = snprintf(name, NAME_MAX + 1, ".cove-tmp-");
         for (size_t i = 0; i < sizeof(bytes); i++)
             n += snprintf(name + n, (size_t)(NAME_MAX + 1 - n), "%02x", bytes[i]);

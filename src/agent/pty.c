@@ -1,4 +1,5 @@
 #include "agent/pty.h"
+#include "agent/ids.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -87,20 +88,6 @@ static struct event_base *event_base;
 static struct pty_session *sessions;
 static size_t sessions_len;
 
-static void new_session_id(char id[37])
-{
-    unsigned char b[16];
-    if (getrandom(b, sizeof(b), GRND_NONBLOCK) != (ssize_t)sizeof(b)) {
-        static unsigned counter;
-        for (size_t i = 0; i < sizeof(b); i++)
-            b[i] = (unsigned char)(rand() ^ (int)++counter);
-    }
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    snprintf(id, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
-}
 
 static struct pty_session *session_find(const char *id)
 {
@@ -661,7 +648,7 @@ void pty_handle_create(struct http_request *req, const struct api_params *params
         api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
         return;
     }
-    new_session_id(s->id);
+    ids_uuid(s->id);
     s->cwd = dir;
     s->master = s->input_fd = -1;
     s->exit_code = -1;

@@ -1,4 +1,5 @@
 #include "agent/session.h"
+#include "agent/ids.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -73,21 +74,6 @@ static struct event_base *event_base;
 static struct session *sessions;
 static size_t sessions_len;
 
-/* Session ids are UUIDs with dashes, as execd's (uuid.New().String()). */
-static void new_session_id(char id[37])
-{
-    unsigned char b[16];
-    if (getrandom(b, sizeof(b), GRND_NONBLOCK) != (ssize_t)sizeof(b)) {
-        static unsigned counter;
-        for (size_t i = 0; i < sizeof(b); i++)
-            b[i] = (unsigned char)(rand() ^ (int)++counter);
-    }
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    snprintf(id, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
-}
 
 static void free_env(char **env)
 {
@@ -316,7 +302,7 @@ void session_handle_create(struct http_request *req, const struct api_params *pa
         api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
         return;
     }
-    new_session_id(session->id);
+    ids_uuid(session->id);
     session->cwd = dir;
     session->next = sessions;
     sessions = session;
@@ -512,7 +498,7 @@ int session_open(const char *cwd, char id[37], struct cove_error **err)
         free(dir);
         return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
     }
-    new_session_id(session->id);
+    ids_uuid(session->id);
     session->cwd = dir;
     session->next = sessions;
     sessions = session;
