@@ -14,9 +14,13 @@ fi
 
 reporter="${COVE_COMPAT_REPORTER:-spec}"
 status=0
-node --test --test-reporter="$reporter" --test-reporter-destination=stdout "$@" sdk.test.mjs || status=$?
-if [ "$status" -ne 0 ] && [ -f coved.log ]; then
-    echo "---- last lines of coved.log (tests/compat/coved.log) ----"
-    tail -n 40 coved.log
+# Every *.test.mjs here (each starts its own coved and keeps its log as coved*.log).
+node --test --test-reporter="$reporter" --test-reporter-destination=stdout "$@" ./*.test.mjs || status=$?
+if [ "$status" -ne 0 ]; then
+    for log in coved*.log; do
+        [ -f "$log" ] || continue
+        echo "---- last lines of $log (tests/compat/$log) ----"
+        tail -n 40 "$log"
+    done
 fi
 exit "$status"

@@ -102,6 +102,45 @@ def test_keep_alive_across_requests_and_sandboxes(gw, server):
         gw.delete(other)
 
 
+def test_an_answer_before_the_end_of_the_body_keeps_the_connection_usable(gw, server):
+    """The agent refuses an upload under a regular file as soon as it has read the metadata
+    part, before the end of the body. The rest of that body, sent after the answer, must be
+    dropped, and the next request on the same client connection must work (it used to be
+    forwarded without its body, and hang or get a 400)."""
+    gw.sh(server, "echo plain > /tmp/early-plain.txt")
+    conn = connect(gw)
+
+    def upload(path, content):
+        b = "cove-early-boundary"
+        first = (f"--{b}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
+                 f"Content-Type: application/json\r\n\r\n{json.dumps({'path': path})}\r\n"
+                 f"--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n"
+                 f"Content-Type: application/octet-stream\r\n\r\n").encode()
+        rest = content + f"\r\n--{b}--\r\n".encode()
+        conn.putrequest("POST", f"/sandboxes/{server}/proxy/44772/files/upload")
+        for k, v in gw.headers().items():
+            if k.lower() != "content-type":
+                conn.putheader(k, v)
+        conn.putheader("Content-Type", f"multipart/form-data; boundary={b}")
+        conn.putheader("Content-Length", str(len(first) + len(rest)))
+        conn.endheaders(first)
+        return rest
+
+    for i in range(3):
+        rest = upload(f"/tmp/early-plain.txt/child-{i}", os.urandom(1024 * 1024))
+        resp = conn.getresponse()  # answered before the rest of the body was sent
+        assert resp.status == 404 and json.loads(resp.read())["code"]
+        conn.send(rest)
+        conn.send(upload(f"/tmp/early-ok-{i}.txt", b"ok %d" % i))
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()
+        resp.read()
+        conn.request("GET", f"/sandboxes/{server}/proxy/44772/files/download?path=/tmp/early-ok-{i}.txt",
+                     headers=gw.headers())
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == b"ok %d" % i
+
+
 def test_large_bodies_stream_both_ways(gw, server):
     size = 64 * 1024 * 1024
     block = os.urandom(1024 * 1024)

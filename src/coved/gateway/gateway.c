@@ -768,7 +768,15 @@ static void response_finished(struct tunnel *t)
         tunnel_close(t);
         return;
     }
-    start_request(t);
+    if (!t->request_done) {
+        /* Answered before the end of its body (an early refusal): the rest of the body is
+         * read and dropped before the next request, and the sandbox's connection, which
+         * got only part of it, is closed (the next request gets a new one). */
+        drop_upstream(t);
+        t->state = SKIP_BODY;
+    } else {
+        start_request(t);
+    }
     bufferevent_enable(t->client, EV_READ);
     process_client(t);
 }
