@@ -44,6 +44,8 @@ import tempfile
 import threading
 import time
 
+import code_interpreter
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("COVE_BUILD_DIR", os.path.join(ROOT, "build"))
 AGENT_PORT = 44772
@@ -443,6 +445,11 @@ class Coved:
         coved = os.path.join(bindir, "coved")
         shutil.copy2(self.coved_src, coved)
         shutil.copy2(self.agent_src, os.path.join(bindir, "cove-agent"))
+        # Found next to coved, like the agent: the code-interpreter part needs it.
+        kernel_src = os.path.join(os.path.dirname(os.path.dirname(self.agent_src)), "kernel",
+                                  "cove-kernel")
+        if os.path.exists(kernel_src):
+            shutil.copy2(kernel_src, os.path.join(bindir, "cove-kernel"))
         self.logf = open(os.path.join(self.dir, "coved.log"), "ab")
         self.proc = subprocess.Popen(
             [coved, "--listen", "127.0.0.1:0", "--state-dir", self.state, "--api-key", self.key,
@@ -1197,7 +1204,7 @@ def measure_memory(cove, n, rounds):
 
 # ---------------------------------------------------------------- report
 
-def print_report(info, results, memory, exec_results, args, wall):
+def print_report(info, results, memory, exec_results, args, wall, code_results=()):
     p = print
     p()
     p("== Machine")
@@ -1284,6 +1291,8 @@ def print_report(info, results, memory, exec_results, args, wall):
           "(all sandboxes; noise applies)")
     if exec_results:
         print_exec_report(exec_results, args)
+    if code_results:
+        code_interpreter.print_report(code_results, args)
     p()
     p(f"Total bench time {wall:.0f} s.")
 
@@ -1421,10 +1430,18 @@ def main():
     ap.add_argument("--cove-state-parent",
                     help="make coved's state dir under this directory instead of the bench's "
                          "temp dir (e.g. /dev/shm to take the disk out of the picture)")
-    ap.add_argument("--only", default="startup,memory,exec",
+    ap.add_argument("--only", default="startup,memory,exec,code",
                     help="comma-separated parts to run: startup (create, echo hi, delete), "
                          "memory (paused idle Cove sandboxes), exec (echo hi in a running "
-                         "environment); default all three")
+                         "environment), code (1+1 in a python kernel: Cove and, with the host "
+                         "tool, jupyter_client on the host); default all four")
+    ap.add_argument("--code-iterations", type=int, default=200,
+                    help="1+1 round trips in a running kernel (default 200)")
+    ap.add_argument("--code-start-iterations", type=int, default=10,
+                    help="sandbox (or host kernel) starts to a first result, per variant "
+                         "(default 10)")
+    ap.add_argument("--code-think-iterations", type=int, default=5,
+                    help="first runs 1.5 s after the create, per variant (default 5)")
     ap.add_argument("--exec-iterations", type=int, default=200,
                     help="iterations of the exec part per tool, sequential (and, for Cove, "
                          "concurrent) (default 200; 0 skips it)")
@@ -1445,7 +1462,7 @@ def main():
         return 2
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     parts = {p.strip() for p in args.only.split(",") if p.strip()}
-    bad = parts - {"startup", "memory", "exec"} or \
+    bad = parts - {"startup", "memory", "exec", "code"} or \
         set(tools) - {"cove", "host", "bwrap", "crun", "podman"}
     if bad:
         log(f"bench: unknown part or tool: {', '.join(sorted(bad))}")
@@ -1462,7 +1479,7 @@ def main():
     info = machine_info()
     libpod_before = bool(libpod_cgroups())
     tmp = tempfile.mkdtemp(prefix="cove-bench-")
-    results, memory, exec_results = [], None, []
+    results, memory, exec_results, code_results = [], None, [], []
     cove = None
     crun_prefix = os.path.basename(tmp) + "-"
     rc = 0
@@ -1481,6 +1498,12 @@ def main():
             if "exec" in parts:
                 log("cove: exec: one running sandbox ...")
                 exec_results += measure_cove_exec(cove, args)
+            if "code" in parts:
+                log("cove: code interpreter ...")
+                code_results.append(code_interpreter.measure_cove(cove, args, EventStream))
+        if "code" in parts and "host" in tools:
+            log("host: code interpreter (jupyter_client) ...")
+            code_results.append(code_interpreter.measure_host(args))
         for name in tools:
             if name == "cove" or not parts & {"startup", "exec"}:
                 continue
@@ -1530,8 +1553,8 @@ def main():
         if cove and cove.state_tmp and os.path.exists(cove.state_tmp):
             left.append(f"state dir {cove.state_tmp}")
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if results or memory or exec_results:
-        print_report(info, results, memory, exec_results, args, now() - t_start)
+    if results or memory or exec_results or code_results:
+        print_report(info, results, memory, exec_results, args, now() - t_start, code_results)
     print()
     print("Cleanup check: " + ("nothing left behind (coved, sandboxes, cgroups, mounts, "
                                "containers, temp dir)" if not left else "LEFT: " + "; ".join(left)))
@@ -1540,7 +1563,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": info, "results": results, "memory": memory,
-                       "exec": exec_results, "leftovers": left}, f, indent=1)
+                       "exec": exec_results, "code": code_results, "leftovers": left}, f,
+                      indent=1)
     return rc
 
 

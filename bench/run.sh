@@ -1,7 +1,7 @@
 #!/bin/sh
 # Cove start-up, memory and exec benchmark: Cove vs bwrap, crun and podman (runc).
 # Usage: bench/run.sh [--iterations N] [--concurrency N] [--tools cove,host,bwrap,crun,podman]
-#                     [--only startup,memory,exec] [--exec-iterations N]
+#                     [--only startup,memory,exec,code] [--exec-iterations N]
 #                     [--memory-sandboxes N] [--json FILE]    (bench/run.sh --help for all)
 # Needs root, a built tree (ninja -C build), and bwrap, crun, runc, podman, busybox-static.
 set -eu

@@ -6,7 +6,11 @@ packages=(
   build-essential meson ninja-build pkg-config
   libevent-dev libjansson-dev libsqlite3-dev libseccomp-dev libhttp-parser-dev
   libssl-dev libcurl4-openssl-dev libinih-dev
+  libzmq3-dev
   python3 python3-pytest python3-ipykernel
+  # What the code-interpreter template's kernel offers (and its tests use). About 390 MB
+  # installed: Debian's matplotlib pulls fonttools, which pulls scipy and sympy.
+  python3-numpy python3-pandas python3-matplotlib
   busybox-static iproute2 procps tar
 )
 # Benchmarks compare against these, in the same run.

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/queue.h>
 
+#include "agent/code.h"
 #include "agent/command.h"
 #include "agent/files.h"
 #include "agent/metrics.h"
@@ -50,6 +51,14 @@ static const struct route routes[] = {
     {"DELETE", "/session/{sessionId}", session_handle_delete},   /* deleteSession */
     {"GET", "/metrics", metrics_handle_get},                     /* getMetrics */
     {"GET", "/metrics/watch", metrics_handle_watch},             /* watchMetrics */
+    {"POST", "/code", code_handle_run},                          /* runCode */
+    {"DELETE", "/code", code_handle_interrupt},                  /* interruptCode */
+    {"POST", "/code/context", code_handle_create_context},       /* createCodeContext */
+    {"GET", "/code/contexts", code_handle_list_contexts},        /* listContexts */
+    {"DELETE", "/code/contexts", code_handle_delete_contexts},   /* deleteContextsByLanguage */
+    /* getContext, deleteContext */
+    {"GET", "/code/contexts/{context_id}", code_handle_get_context},
+    {"DELETE", "/code/contexts/{context_id}", code_handle_delete_context},
     /* execd's PTY API (components/execd/PTY.md), not in execd-api.yaml */
     {"POST", "/pty", pty_handle_create},
     {"GET", "/pty/{sessionId}", pty_handle_status},

@@ -49,6 +49,8 @@ struct code_run {
     char *code;
     bool streaming; /* 200 and init sent */
     bool interrupt_sent;
+    bool begun;   /* the kernel sent an event of it */
+    bool retried; /* sent again to a new kernel: its first one died before beginning it */
     struct evbuffer *frames;
     size_t queued; /* bytes the server held for the client at the last write */
     struct event *ping_event;
@@ -56,7 +58,8 @@ struct code_run {
     struct code_run *next;
 };
 
-enum kernel_state { KERNEL_NONE, KERNEL_STARTING, KERNEL_READY };
+/* EXITING: the kernel died and its helper is going; runs wait for the next one. */
+enum kernel_state { KERNEL_NONE, KERNEL_STARTING, KERNEL_READY, KERNEL_EXITING };
 
 struct code_context {
     char id[37];
@@ -459,6 +462,7 @@ static void handle_control(struct code_context *ctx, json_t *line)
         if (!ctx->doomed)
             context_pump(ctx);
     } else if (strcmp(what, "exited") == 0) {
+        ctx->state = KERNEL_EXITING;
         const char *message = json_string_value(json_object_get(line, "message"));
         log_warn("code context %s: %s", ctx->id, message ? message : "the kernel exited");
     }
@@ -476,12 +480,15 @@ static void handle_line(struct code_context *ctx, const char *line, size_t len)
     }
     if (json_object_get(obj, "cove") != NULL) {
         handle_control(ctx, obj);
-    } else if (ctx->current != NULL && ctx->current->req != NULL &&
-               ctx->current->frames != NULL) {
-        /* An execd event already: framed as is. */
-        evbuffer_add(ctx->current->frames, line, len);
-        evbuffer_add(ctx->current->frames, "\n\n", 2);
-        run_flush(ctx->current);
+    } else if (ctx->current != NULL) {
+        struct code_run *run = ctx->current;
+        run->begun = true;
+        if (run->req != NULL && run->frames != NULL) {
+            /* An execd event already: framed as is. */
+            evbuffer_add(run->frames, line, len);
+            evbuffer_add(run->frames, "\n\n", 2);
+            run_flush(run);
+        }
     }
     json_decref(obj);
 }
@@ -512,7 +519,13 @@ static void helper_gone(struct code_context *ctx)
     ctx->failure_reported = false;
     struct code_run *run = ctx->current;
     ctx->current = NULL;
-    if (run != NULL) {
+    if (run != NULL && !run->begun && !run->retried) {
+        /* Sent as the kernel died: it never ran, so the next kernel runs it. */
+        run->retried = true;
+        run->interrupt_sent = false;
+        run->next = ctx->queue;
+        ctx->queue = run;
+    } else if (run != NULL) {
         run->context = NULL;
         run_error_event(run, "KernelDied",
                         "the kernel helper exited; the next execution starts a new kernel");
@@ -604,8 +617,8 @@ static void on_helper_exit(pid_t pid, int status, void *arg)
     struct code_context *ctx = arg;
     ctx->helper_pid = 0;
     if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0)
-        log_info("code context %s: kernel helper (pid %d) exited with status %d", ctx->id,
-                 (int)pid, status);
+        log_info("code context %s: kernel helper (pid %d) exited with status %d", ctx->id, (int)pid,
+                 status);
     /* Its stdout's EOF (now or already) says the rest. */
     if (ctx->from_helper_event != NULL)
         event_active(ctx->from_helper_event, EV_READ, 0);
@@ -649,7 +662,7 @@ static int helper_start(struct code_context *ctx, struct cove_error **err)
     extern char **environ;
     const char *home = getenv("HOME");
     struct stat st;
-    const char *cwd = ctx->cwd != NULL                                      ? ctx->cwd
+    const char *cwd = ctx->cwd != NULL                                              ? ctx->cwd
                       : home != NULL && stat(home, &st) == 0 && S_ISDIR(st.st_mode) ? home
                                                                                     : NULL;
     struct process_spec spec = {.argv = argv,
@@ -863,9 +876,8 @@ static void context_pump(struct code_context *ctx)
     run->next = NULL;
     ctx->current = run;
     run_open(run);
+    /* The code is kept until the run ends, in case the kernel dies before beginning it. */
     helper_send(ctx, json_pack("{s:s, s:s}", "op", "execute", "code", run->code));
-    free(run->code);
-    run->code = NULL;
 }
 
 static json_t *context_json(const struct code_context *ctx)
@@ -892,8 +904,7 @@ static json_t *read_object_body(struct http_request *req, struct cove_error **er
 }
 
 /* A member that must be a string when present. */
-static int optional_string(json_t *obj, const char *name, const char **out,
-                           struct cove_error **err)
+static int optional_string(json_t *obj, const char *name, const char **out, struct cove_error **err)
 {
     json_t *value = json_object_get(obj, name);
     *out = NULL;
@@ -912,8 +923,7 @@ static int parse_language(const char *text, char out[LANGUAGE_SIZE], struct cove
 {
     if (!normalize_language(text, out))
         return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                              "invalid request, validation error. unknown language '%.64s'",
-                              text);
+                              "invalid request, validation error. unknown language '%.64s'", text);
     return 0;
 }
 
@@ -1073,9 +1083,9 @@ void code_handle_run(struct http_request *req, const struct api_params *params)
                        "error parsing request, MAYBE invalid body format. context must be an "
                        "object");
     if (body == NULL || err != NULL || optional_string(body, "code", &code, &err) < 0 ||
-        (json_is_object(context) && (optional_string(context, "id", &id, &err) < 0 ||
-                                     optional_string(context, "language", &language_text,
-                                                     &err) < 0))) {
+        (json_is_object(context) &&
+         (optional_string(context, "id", &id, &err) < 0 ||
+          optional_string(context, "language", &language_text, &err) < 0))) {
         json_decref(body);
         api_respond_cove_error(req, err);
         return;

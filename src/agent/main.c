@@ -3,7 +3,10 @@
  * every process in the sandbox before exiting.
  *
  *   cove-agent [--listen-fd N] [--listen HOST:PORT | --listen unix:PATH]... [--debug]
- *              [--] [entrypoint argv...] */
+ *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--] [entrypoint argv...]
+ *
+ * --kernel-helper-fd: an O_PATH descriptor of cove-kernel, the helper that runs Jupyter
+ * kernels for code contexts (code.h); --prestart starts LANGUAGE's default context at once. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include "agent/api.h"
+#include "agent/code.h"
 #include "agent/command.h"
 #include "agent/process.h"
 #include "agent/metrics.h"
@@ -49,7 +53,8 @@ struct agent {
 static void usage(FILE *out)
 {
     fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
-                 "[--debug] [--] [entrypoint argv...]\n");
+                 "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] [--] "
+                 "[entrypoint argv...]\n");
 }
 
 /* Children get stdio at 0-2; if the agent was started with any of them closed, pipes it
@@ -193,6 +198,21 @@ static void on_terminate(evutil_socket_t signo, short what, void *arg)
         event_base_loopbreak(agent->base);
 }
 
+/* The kernel helper's descriptor, kept from the sandbox's processes (they could not write
+ * to the file through it anyway: it belongs to the host's root). */
+static int kernel_helper_fd(const char *text)
+{
+    if (text == NULL)
+        return -1;
+    char *end;
+    long fd = strtol(text, &end, 10);
+    if (*end != '\0' || fd < 3 || fd > 65535 || fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0) {
+        log_warn("bad --kernel-helper-fd %s: code contexts have no kernels", text);
+        return -1;
+    }
+    return (int)fd;
+}
+
 static void start_entrypoint(char **argv)
 {
     cleanup_error struct cove_error *err = NULL;
@@ -220,6 +240,7 @@ int main(int argc, char **argv)
     const char *listen_specs[MAX_LISTENERS];
     const char *listen_fds[MAX_LISTENERS];
     size_t specs_len = 0, fds_len = 0;
+    const char *kernel_helper = NULL, *prestart = NULL;
     int i = 1;
     for (; i < argc; i++) {
         const char *arg = argv[i];
@@ -238,6 +259,10 @@ int main(int argc, char **argv)
             listen_fds[fds_len++] = argv[++i];
         } else if (strcmp(arg, "--listen") == 0 && i + 1 < argc && specs_len < MAX_LISTENERS) {
             listen_specs[specs_len++] = argv[++i];
+        } else if (strcmp(arg, "--kernel-helper-fd") == 0 && i + 1 < argc) {
+            kernel_helper = argv[++i];
+        } else if (strcmp(arg, "--prestart") == 0 && i + 1 < argc) {
+            prestart = argv[++i];
         } else {
             usage(stderr);
             return 2;
@@ -265,6 +290,7 @@ int main(int argc, char **argv)
     }
     command_init(agent.base);
     session_init(agent.base);
+    code_init(agent.base, kernel_helper_fd(kernel_helper));
     pty_init(agent.base);
     metrics_init(agent.base);
     for (size_t n = 0; n < fds_len + specs_len; n++) {
@@ -292,12 +318,15 @@ int main(int argc, char **argv)
 
     if (entrypoint != NULL)
         start_entrypoint(entrypoint);
+    if (prestart != NULL)
+        code_prestart(prestart);
 
     event_base_dispatch(agent.base);
 
     http_server_free(agent.server);
     metrics_cleanup();
     pty_cleanup();
+    code_cleanup();
     session_cleanup();
     command_cleanup();
     for (size_t n = 0; n < 2; n++)

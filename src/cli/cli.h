@@ -51,8 +51,15 @@ extern const struct cli_command sandbox_create_command, sandbox_get_command, san
     sandbox_kill_command, sandbox_pause_command, sandbox_resume_command, sandbox_renew_command,
     sandbox_endpoint_command, sandbox_metadata_command; /* sandbox_cmds.c */
 extern const struct cli_command exec_command;           /* exec_cmd.c */
+extern const struct cli_command run_code_command;       /* code_cmd.c */
 extern const struct cli_command template_command;       /* template_cmds.c */
 extern const struct cli_command config_command;         /* config_cmds.c */
+
+/* Commands inside a running sandbox, through its agent. */
+extern const struct cli_command upload_command, download_command; /* transfer_cmds.c */
+extern const struct cli_command files_command;                    /* files_cmds.c */
+extern const struct cli_command logs_command;                     /* logs_cmd.c */
+extern const struct cli_command shell_command;                    /* shell_cmd.c */
 
 /* Options every command accepts, before or after its name. A command's getopt_long strings
  * start with these; its own long options use values from CLI_OPTION_COMMAND on. */

@@ -1,10 +1,13 @@
 #include "cli/client.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #ifndef COVE_VERSION
 #define COVE_VERSION "dev"
@@ -29,15 +32,25 @@ struct buffer {
     size_t len;
 };
 
+/* Reads a multipart part from its descriptor as curl sends it. */
+struct part_reader {
+    int fd;
+    int errnum;    /* the read that failed */
+    int64_t bytes; /* read so far */
+    off_t start;   /* where the part starts in the file (stdin may be anywhere in one) */
+};
+
 /* State of one request while curl runs it. */
 struct transfer {
     struct client *client;
+    struct client_request *request;
     long status;            /* HTTP status, known from the first body byte on */
     struct buffer body;     /* the whole body, or only an error body when streaming */
     client_body_fn on_body; /* NULL: collect the body instead of streaming it */
     void *opaque;
     bool stopped;             /* on_body asked to stop reading: not a failure */
     struct cove_error *error; /* raised inside the write callback */
+    struct part_reader *readers;
 };
 
 static int buffer_append(struct buffer *buffer, const char *data, size_t len)
@@ -118,10 +131,91 @@ static int error_from_response(long status, const struct buffer *body, struct co
     return -1;
 }
 
-static int transfer_configure(struct client *client, const char *method, const char *url,
-                              const char *payload, struct curl_slist *headers,
+static size_t part_read(char *buffer, size_t size, size_t count, void *opaque)
+{
+    struct part_reader *reader = opaque;
+    for (;;) {
+        ssize_t n = read(reader->fd, buffer, size * count);
+        if (n >= 0) {
+            reader->bytes += n;
+            return (size_t)n;
+        }
+        if (errno != EINTR) {
+            reader->errnum = errno;
+            return CURL_READFUNC_ABORT;
+        }
+    }
+}
+
+/* curl rewinds a part only to send it again (never here: no redirects, no auth retries). */
+static int part_seek(void *opaque, curl_off_t offset, int origin)
+{
+    struct part_reader *reader = opaque;
+    if (origin != SEEK_SET || lseek(reader->fd, reader->start + (off_t)offset, SEEK_SET) < 0)
+        return CURL_SEEKFUNC_CANTSEEK;
+    reader->bytes = offset; /* what follows is counted again as it is sent again */
+    return CURL_SEEKFUNC_OK;
+}
+
+/* Captures request->capture_header from each header line ("Name: value\r\n"). */
+static size_t transfer_header(char *data, size_t size, size_t count, void *opaque)
+{
+    struct transfer *transfer = opaque;
+    struct client_request *request = transfer->request;
+    size_t len = size * count;
+    size_t name_len = strlen(request->capture_header);
+    if (len > 5 && strncmp(data, "HTTP/", 5) == 0) {
+        request->captured[0] = '\0'; /* a new head (after a 1xx): forget the last one's */
+    } else if (len > name_len && data[name_len] == ':' &&
+               strncasecmp(data, request->capture_header, name_len) == 0) {
+        const char *value = data + name_len + 1;
+        const char *end = data + len;
+        while (value < end && (*value == ' ' || *value == '\t'))
+            value++;
+        while (end > value && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
+            end--;
+        snprintf(request->captured, sizeof(request->captured), "%.*s", (int)(end - value), value);
+    }
+    return len;
+}
+
+static int transfer_mime(struct client *client, struct transfer *transfer, curl_mime **mime)
+{
+    const struct client_request *request = transfer->request;
+    *mime = curl_mime_init(client->curl);
+    transfer->readers = calloc(request->parts_len, sizeof(*transfer->readers));
+    if (*mime == NULL || transfer->readers == NULL)
+        return -1;
+    int failed = 0;
+    for (size_t i = 0; i < request->parts_len; i++) {
+        const struct client_part *part = &request->parts[i];
+        curl_mimepart *added = curl_mime_addpart(*mime);
+        if (added == NULL)
+            return -1;
+        failed |= curl_mime_name(added, part->name);
+        if (part->filename != NULL)
+            failed |= curl_mime_filename(added, part->filename);
+        if (part->type != NULL)
+            failed |= curl_mime_type(added, part->type);
+        if (part->data != NULL) {
+            failed |= curl_mime_data(added, part->data, part->len);
+        } else {
+            transfer->readers[i].fd = part->fd;
+            transfer->readers[i].start = lseek(part->fd, 0, SEEK_CUR);
+            if (transfer->readers[i].start < 0)
+                transfer->readers[i].start = 0;
+            failed |= curl_mime_data_cb(added, part->size, part_read, part_seek, NULL,
+                                        &transfer->readers[i]);
+        }
+    }
+    return failed ? -1 : 0;
+}
+
+static int transfer_configure(struct client *client, const char *url, const char *payload,
+                              curl_mime *mime, struct curl_slist *headers,
                               struct transfer *transfer)
 {
+    const char *method = transfer->request->method;
     CURL *curl = client->curl;
     curl_easy_reset(curl);
     int failed = 0;
@@ -133,7 +227,15 @@ static int transfer_configure(struct client *client, const char *method, const c
     failed |= curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, client->curl_error);
     failed |= curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, CLIENT_CONNECT_TIMEOUT_SECONDS);
     failed |= curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    if (strcmp(method, "GET") == 0) {
+    if (transfer->request->capture_header != NULL) {
+        failed |= curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, transfer_header);
+        failed |= curl_easy_setopt(curl, CURLOPT_HEADERDATA, transfer);
+    }
+    if (mime != NULL) {
+        failed |= curl_easy_setopt(curl, CURLOPT_MIMEPOST, mime);
+        if (strcmp(method, "POST") != 0)
+            failed |= curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+    } else if (strcmp(method, "GET") == 0) {
         failed |= curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
     } else {
         if (strcmp(method, "POST") != 0)
@@ -147,55 +249,105 @@ static int transfer_configure(struct client *client, const char *method, const c
     return failed ? -1 : 0;
 }
 
-static int transfer_run(struct client *client, const char *method, const char *path,
-                        const json_t *body, const char *accept, struct transfer *transfer,
-                        struct cove_error **err)
+static struct curl_slist *transfer_headers(const struct client *client,
+                                           const struct client_request *request, bool json)
 {
-    char *url = NULL;
-    char *payload = NULL;
-    struct curl_slist *headers = NULL;
-    int result = -1;
-    client->curl_error[0] = '\0';
-
-    if (asprintf(&url, "%s%s", client->server_url, path) < 0) {
-        url = NULL;
-        cove_error_sys(err, "cannot build the request URL");
-        goto out;
-    }
-    if (body != NULL && (payload = json_dumps(body, JSON_COMPACT)) == NULL) {
-        cove_error_set(err, 0, 0, "CLI::INTERNAL", "cannot encode the request body");
-        goto out;
-    }
-
-    struct curl_slist *appended = headers = curl_slist_append(NULL, accept);
-    if (appended != NULL && payload != NULL)
+    char accept[256];
+    snprintf(accept, sizeof(accept), "Accept: %s",
+             request->accept != NULL ? request->accept : "application/json");
+    struct curl_slist *headers = curl_slist_append(NULL, accept);
+    struct curl_slist *appended = headers;
+    if (appended != NULL && json)
         appended = curl_slist_append(headers, "Content-Type: application/json");
     /* curl would otherwise wait for "100 Continue" before sending a large body */
     if (appended != NULL)
         appended = curl_slist_append(headers, "Expect:");
     if (appended != NULL && client->api_key_header != NULL)
         appended = curl_slist_append(headers, client->api_key_header);
-    if (appended == NULL ||
-        transfer_configure(client, method, url, payload, headers, transfer) < 0) {
+    for (const char *const *h = request->headers; appended != NULL && h != NULL && *h; h++)
+        appended = curl_slist_append(headers, *h);
+    if (appended == NULL) {
+        curl_slist_free_all(headers);
+        return NULL;
+    }
+    return headers;
+}
+
+static bool transfer_read_failed(const struct transfer *transfer)
+{
+    for (size_t i = 0; transfer->readers != NULL && i < transfer->request->parts_len; i++)
+        if (transfer->readers[i].errnum != 0)
+            return true;
+    return false;
+}
+
+/* Why curl failed: a local file that could not be read, the callback's own error, or the
+ * connection. */
+static int transfer_failure(struct client *client, struct transfer *transfer, CURLcode code,
+                            struct cove_error **err)
+{
+    for (size_t i = 0; i < transfer->request->parts_len; i++)
+        if (transfer->readers != NULL && transfer->readers[i].errnum != 0)
+            return cove_error_set(err, transfer->readers[i].errnum, 0, "CLI::LOCAL_FILE",
+                                  "cannot read the file to upload");
+    if (transfer->error != NULL) {
+        /* the callback's own error says more than curl's "write error" */
+        return cove_error_set(err, transfer->error->errnum, transfer->error->http_status,
+                              transfer->error->code, "%s", transfer->error->message);
+    }
+    const char *reason =
+        client->curl_error[0] != '\0' ? client->curl_error : curl_easy_strerror(code);
+    return cove_error_set(err, 0, 0, CLIENT_ERROR_UNREACHABLE, "%s %s: %s",
+                          transfer->status != 0 ? "connection lost to" : "cannot reach",
+                          client->server_url, reason);
+}
+
+static int transfer_run(struct client *client, struct transfer *transfer, struct cove_error **err)
+{
+    struct client_request *request = transfer->request;
+    char *url = NULL;
+    char *payload = NULL;
+    curl_mime *mime = NULL;
+    struct curl_slist *headers = NULL;
+    int result = -1;
+    client->curl_error[0] = '\0';
+    request->captured[0] = '\0';
+
+    if (asprintf(&url, "%s%s", client->server_url, request->path) < 0) {
+        url = NULL;
+        cove_error_sys(err, "cannot build the request URL");
+        goto out;
+    }
+    if (request->body != NULL && (payload = json_dumps(request->body, JSON_COMPACT)) == NULL) {
+        cove_error_set(err, 0, 0, "CLI::INTERNAL", "cannot encode the request body");
+        goto out;
+    }
+    headers = transfer_headers(client, request, payload != NULL);
+    if (headers == NULL || (request->parts_len > 0 && transfer_mime(client, transfer, &mime) < 0) ||
+        transfer_configure(client, url, payload, mime, headers, transfer) < 0) {
         cove_error_set(err, 0, 0, "CLI::INTERNAL", "cannot set up the HTTP request");
         goto out;
     }
 
     CURLcode code = curl_easy_perform(client->curl);
     curl_easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &transfer->status);
+    curl_off_t sent = 0, received = 0;
+    curl_easy_getinfo(client->curl, CURLINFO_SIZE_UPLOAD_T, &sent);
+    curl_easy_getinfo(client->curl, CURLINFO_SIZE_DOWNLOAD_T, &received);
+    request->status = transfer->status;
+    request->bytes_sent = sent;
+    request->bytes_received = received;
+    request->bytes_read = 0;
+    for (size_t i = 0; transfer->readers != NULL && i < request->parts_len; i++)
+        request->bytes_read += transfer->readers[i].bytes;
     if (code != CURLE_OK && !transfer->stopped) {
-        if (transfer->error != NULL) {
-            /* the callback's own error says more than curl's "write error" */
-            cove_error_set(err, transfer->error->errnum, transfer->error->http_status,
-                           transfer->error->code, "%s", transfer->error->message);
-        } else {
-            const char *reason =
-                client->curl_error[0] != '\0' ? client->curl_error : curl_easy_strerror(code);
-            cove_error_set(err, 0, 0, CLIENT_ERROR_UNREACHABLE, "%s %s: %s",
-                           transfer->status != 0 ? "connection lost to" : "cannot reach",
-                           client->server_url, reason);
+        /* an error status answered before the whole body was sent is still an answer */
+        bool answered =
+            transfer->status >= 300 && transfer->error == NULL && !transfer_read_failed(transfer);
+        if (!answered) {
+            transfer_failure(client, transfer, code, err);
+            goto out;
         }
-        goto out;
     }
     if (transfer->status < 200 || transfer->status >= 300) {
         error_from_response(transfer->status, &transfer->body, err);
@@ -204,41 +356,60 @@ static int transfer_run(struct client *client, const char *method, const char *p
     result = 0;
 
 out:
+    /* the mime parts are detached from the handle before they go */
+    curl_easy_setopt(client->curl, CURLOPT_MIMEPOST, NULL);
+    curl_mime_free(mime);
     curl_slist_free_all(headers);
+    free(transfer->readers);
+    transfer->readers = NULL;
     free(payload);
     free(url);
     return result;
 }
 
-int client_call(struct client *client, const char *method, const char *path, const json_t *body,
-                json_t **response, struct cove_error **err)
+int client_request(struct client *client, struct client_request *request, struct cove_error **err)
 {
-    struct transfer transfer = {.client = client};
-    int result =
-        transfer_run(client, method, path, body, "Accept: application/json", &transfer, err);
-    *response = NULL;
-    if (result == 0 && transfer.body.len > 0 && !is_blank(transfer.body.data, transfer.body.len)) {
+    struct transfer transfer = {
+        .client = client,
+        .request = request,
+        .on_body = request->on_body,
+        .opaque = request->opaque,
+    };
+    int result = transfer_run(client, &transfer, err);
+    if (request->response != NULL)
+        *request->response = NULL;
+    if (result == 0 && request->on_body == NULL && request->response != NULL &&
+        transfer.body.len > 0 && !is_blank(transfer.body.data, transfer.body.len)) {
         json_error_t json_error;
-        *response = json_loadb(transfer.body.data, transfer.body.len, 0, &json_error);
-        if (*response == NULL)
+        *request->response = json_loadb(transfer.body.data, transfer.body.len, 0, &json_error);
+        if (*request->response == NULL)
             result = cove_error_set(err, 0, (int)transfer.status, CLIENT_ERROR_BAD_RESPONSE,
-                                    "%s %s answered with invalid JSON: %s", method, path,
-                                    json_error.text);
+                                    "%s %s answered with invalid JSON: %s", request->method,
+                                    request->path, json_error.text);
     }
     free(transfer.body.data);
     cove_error_free(transfer.error);
     return result;
 }
 
+int client_call(struct client *client, const char *method, const char *path, const json_t *body,
+                json_t **response, struct cove_error **err)
+{
+    struct client_request request = {
+        .method = method, .path = path, .body = body, .response = response};
+    return client_request(client, &request, err);
+}
+
 int client_stream(struct client *client, const char *method, const char *path, const json_t *body,
                   client_body_fn on_body, void *opaque, struct cove_error **err)
 {
-    struct transfer transfer = {.client = client, .on_body = on_body, .opaque = opaque};
-    int result =
-        transfer_run(client, method, path, body, "Accept: text/event-stream", &transfer, err);
-    free(transfer.body.data);
-    cove_error_free(transfer.error);
-    return result;
+    struct client_request request = {.method = method,
+                                     .path = path,
+                                     .body = body,
+                                     .accept = "text/event-stream",
+                                     .on_body = on_body,
+                                     .opaque = opaque};
+    return client_request(client, &request, err);
 }
 
 int client_escape(struct client *client, const char *text, char **escaped, struct cove_error **err)
@@ -277,6 +448,11 @@ int client_new(const struct config *config, struct client **client, struct cove_
 const char *client_server_url(const struct client *client)
 {
     return client->server_url;
+}
+
+const char *client_api_key_header(const struct client *client)
+{
+    return client->api_key_header;
 }
 
 void client_free(struct client *client)

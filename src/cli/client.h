@@ -3,7 +3,9 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cli/config.h"
 #include "lib/error.h"
@@ -20,6 +22,9 @@ void client_free(struct client *client);
 
 /* The server's URL, scheme://host[:port] without a trailing slash. */
 const char *client_server_url(const struct client *client);
+
+/* "OPEN-SANDBOX-API-KEY: ..." as requests carry it, NULL when there is no key. */
+const char *client_api_key_header(const struct client *client);
 
 /* Percent-encodes one path segment or query value. The result is freed with free(). */
 int client_escape(struct client *client, const char *text, char **escaped, struct cove_error **err);
@@ -38,3 +43,41 @@ typedef int (*client_body_fn)(const char *data, size_t len, void *opaque, struct
  * parsing it; error statuses are reported as client_call does. */
 int client_stream(struct client *client, const char *method, const char *path, const json_t *body,
                   client_body_fn on_body, void *opaque, struct cove_error **err);
+
+/* One part of a multipart/form-data body: `data` (len bytes) from memory, or, when data is
+ * NULL, read from fd as curl sends it (size bytes, or -1 when unknown: the body is then sent
+ * chunked). Nothing is read ahead: a file of any size streams. */
+struct client_part {
+    const char *name;
+    const char *filename; /* NULL: none */
+    const char *type;     /* Content-Type of the part; NULL: none */
+    const char *data;
+    size_t len;
+    int fd;
+    int64_t size;
+};
+
+/* Everything a request may carry; fields left zero are not used. */
+struct client_request {
+    const char *method;
+    const char *path;                /* from the server root, query included */
+    const json_t *body;              /* sent as JSON */
+    const struct client_part *parts; /* or a multipart/form-data body of these parts */
+    size_t parts_len;
+    const char *const *headers; /* more request headers ("Name: value"), NULL-terminated */
+    const char *accept;         /* the Accept header's value; NULL: application/json */
+    /* A 2xx body goes to on_body when set; else it is JSON, parsed into *response. */
+    client_body_fn on_body;
+    void *opaque;
+    json_t **response;
+    /* The value of this response header (case-insensitive) goes to captured ("" if absent). */
+    const char *capture_header;
+    char captured[128];
+    long status;            /* the answer's HTTP status */
+    int64_t bytes_sent;     /* of the request body */
+    int64_t bytes_read;     /* read from the parts' descriptors */
+    int64_t bytes_received; /* of the response body */
+};
+
+/* Runs request; an error status is reported as client_call does. */
+int client_request(struct client *client, struct client_request *request, struct cove_error **err);

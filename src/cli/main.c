@@ -22,9 +22,15 @@ static const struct cli_command *const commands[] = {
     &sandbox_endpoint_command,
     &sandbox_metadata_command,
     &exec_command,
+    &run_code_command,
     &template_command,
     &config_command,
     NULL,
+};
+
+/* Inside a running sandbox, through its agent; listed in a section of their own. */
+static const struct cli_command *const agent_commands[] = {
+    &upload_command, &download_command, &files_command, &logs_command, &shell_command, NULL,
 };
 
 static void print_help(FILE *out)
@@ -36,6 +42,9 @@ static void print_help(FILE *out)
           "Commands:\n",
           out);
     for (const struct cli_command *const *command = commands; *command != NULL; command++)
+        fprintf(out, "  %-10s %s\n", (*command)->name, (*command)->summary);
+    fputs("\nFiles, logs and terminals:\n", out);
+    for (const struct cli_command *const *command = agent_commands; *command != NULL; command++)
         fprintf(out, "  %-10s %s\n", (*command)->name, (*command)->summary);
     fprintf(out,
             "\n"
@@ -50,8 +59,8 @@ static void print_help(FILE *out)
             "      --version         show the version\n"
             "\n"
             "Exit status: 0 success, 1 the server reported an error, 2 bad usage (or a bad\n"
-            "config file), 3 the server could not be reached. 'cove exec' exits with the\n"
-            "command's own status.\n"
+            "config file), 3 the server could not be reached. 'cove exec', 'cove shell' and\n"
+            "'cove logs -f' exit with the command's own status.\n"
             "\n"
             "Settings: 'cove config --help'. The config file is $COVE_CONFIG_FILE, else\n"
             "$XDG_CONFIG_HOME/cove/config.ini or ~/.config/cove/config.ini.\n",
@@ -104,6 +113,8 @@ static int run(struct cli *cli, int argc, char **argv, struct cove_error **err)
     argv += optind;
 
     const struct cli_command *command = command_find(commands, argv[0]);
+    if (command == NULL)
+        command = command_find(agent_commands, argv[0]);
     if (command == NULL)
         return cli_usage_error(err, "unknown command '%s'", argv[0]);
     snprintf(name, sizeof(name), "cove %s", command->name);

@@ -50,6 +50,9 @@ static const char usage[] =
     "      longest sandbox timeout accepted (default 604800)\n"
     "  --agent PATH           agent                       COVE_AGENT\n"
     "      the static cove-agent binary (default: next to coved)\n"
+    "  --kernel-helper PATH   kernel_helper               COVE_KERNEL_HELPER\n"
+    "      cove-kernel, which runs Jupyter kernels for code contexts (default: next to\n"
+    "      coved; without it code contexts are refused)\n"
     "  --log-level LEVEL      log_level                   COVE_LOG_LEVEL\n"
     "      debug, info, warn or error (default info)\n"
     "  -h, --help             this text\n"
@@ -135,6 +138,8 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", value);
     } else if (strcmp(key, "agent") == 0) {
         snprintf(cfg->agent, sizeof(cfg->agent), "%s", value);
+    } else if (strcmp(key, "kernel_helper") == 0) {
+        snprintf(cfg->kernel_helper, sizeof(cfg->kernel_helper), "%s", value);
     } else if (strcmp(key, "domain") == 0) {
         snprintf(cfg->domain, sizeof(cfg->domain), "%s", value);
     } else if (strcmp(key, "public_host") == 0) {
@@ -180,21 +185,21 @@ static int on_ini(void *user, const char *section, const char *name, const char 
     return apply(st->cfg, name, value, from, st->err) == 0;
 }
 
-static void default_agent_path(char *out, size_t size)
+/* A binary installed next to coved, or in the build tree (build/src/coved, build/src/SUBDIR). */
+static void default_path_near_coved(const char *name, const char *subdir, char *out, size_t size)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n < 0) {
-        snprintf(out, size, "cove-agent");
+        snprintf(out, size, "%s", name);
         return;
     }
     exe[n] = '\0';
     char *dir = dirname(exe);
-    /* Installed side by side, or the build tree (build/src/coved, build/src/agent). */
-    snprintf(out, size, "%s/cove-agent", dir);
+    snprintf(out, size, "%s/%s", dir, name);
     if (access(out, X_OK) == 0)
         return;
-    snprintf(out, size, "%s/../agent/cove-agent", dir);
+    snprintf(out, size, "%s/../%s/%s", dir, subdir, name);
 }
 
 static const struct {
@@ -206,6 +211,7 @@ static const struct {
     {"COVE_PUBLIC_HOST", "public_host"}, {"COVE_MAX_TIMEOUT", "max_sandbox_timeout_seconds"},
     {"COVE_AGENT", "agent"},             {"COVE_LOG_LEVEL", "log_level"},
     {"COVE_API_KEY_FILE", "api_key_file"}, {"COVE_DOMAIN", "domain"},
+    {"COVE_KERNEL_HELPER", "kernel_helper"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -238,7 +244,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     memset(cfg, 0, sizeof(*cfg));
     snprintf(cfg->listen, sizeof(cfg->listen), "%s", DEFAULT_LISTEN);
     snprintf(cfg->state_dir, sizeof(cfg->state_dir), "%s", DEFAULT_STATE_DIR);
-    default_agent_path(cfg->agent, sizeof(cfg->agent));
+    default_path_near_coved("cove-agent", "agent", cfg->agent, sizeof(cfg->agent));
+    default_path_near_coved("cove-kernel", "kernel", cfg->kernel_helper,
+                            sizeof(cfg->kernel_helper));
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
     cfg->log_level = COVE_LOG_INFO;
 
@@ -252,6 +260,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"public-host", required_argument, NULL, 'p'},
         {"domain", required_argument, NULL, 'd'},
         {"agent", required_argument, NULL, 'a'},
+        {"kernel-helper", required_argument, NULL, 'H'},
         {"max-timeout", required_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},
@@ -305,6 +314,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         case 'p': key = "public_host"; break;
         case 'd': key = "domain"; break;
         case 'a': key = "agent"; break;
+        case 'H': key = "kernel_helper"; break;
         case 't': key = "max_sandbox_timeout_seconds"; break;
         case 'L': key = "log_level"; break;
         case 'K': key = "api_key_file"; break;

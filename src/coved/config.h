@@ -14,6 +14,7 @@ struct coved_config {
     char listen[256];
     char state_dir[PATH_MAX];
     char agent[PATH_MAX];
+    char kernel_helper[PATH_MAX]; /* cove-kernel, run in sandboxes for code contexts */
     char config_file[PATH_MAX];
     char public_host[256]; /* host[:port] clients use to reach coved, for endpoints */
     char api_key_file[PATH_MAX];

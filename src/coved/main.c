@@ -90,7 +90,7 @@ int main(int argc, char **argv)
     struct store *store = NULL;
     struct template_registry *templates = NULL;
     struct sandbox_manager *sandboxes = NULL;
-    struct runtime rt = {.agent_fd = -1};
+    struct runtime rt = {.agent_fd = -1, .kernel_fd = -1};
     struct api api = {0};
     struct event *sigterm = NULL, *sigint = NULL;
     char path[PATH_MAX + 16];
@@ -110,7 +110,8 @@ int main(int argc, char **argv)
         cove_error_set(&err, 0, 500, "COVE::INTERNAL", "event_base_new failed");
         goto out;
     }
-    if (runtime_init(&rt, o.agent, &err) < 0 || store_open(path, &store, &err) < 0 ||
+    if (runtime_init(&rt, o.agent, o.kernel_helper, &err) < 0 ||
+        store_open(path, &store, &err) < 0 ||
         template_registry_open(o.state_dir, &templates, &err) < 0 ||
         sandbox_manager_new(base, store, &rt, o.state_dir, &sandboxes, &err) < 0 ||
         sandbox_manager_restore(sandboxes, &err) < 0)

@@ -349,6 +349,7 @@ struct child_args {
     const struct runtime_spec *spec;
     const struct cgroup_system *cgroups;
     int agent_fd;
+    int kernel_fd; /* -1 when there is no kernel helper */
     int listen_fd;
     int go_fd;     /* parent -> child */
     int status_fd; /* child -> parent, close-on-exec: EOF means the agent was exec'd */
@@ -359,15 +360,18 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int status_fd = a->status_fd;
     /* coved's own descriptors (its listener, the database, other sandboxes' sockets) must not
      * reach the sandbox: keep only what the child needs, at fixed numbers. */
-    int fds[4] = {a->listen_fd, a->agent_fd, a->go_fd, a->status_fd};
-    for (int i = 0; i < 4; i++) {
+    int fds[5] = {a->listen_fd, a->agent_fd, a->go_fd, a->status_fd, a->kernel_fd};
+    int nfds = a->kernel_fd >= 0 ? 5 : 4;
+    for (int i = 0; i < nfds; i++) {
         fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
         if (fds[i] < 0)
             child_fail(status_fd, "dup");
     }
     status_fd = fds[3];
-    for (int i = 0; i < 4; i++) {
-        if (dup3(fds[i], AGENT_LISTEN_FD + i, i == 0 ? 0 : O_CLOEXEC) < 0)
+    /* 3 listener, 4 agent, 5 go, 6 status, 7 kernel helper: the listener and the helper stay
+     * open across the agent's exec. */
+    for (int i = 0; i < nfds; i++) {
+        if (dup3(fds[i], AGENT_LISTEN_FD + i, i == 0 || i == 4 ? 0 : O_CLOEXEC) < 0)
             child_fail(status_fd, "dup3");
         close(fds[i]);
     }
@@ -381,7 +385,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (log_fd < 0 || dup2(log_fd, 2) < 0)
         child_fail(status_fd, "open %s", log_path);
-    if (syscall(SYS_close_range, AGENT_LISTEN_FD + 4, ~0U, 0) < 0)
+    if (syscall(SYS_close_range, AGENT_LISTEN_FD + nfds, ~0U, 0) < 0)
         child_fail(status_fd, "close_range");
 
     sigset_t all;
@@ -438,13 +442,21 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int argc = 0;
     while (a->spec->entrypoint && a->spec->entrypoint[argc])
         argc++;
-    char **argv = calloc(argc + 5, sizeof(char *));
+    char **argv = calloc(argc + 9, sizeof(char *));
     if (argv == NULL)
         child_fail(status_fd, "calloc");
     int i = 0;
     argv[i++] = "cove-agent";
     argv[i++] = "--listen-fd";
     argv[i++] = "3";
+    if (nfds == 5) {
+        argv[i++] = "--kernel-helper-fd";
+        argv[i++] = "7"; /* RUNTIME_KERNEL_HELPER_FD */
+    }
+    if (a->spec->prestart != NULL && a->spec->prestart[0] != '\0') {
+        argv[i++] = "--prestart";
+        argv[i++] = (char *)a->spec->prestart;
+    }
     argv[i++] = "--";
     for (int j = 0; j < argc; j++)
         argv[i++] = a->spec->entrypoint[j];
@@ -597,6 +609,7 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
         .spec = spec,
         .cgroups = &rt->cgroups,
         .agent_fd = rt->agent_fd,
+        .kernel_fd = rt->kernel_fd,
         .listen_fd = listen_fd,
         .go_fd = go[0],
         .status_fd = status[1],
@@ -755,15 +768,22 @@ int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,
     return ret;
 }
 
-int runtime_init(struct runtime *rt, const char *agent_path, struct cove_error **err)
+int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_path,
+                 struct cove_error **err)
 {
     memset(rt, 0, sizeof(*rt));
-    rt->agent_fd = -1;
+    rt->agent_fd = rt->kernel_fd = -1;
     if (cgroup_detect(&rt->cgroups, err) < 0)
         return -1;
     rt->agent_fd = open(agent_path, O_PATH | O_CLOEXEC);
     if (rt->agent_fd < 0)
         return cove_error_sys(err, "open agent binary %s", agent_path);
+    if (kernel_path != NULL && kernel_path[0] != '\0') {
+        rt->kernel_fd = open(kernel_path, O_PATH | O_CLOEXEC);
+        if (rt->kernel_fd < 0)
+            log_warn("no kernel helper at %s (%s): code contexts will be refused", kernel_path,
+                     strerror(errno));
+    }
     return 0;
 }
 
@@ -771,5 +791,7 @@ void runtime_fini(struct runtime *rt)
 {
     if (rt->agent_fd >= 0)
         close(rt->agent_fd);
-    rt->agent_fd = -1;
+    if (rt->kernel_fd >= 0)
+        close(rt->kernel_fd);
+    rt->agent_fd = rt->kernel_fd = -1;
 }

@@ -21,9 +21,16 @@
  * port to the agent's unix socket for native sandboxes. */
 #define RUNTIME_AGENT_PORT 44772
 
+/* The agent finds the kernel helper (cove-kernel, which runs Jupyter kernels for code
+ * contexts) open at this descriptor, not close-on-exec across its own exec, and is told so
+ * with --kernel-helper-fd. It runs it from there (/proc/self/fd/7): the sandbox's root need
+ * not contain it, but must contain its shared libraries (the host-OS templates do). */
+#define RUNTIME_KERNEL_HELPER_FD 7
+
 struct runtime {
     struct cgroup_system cgroups;
-    int agent_fd; /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
+    int agent_fd;  /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
+    int kernel_fd; /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
 };
 
 struct runtime_spec {
@@ -33,6 +40,7 @@ struct runtime_spec {
     bool host_os;            /* bind the host's /usr read-only (the `base` template) */
     char *const *entrypoint; /* NULL-terminated argv, or NULL */
     char *const *env;        /* NULL-terminated KEY=VALUE list */
+    const char *prestart;    /* language whose kernel the agent starts at once, or NULL */
     struct cgroup_limits limits;
     int64_t disk_bytes;      /* cap of the writable layer */
 };
@@ -42,7 +50,9 @@ struct runtime_process {
     uint64_t start_time; /* from /proc/PID/stat, to tell a reused pid apart */
 };
 
-int runtime_init(struct runtime *rt, const char *agent_path, struct cove_error **err);
+/* kernel_path may be NULL or missing: code contexts then get a 400 in every sandbox. */
+int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_path,
+                 struct cove_error **err);
 void runtime_fini(struct runtime *rt);
 
 /* Starts the sandbox; on return the agent has been exec'd and its socket, run_dir/agent.sock,

@@ -241,6 +241,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         .run_dir = sb->run_dir,
         .rootfs = req->template->rootfs,
         .host_os = req->template->host_os,
+        .prestart = req->template->prestart,
         .entrypoint = argv,
         .env = env,
         .limits = req->cgroup,

@@ -19,6 +19,7 @@ extern char **environ;
 
 #define TEMPLATE_BASE "base"
 #define TEMPLATE_CODE_INTERPRETER "code-interpreter"
+#define CODE_INTERPRETER_PRESTART "python"
 #define SANDBOX_USER_UID 1000
 
 struct template_registry {
@@ -35,7 +36,7 @@ static const char *const etc_whitelist[] = {
     "os-release", "debian_version", "profile", "profile.d", "bash.bashrc", "environment",
     "inputrc", "mime.types", "protocols", "services", "networks", "magic", "magic.mime",
     "python3", "python3.11", "matplotlibrc", "jupyter", "ipython", "shells", "login.defs",
-    "skel", "terminfo", "vim", "gai.conf", "locale.alias", "default",
+    "skel", "terminfo", "vim", "gai.conf", "locale.alias", "default", "fonts",
 };
 
 bool template_name_valid(const char *name)
@@ -195,6 +196,8 @@ static int save_template(const char *dir, const struct template *t, struct cove_
     snprintf(path, sizeof(path), "%s/template.json", dir);
     json_t *j = json_pack("{s:s, s:s, s:b}", "name", t->name, "rootfs", t->rootfs, "host_os",
                           t->host_os);
+    if (j != NULL && t->prestart[0] != '\0')
+        json_object_set_new(j, "prestart", json_string(t->prestart));
     int rc = json_dump_file(j, path, JSON_INDENT(2));
     json_decref(j);
     if (rc < 0)
@@ -245,6 +248,12 @@ static int load_templates(struct template_registry *reg, struct cove_error **err
         struct template t = {.host_os = host_os};
         snprintf(t.name, sizeof(t.name), "%s", name);
         snprintf(t.rootfs, sizeof(t.rootfs), "%s", rootfs);
+        json_t *prestart = json_object_get(j, "prestart");
+        if (json_is_string(prestart))
+            snprintf(t.prestart, sizeof(t.prestart), "%s", json_string_value(prestart));
+        else if (prestart == NULL && strcmp(name, TEMPLATE_CODE_INTERPRETER) == 0)
+            /* made before templates had the field */
+            snprintf(t.prestart, sizeof(t.prestart), "%s", CODE_INTERPRETER_PRESTART);
         json_decref(j);
         if (registry_append(reg, &t, err) < 0) {
             closedir(d);
@@ -270,6 +279,8 @@ static int ensure_builtin(struct template_registry *reg, const char *name, const
         /* Shares base's root: what differs (a kernel to prestart) is not in the files. */
         const struct template *base = registry_find(reg, rootfs_of);
         snprintf(t.rootfs, sizeof(t.rootfs), "%s", base->rootfs);
+        if (strcmp(name, TEMPLATE_CODE_INTERPRETER) == 0)
+            snprintf(t.prestart, sizeof(t.prestart), "%s", CODE_INTERPRETER_PRESTART);
     } else {
         snprintf(t.rootfs, sizeof(t.rootfs), "%s/rootfs", dir);
         if (build_base_rootfs(t.rootfs, err) < 0)
@@ -429,7 +440,9 @@ json_t *template_list_json(struct template_registry *reg)
     registry_reload(reg);
     json_t *items = json_array();
     for (size_t i = 0; i < reg->count; i++)
-        json_array_append_new(items, json_pack("{s:s, s:b}", "name", reg->items[i].name,
-                                               "hostOs", reg->items[i].host_os));
+        json_array_append_new(items,
+                              json_pack("{s:s, s:b, s:s*}", "name", reg->items[i].name, "hostOs",
+                                        reg->items[i].host_os, "prestart",
+                                        reg->items[i].prestart[0] ? reg->items[i].prestart : NULL));
     return json_pack("{s:o}", "items", items);
 }

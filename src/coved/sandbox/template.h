@@ -14,6 +14,10 @@ struct template {
     char name[TEMPLATE_NAME_SIZE];
     char rootfs[512];
     bool host_os;
+    /* Language whose default code context (a Jupyter kernel) the agent starts with each
+     * sandbox, so its first run_code does not wait for it; "" for none. template.json
+     * "prestart"; `code-interpreter` has "python". */
+    char prestart[32];
 };
 
 struct template_registry;

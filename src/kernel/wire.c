@@ -1,0 +1,167 @@
+#include "kernel/wire.h"
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+int wire_sign(const char *key, const char *const parts[4], const size_t lens[4],
+              char signature[WIRE_SIGNATURE_SIZE], struct cove_error **err)
+{
+    signature[0] = '\0';
+    if (key == NULL || key[0] == '\0')
+        return 0;
+    int rc = -1;
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, "SHA256", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    unsigned char digest[32];
+    size_t digest_len = 0;
+    if (ctx == NULL || !EVP_MAC_init(ctx, (const unsigned char *)key, strlen(key), params))
+        goto out;
+    for (int i = 0; i < 4; i++)
+        if (!EVP_MAC_update(ctx, (const unsigned char *)parts[i], lens[i]))
+            goto out;
+    if (!EVP_MAC_final(ctx, digest, &digest_len, sizeof(digest)) || digest_len != sizeof(digest))
+        goto out;
+    for (size_t i = 0; i < digest_len; i++)
+        snprintf(signature + 2 * i, 3, "%02x", digest[i]);
+    rc = 0;
+out:
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    if (rc < 0)
+        cove_error_set(err, 0, 500, "KERNEL::SIGN", "cannot compute the HMAC-SHA256 signature");
+    return rc;
+}
+
+void wire_new_id(char id[WIRE_ID_SIZE])
+{
+    unsigned char b[16];
+    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+        /* Ids only need to be unique within this kernel's session. */
+        static uint64_t counter;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        uint64_t x = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 30), y = ++counter;
+        memcpy(b, &x, 8);
+        memcpy(b + 8, &y, 8);
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    snprintf(id, WIRE_ID_SIZE,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+             b[15]);
+}
+
+json_t *wire_header(const char *msg_type, const char *session, char msg_id[WIRE_ID_SIZE])
+{
+    char date[64];
+    struct timespec now;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    /* ISO 8601 with microseconds, as jupyter-client writes it. */
+    snprintf(date, sizeof(date), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000);
+    wire_new_id(msg_id);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", msg_id, "session", session,
+                     "username", "cove", "date", date, "msg_type", msg_type, "version",
+                     WIRE_PROTOCOL_VERSION);
+}
+
+void wire_encoded_release(struct wire_encoded *encoded)
+{
+    for (int i = 0; i < 4; i++) {
+        free(encoded->parts[i]);
+        encoded->parts[i] = NULL;
+    }
+}
+
+int wire_encode(const char *key, const json_t *header, const json_t *parent_header,
+                const json_t *metadata, const json_t *content, struct wire_encoded *out,
+                struct cove_error **err)
+{
+    memset(out, 0, sizeof(*out));
+    const json_t *values[4] = {header, parent_header, metadata, content};
+    for (int i = 0; i < 4; i++) {
+        out->parts[i] = values[i] ? json_dumps(values[i], JSON_COMPACT) : strdup("{}");
+        if (out->parts[i] == NULL) {
+            wire_encoded_release(out);
+            return cove_error_set(err, 0, 500, "KERNEL::ENCODE", "cannot encode a message");
+        }
+        out->lens[i] = strlen(out->parts[i]);
+    }
+    if (wire_sign(key, (const char *const *)out->parts, out->lens, out->signature, err) < 0) {
+        wire_encoded_release(out);
+        return -1;
+    }
+    return 0;
+}
+
+void wire_message_release(struct wire_message *message)
+{
+    json_decref(message->header);
+    json_decref(message->parent_header);
+    json_decref(message->metadata);
+    json_decref(message->content);
+    memset(message, 0, sizeof(*message));
+}
+
+static const char *string_member(const json_t *object, const char *name)
+{
+    const char *s = json_string_value(json_object_get(object, name));
+    return s != NULL ? s : "";
+}
+
+int wire_decode(const char *key, const struct wire_frame *frames, size_t count,
+                struct wire_message *out, struct cove_error **err)
+{
+    memset(out, 0, sizeof(*out));
+    size_t delimiter = 0;
+    size_t delimiter_len = strlen(WIRE_DELIMITER);
+    while (delimiter < count && (frames[delimiter].len != delimiter_len ||
+                                 memcmp(frames[delimiter].data, WIRE_DELIMITER, delimiter_len)))
+        delimiter++;
+    if (count - delimiter < 6 || delimiter >= count)
+        return cove_error_set(err, 0, 500, "KERNEL::BAD_MESSAGE",
+                              "a message without the delimiter and its five frames");
+    const struct wire_frame *signature = &frames[delimiter + 1];
+    const char *parts[4];
+    size_t lens[4];
+    for (int i = 0; i < 4; i++) {
+        parts[i] = frames[delimiter + 2 + i].data;
+        lens[i] = frames[delimiter + 2 + i].len;
+    }
+    if (key != NULL && key[0] != '\0') {
+        char expected[WIRE_SIGNATURE_SIZE];
+        if (wire_sign(key, parts, lens, expected, err) < 0)
+            return -1;
+        if (signature->len != strlen(expected) ||
+            CRYPTO_memcmp(signature->data, expected, signature->len) != 0)
+            return cove_error_set(err, 0, 500, "KERNEL::BAD_SIGNATURE",
+                                  "a message with a wrong signature");
+    }
+    json_t **values[4] = {&out->header, &out->parent_header, &out->metadata, &out->content};
+    for (int i = 0; i < 4; i++) {
+        json_error_t json_error;
+        *values[i] = json_loadb(parts[i], lens[i], 0, &json_error);
+        if (*values[i] == NULL || !json_is_object(*values[i])) {
+            wire_message_release(out);
+            return cove_error_set(err, 0, 500, "KERNEL::BAD_MESSAGE",
+                                  "a message part that is not a JSON object");
+        }
+    }
+    out->msg_type = string_member(out->header, "msg_type");
+    out->parent_id = string_member(out->parent_header, "msg_id");
+    return 0;
+}
