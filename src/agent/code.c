@@ -11,13 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "agent/api.h"
 #include "agent/command.h"
+#include "agent/event_stream.h"
+#include "agent/ids.h"
 #include "agent/process.h"
 #include "agent/reaper.h"
 #include "agent/session.h"
@@ -27,16 +28,12 @@
 
 /* Each kernel costs tens of MiB: bounded. */
 #define CODE_MAX_CONTEXTS 32
-/* A run stops reading its kernel's events while more than this waits for its client. */
-#define STREAM_HIGH_WATER (256 * 1024)
 #define READ_SIZE (64 * 1024)
 #define READS_PER_WAKEUP 16
 /* A line from the helper longer than this is a broken helper (a PNG result is well below). */
 #define LINE_MAX_BYTES (64 * 1024 * 1024)
 /* The end of the helper's stderr kept to explain a failed start. */
 #define STDERR_TAIL 2048
-/* As execd: a ping event after 3 s without one. */
-#define PING_INTERVAL_MS 3000
 #define LANGUAGE_SIZE 32
 #define BASH "bash"
 
@@ -45,16 +42,13 @@ struct code_context;
 /* One POST /code of a context: queued, then under way, until the helper says done. */
 struct code_run {
     struct code_context *context;
-    struct http_request *req; /* NULL once the client is gone or the stream has ended */
+    struct http_request *req; /* NULL once the client is gone or the response has ended */
     char *code;
-    bool streaming; /* 200 and init sent */
+    bool streaming; /* 200 and init sent: the stream has the request */
     bool interrupt_sent;
     bool begun;   /* the kernel sent an event of it */
     bool retried; /* sent again to a new kernel: its first one died before beginning it */
-    struct evbuffer *frames;
-    size_t queued; /* bytes the server held for the client at the last write */
-    struct event *ping_event;
-    int64_t last_write_ms;
+    struct event_stream stream;
     struct code_run *next;
 };
 
@@ -102,30 +96,6 @@ static void context_pump(struct code_context *ctx);
 static void context_fail_start(struct code_context *ctx, int status, const char *code,
                                const char *message);
 
-static int64_t monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
-/* Context ids are UUIDv4 hex without dashes, like execd's; bash contexts take their
- * session's. */
-static void new_context_id(char id[33])
-{
-    unsigned char bytes[16];
-    if (getrandom(bytes, sizeof(bytes), GRND_NONBLOCK) != (ssize_t)sizeof(bytes)) {
-        static uint64_t counter;
-        uint64_t a = (uint64_t)monotonic_ms(), b = ++counter ^ ((uint64_t)getpid() << 32);
-        memcpy(bytes, &a, 8);
-        memcpy(bytes + 8, &b, 8);
-    }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    for (int i = 0; i < 16; i++)
-        snprintf(id + 2 * i, 3, "%02x", bytes[i]);
-}
-
 /* Languages are compared as execd does, lowercased ("Python" is python). */
 static bool normalize_language(const char *in, char out[LANGUAGE_SIZE])
 {
@@ -143,41 +113,11 @@ static bool normalize_language(const char *in, char out[LANGUAGE_SIZE])
 
 /* --- a run's event stream --- */
 
-static void run_flush(struct code_run *run)
-{
-    size_t len = run->frames ? evbuffer_get_length(run->frames) : 0;
-    if (run->req == NULL || len == 0)
-        return;
-    run->queued = http_stream_write(run->req, evbuffer_pullup(run->frames, -1), len);
-    evbuffer_drain(run->frames, len);
-    run->last_write_ms = monotonic_ms();
-}
-
-static void run_event(struct code_run *run, const struct sse_event *event)
-{
-    if (run->req != NULL && run->frames != NULL && sse_event_append(run->frames, event) < 0)
-        log_warn("code context %s: cannot encode an event", run->context ? run->context->id : "");
-}
-
-static void run_error_event(struct code_run *run, const char *ename, const char *evalue)
-{
-    const char *traceback[] = {evalue};
-    struct sse_error error = {
-        .ename = ename, .evalue = evalue, .traceback = traceback, .traceback_len = 1};
-    struct sse_event event = {
-        .type = "error", .execution_time = -1, .timestamp = sse_now_ms(), .error = &error};
-    run_event(run, &event);
-}
-
+/* The client went away, or the response ended. */
 static void run_detach(struct code_run *run)
 {
     run->req = NULL;
-    if (run->ping_event != NULL)
-        event_free(run->ping_event);
-    run->ping_event = NULL;
-    if (run->frames != NULL)
-        evbuffer_free(run->frames);
-    run->frames = NULL;
+    event_stream_detach(&run->stream);
 }
 
 static void run_free(struct code_run *run)
@@ -194,7 +134,7 @@ static void run_end(struct code_run *run, int status, const char *code, const ch
     struct http_request *req = run->req;
     bool streaming = run->streaming;
     if (req != NULL && streaming)
-        run_flush(run);
+        event_stream_flush(&run->stream);
     /* Detach and free first: ending the response may run the connection's next request. */
     run_free(run);
     if (req == NULL)
@@ -205,27 +145,12 @@ static void run_end(struct code_run *run, int status, const char *code, const ch
         api_respond_error(req, status, code, "%s", message);
 }
 
-static void on_run_ping(evutil_socket_t fd, short what, void *arg)
-{
-    struct code_run *run = arg;
-    if (run->req == NULL || run->queued > 0 ||
-        monotonic_ms() - run->last_write_ms < PING_INTERVAL_MS)
-        return;
-    struct sse_event ping = {.type = "ping",
-                             .text = "pong",
-                             .text_len = 4,
-                             .execution_time = -1,
-                             .timestamp = sse_now_ms()};
-    run_event(run, &ping);
-    run_flush(run);
-}
-
 static void context_resume_reading(struct code_context *ctx);
 
 static void on_run_drain(struct http_request *req, void *arg)
 {
     struct code_run *run = arg;
-    run->queued = 0; /* the server calls this when everything was sent */
+    run->stream.queued = 0; /* the server calls this when everything was sent */
     if (run->context != NULL && run->context->current == run)
         context_resume_reading(run->context);
 }
@@ -269,23 +194,9 @@ static void run_open(struct code_run *run)
     if (req == NULL || run->streaming)
         return;
     run->streaming = true;
-    http_response_add_header(req, "Cache-Control", "no-cache");
-    http_response_add_header(req, "X-Accel-Buffering", "no");
-    http_stream_start(req, 200, "text/event-stream");
-    run->frames = evbuffer_new();
-    const char *id = run->context->id;
-    struct sse_event init = {.type = "init",
-                             .text = id,
-                             .text_len = strlen(id),
-                             .execution_time = -1,
-                             .timestamp = sse_now_ms()};
-    run_event(run, &init);
-    run_flush(run);
+    event_stream_open(&run->stream, req, run->context->id);
     http_stream_on_drain(req, on_run_drain, run);
-    run->ping_event = event_new(event_base, -1, EV_PERSIST, on_run_ping, run);
-    struct timeval second = {1, 0};
-    if (run->ping_event != NULL)
-        event_add(run->ping_event, &second);
+    event_stream_start_pings(&run->stream, event_base);
 }
 
 /* --- the kernel helper --- */
@@ -483,11 +394,11 @@ static void handle_line(struct code_context *ctx, const char *line, size_t len)
     } else if (ctx->current != NULL) {
         struct code_run *run = ctx->current;
         run->begun = true;
-        if (run->req != NULL && run->frames != NULL) {
+        if (run->stream.req != NULL && run->stream.frames != NULL) {
             /* An execd event already: framed as is. */
-            evbuffer_add(run->frames, line, len);
-            evbuffer_add(run->frames, "\n\n", 2);
-            run_flush(run);
+            evbuffer_add(run->stream.frames, line, len);
+            evbuffer_add(run->stream.frames, "\n\n", 2);
+            event_stream_flush(&run->stream);
         }
     }
     json_decref(obj);
@@ -527,8 +438,9 @@ static void helper_gone(struct code_context *ctx)
         ctx->queue = run;
     } else if (run != NULL) {
         run->context = NULL;
-        run_error_event(run, "KernelDied",
-                        "the kernel helper exited; the next execution starts a new kernel");
+        event_stream_append_error(
+            &run->stream, "KernelDied",
+            "the kernel helper exited; the next execution starts a new kernel");
         run_end(run, 500, "RUNTIME_ERROR", "the kernel helper exited");
     }
     if (!ctx->doomed)
@@ -537,8 +449,7 @@ static void helper_gone(struct code_context *ctx)
 
 static bool run_backpressured(const struct code_context *ctx)
 {
-    return ctx->current != NULL && ctx->current->req != NULL &&
-           ctx->current->queued > STREAM_HIGH_WATER;
+    return ctx->current != NULL && event_stream_backpressured(&ctx->current->stream);
 }
 
 static void context_free(struct code_context *ctx);
@@ -765,7 +676,7 @@ static void context_fail_waiting(struct code_context *ctx, int status, const cha
         runs = run->next;
         run->context = NULL;
         if (run->streaming)
-            run_error_event(run, "KernelStartFailed", message);
+            event_stream_append_error(&run->stream, "KernelStartFailed", message);
         run_end(run, status, code, message);
     }
     context_release(ctx);
@@ -815,7 +726,7 @@ static struct code_context *context_new(const char *language, bool is_default,
             return NULL;
         }
     } else {
-        new_context_id(ctx->id);
+        ids_uuid_hex(ctx->id); /* execd's context ids: no dashes */
     }
     ctx->next = contexts;
     contexts = ctx;
@@ -851,7 +762,7 @@ static void context_delete(struct code_context *ctx, const char *why)
     ctx->current = NULL;
     if (current != NULL) {
         current->context = NULL;
-        run_error_event(current, "ContextDeleted", why);
+        event_stream_append_error(&current->stream, "ContextDeleted", why);
         run_end(current, 404, "CONTEXT_NOT_FOUND", why);
     }
     context_fail_waiting(ctx, 404, "CONTEXT_NOT_FOUND", why);
@@ -1066,7 +977,7 @@ static void run_stateless(struct http_request *req, const char *code)
     struct process_spec spec = {.argv = argv, .envp = environ, .stdin_fd = -1};
     struct command_hooks hooks = {0};
     struct command *cmd = NULL;
-    new_context_id(id);
+    ids_uuid_hex(id);
     if (command_run_streamed(req, id, code, &spec, 0, &hooks, &cmd, &err) < 0)
         api_respond_cove_error(req, err);
 }

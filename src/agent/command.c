@@ -20,17 +20,15 @@
 #include <unistd.h>
 
 #include "agent/api.h"
+#include "agent/event_stream.h"
 #include "agent/output_lines.h"
 #include "agent/process.h"
 #include "agent/reaper.h"
 #include "agent/sse.h"
+#include "lib/environment.h"
 #include "lib/http.h"
 #include "lib/log.h"
 
-/* A foreground stream stops reading the command's pipes while more than this is waiting to
- * go to the client, and resumes once that is sent. Memory stays flat however much the
- * command prints and however slow the client is. */
-#define STREAM_HIGH_WATER (256 * 1024)
 /* Bytes read from a pipe at once (one HTTP chunk of events at most). */
 #define READ_SIZE (64 * 1024)
 /* Reads per pipe per wakeup, so one busy command cannot starve the event loop. */
@@ -39,8 +37,6 @@
  * stays absolute); finished commands beyond MAX_FINISHED are forgotten, oldest first. */
 #define LOG_MAX (256 * 1024)
 #define MAX_FINISHED 64
-/* execd sends a ping event every 3 s; this agent sends one after 3 s without output. */
-#define PING_INTERVAL_MS 3000
 /* DELETE /command: SIGTERM, then SIGKILL if the command still runs after this (as execd). */
 #define INTERRUPT_GRACE_MS 3000
 #define MAX_GROUPS 64
@@ -79,12 +75,8 @@ struct command {
     struct event *timeout_event;
     struct event *interrupt_event;
 
-    /* foreground stream; req is NULL once the client is gone or the stream ended */
-    struct http_request *req;
-    struct evbuffer *frames; /* events not yet handed to the server */
-    size_t queued;           /* bytes the server held for the client at the last write */
-    struct event *ping_event;
-    int64_t last_write_mono_ms;
+    /* foreground: its reading pauses while the client is backpressured */
+    struct event_stream stream;
 
     /* background: combined stdout+stderr; log_base counts bytes dropped from its front */
     struct evbuffer *log;
@@ -109,7 +101,6 @@ static struct timeval timeval_from_ms(int64_t ms)
 {
     return (struct timeval){.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
 }
-
 
 /* --- registry --- */
 
@@ -149,10 +140,7 @@ static void command_free(struct command *cmd)
         event_free(cmd->timeout_event);
     if (cmd->interrupt_event)
         event_free(cmd->interrupt_event);
-    if (cmd->ping_event)
-        event_free(cmd->ping_event);
-    if (cmd->frames)
-        evbuffer_free(cmd->frames);
+    event_stream_detach(&cmd->stream);
     if (cmd->log)
         evbuffer_free(cmd->log);
     free(cmd->content);
@@ -166,8 +154,8 @@ static void registry_prune(void)
     struct command *c = commands;
     while (c != NULL) {
         struct command *next = c->next;
-        bool idle =
-            !c->running && c->req == NULL && !c->busy && c->pipes[0].fd < 0 && c->pipes[1].fd < 0;
+        bool idle = !c->running && c->stream.req == NULL && !c->busy && c->pipes[0].fd < 0 &&
+                    c->pipes[1].fd < 0;
         if (idle && ++finished > MAX_FINISHED)
             command_free(c);
         c = next;
@@ -175,22 +163,6 @@ static void registry_prune(void)
 }
 
 /* --- stream output --- */
-
-static void stream_flush(struct command *cmd)
-{
-    size_t len = cmd->frames ? evbuffer_get_length(cmd->frames) : 0;
-    if (cmd->req == NULL || len == 0)
-        return;
-    cmd->queued = http_stream_write(cmd->req, evbuffer_pullup(cmd->frames, -1), len);
-    evbuffer_drain(cmd->frames, len);
-    cmd->last_write_mono_ms = monotonic_ms();
-}
-
-static void stream_event(struct command *cmd, const struct sse_event *event)
-{
-    if (cmd->req != NULL && sse_event_append(cmd->frames, event) < 0)
-        log_warn("command %s: cannot encode an event", cmd->id);
-}
 
 static int emit_line(const char *line, size_t len, void *arg)
 {
@@ -200,20 +172,8 @@ static int emit_line(const char *line, size_t len, void *arg)
                               .text_len = len,
                               .execution_time = -1,
                               .timestamp = sse_now_ms()};
-    stream_event(p->command, &event);
+    event_stream_append(&p->command->stream, &event);
     return 0;
-}
-
-/* Stops streaming: after the last event, or when the client went away. */
-static void stream_detach(struct command *cmd)
-{
-    cmd->req = NULL;
-    if (cmd->ping_event != NULL)
-        event_free(cmd->ping_event);
-    cmd->ping_event = NULL;
-    if (cmd->frames != NULL)
-        evbuffer_free(cmd->frames);
-    cmd->frames = NULL;
 }
 
 /* The last event of a foreground command: execution_complete on exit 0, else an error
@@ -228,7 +188,7 @@ static void stream_finish(struct command *cmd)
         struct sse_event done = {.type = "execution_complete",
                                  .execution_time = monotonic_ms() - cmd->started_mono_ms,
                                  .timestamp = now};
-        stream_event(cmd, &done);
+        event_stream_append(&cmd->stream, &done);
     } else {
         char evalue[16], reason[64];
         snprintf(evalue, sizeof(evalue), "%d", cmd->exit_code);
@@ -244,13 +204,9 @@ static void stream_finish(struct command *cmd)
                                   .traceback_len = traceback_len};
         struct sse_event event = {
             .type = "error", .execution_time = -1, .timestamp = now, .error = &error};
-        stream_event(cmd, &event);
+        event_stream_append(&cmd->stream, &event);
     }
-    stream_flush(cmd);
-    /* Detach first: ending the response may run the connection's next request right away. */
-    struct http_request *req = cmd->req;
-    stream_detach(cmd);
-    http_stream_end(req);
+    event_stream_end(&cmd->stream);
 }
 
 /* --- reading output --- */
@@ -265,11 +221,6 @@ static void log_append(struct command *cmd, const char *data, size_t len)
     }
 }
 
-static bool stream_backpressured(const struct command *cmd)
-{
-    return cmd->req != NULL && cmd->queued > STREAM_HIGH_WATER;
-}
-
 static void pipe_end(struct command *cmd, struct output_pipe *p)
 {
     if (p->lines != NULL)
@@ -281,9 +232,9 @@ static void deliver(struct command *cmd, struct output_pipe *p, const char *data
 {
     if (cmd->log != NULL) {
         log_append(cmd, data, len);
-    } else if (cmd->req != NULL) {
+    } else if (cmd->stream.req != NULL) {
         output_lines_feed(p->lines, data, len, emit_line, p);
-        stream_flush(cmd);
+        event_stream_flush(&cmd->stream);
     }
 }
 
@@ -297,7 +248,7 @@ static void command_pump(struct command *cmd)
     for (size_t i = 0; i < cmd->pipes_len; i++) {
         struct output_pipe *p = &cmd->pipes[i];
         for (int reads = 0; p->fd >= 0 && reads < READS_PER_WAKEUP; reads++) {
-            if (stream_backpressured(cmd))
+            if (event_stream_backpressured(&cmd->stream))
                 break;
             ssize_t n = read(p->fd, buffer, sizeof(buffer));
             if (n > 0) {
@@ -320,10 +271,10 @@ static void command_pump(struct command *cmd)
         cmd->hooks.on_done = NULL;
         hooks.on_done(cmd, cmd->exit_code, hooks.arg);
     }
-    if (!pending && !cmd->running && cmd->req != NULL)
+    if (!pending && !cmd->running && cmd->stream.req != NULL)
         stream_finish(cmd);
     /* Level-triggered pipe events while the client keeps up; none while it does not. */
-    bool paused = stream_backpressured(cmd);
+    bool paused = event_stream_backpressured(&cmd->stream);
     for (size_t i = 0; i < cmd->pipes_len; i++) {
         struct output_pipe *p = &cmd->pipes[i];
         if (p->event == NULL)
@@ -348,14 +299,14 @@ static void on_pipe_readable(evutil_socket_t fd, short what, void *arg)
 static void on_stream_drain(struct http_request *req, void *arg)
 {
     struct command *cmd = arg;
-    cmd->queued = 0; /* the server calls this when everything was sent */
+    cmd->stream.queued = 0; /* the server calls this when everything was sent */
     command_pump(cmd);
 }
 
 static void on_stream_abort(struct http_request *req, void *arg)
 {
     struct command *cmd = arg;
-    stream_detach(cmd);
+    event_stream_detach(&cmd->stream);
     /* A client that hangs up takes its foreground command with it. */
     if (cmd->running && cmd->pid > 0) {
         log_info("command %s: client disconnected, killing process group %d", cmd->id, cmd->pid);
@@ -363,21 +314,6 @@ static void on_stream_abort(struct http_request *req, void *arg)
     }
     /* The pipes stay open (see struct output_pipe), and were maybe paused for this client. */
     command_pump(cmd);
-}
-
-static void on_ping(evutil_socket_t fd, short what, void *arg)
-{
-    struct command *cmd = arg;
-    if (cmd->req == NULL || cmd->queued > 0 ||
-        monotonic_ms() - cmd->last_write_mono_ms < PING_INTERVAL_MS)
-        return;
-    struct sse_event ping = {.type = "ping",
-                             .text = "pong",
-                             .text_len = 4,
-                             .execution_time = -1,
-                             .timestamp = sse_now_ms()};
-    stream_event(cmd, &ping);
-    stream_flush(cmd);
 }
 
 /* --- process lifecycle --- */
@@ -654,47 +590,6 @@ const char *command_find_shell(char *path, size_t size)
     return access("/bin/sh", X_OK) == 0 ? "/bin/sh" : "sh";
 }
 
-/* The agent's environment (the sandbox's) with the request's envs on top. */
-static char **build_environment(json_t *envs)
-{
-    extern char **environ;
-    size_t base = 0;
-    while (environ[base] != NULL)
-        base++;
-    size_t extra = envs ? json_object_size(envs) : 0;
-    char **env = calloc(base + extra + 1, sizeof(char *));
-    if (env == NULL)
-        return NULL;
-    size_t n = 0;
-    for (size_t i = 0; i < base; i++) {
-        size_t key_len = strcspn(environ[i], "=");
-        char key[256];
-        if (envs != NULL && key_len < sizeof(key)) {
-            memcpy(key, environ[i], key_len);
-            key[key_len] = '\0';
-            if (json_object_get(envs, key) != NULL)
-                continue;
-        }
-        env[n++] = strdup(environ[i]);
-    }
-    const char *key;
-    json_t *value;
-    json_object_foreach(envs, key, value)
-    {
-        if (asprintf(&env[n], "%s=%s", key, json_string_value(value)) >= 0)
-            n++;
-    }
-    env[n] = NULL;
-    return env;
-}
-
-static void free_environment(char **env)
-{
-    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
-        free(env[i]);
-    free(env);
-}
-
 static int make_output_pipe(int fds[2], struct cove_error **err)
 {
     if (pipe2(fds, O_CLOEXEC) < 0)
@@ -773,7 +668,8 @@ static int command_launch(struct command *cmd, const struct run_request *run,
     char *shell_argv[] = {(char *)command_find_shell(shell, sizeof(shell)), "-c",
                           (char *)run->command, NULL};
     char *const *argv = run->argv ? run->argv : shell_argv;
-    char **env = build_environment(run->envs);
+    /* The agent's environment (the sandbox's) with the request's envs on top. */
+    char **env = environment_overlay(run->envs, 0, NULL);
     if (env == NULL)
         return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
     gid_t groups[MAX_GROUPS];
@@ -782,7 +678,7 @@ static int command_launch(struct command *cmd, const struct run_request *run,
     if (run->has_uid)
         resolve_user(run, &spec, groups);
     int rc = command_start(cmd, &spec, run->timeout_ms, err);
-    free_environment(env);
+    environment_free(env);
     return rc;
 }
 
@@ -839,33 +735,12 @@ int command_start_entrypoint(char *const *argv, struct cove_error **err)
 
 /* --- handlers --- */
 
-static void stream_open(struct http_request *req, struct command *cmd)
-{
-    /* The headers execd sets on its event streams. */
-    http_response_add_header(req, "Cache-Control", "no-cache");
-    http_response_add_header(req, "X-Accel-Buffering", "no");
-    http_stream_start(req, 200, "text/event-stream");
-    cmd->req = req;
-    cmd->frames = evbuffer_new();
-    struct sse_event init = {.type = "init",
-                             .text = cmd->id,
-                             .text_len = strlen(cmd->id),
-                             .execution_time = -1,
-                             .timestamp = sse_now_ms()};
-    if (cmd->frames != NULL)
-        stream_event(cmd, &init);
-    stream_flush(cmd);
-}
-
 /* Streams cmd's events to req until it ends (or the client goes away). */
 static void stream_follow(struct http_request *req, struct command *cmd)
 {
     http_stream_on_drain(req, on_stream_drain, cmd);
     http_request_on_abort(req, on_stream_abort, cmd);
-    cmd->ping_event = event_new(event_base, -1, EV_PERSIST, on_ping, cmd);
-    struct timeval second = {1, 0};
-    if (cmd->ping_event != NULL)
-        event_add(cmd->ping_event, &second);
+    event_stream_start_pings(&cmd->stream, event_base);
 }
 
 /* runCommand: POST /command */
@@ -908,18 +783,9 @@ void command_handle_run(struct http_request *req, const struct api_params *param
             api_respond_cove_error(req, err);
         } else {
             /* execd reports a start failure inside the stream: init, then the error. */
-            stream_open(req, cmd);
-            const char *traceback[] = {err->message};
-            struct sse_error error = {.ename = "CommandExecError",
-                                      .evalue = err->message,
-                                      .traceback = traceback,
-                                      .traceback_len = 1};
-            struct sse_event event = {
-                .type = "error", .execution_time = -1, .timestamp = sse_now_ms(), .error = &error};
-            stream_event(cmd, &event);
-            stream_flush(cmd);
-            stream_detach(cmd);
-            http_stream_end(req);
+            event_stream_open(&cmd->stream, req, cmd->id);
+            event_stream_append_error(&cmd->stream, "CommandExecError", err->message);
+            event_stream_end(&cmd->stream);
         }
         registry_prune();
         return;
@@ -927,16 +793,14 @@ void command_handle_run(struct http_request *req, const struct api_params *param
     log_info("command %s (pid %d%s) started", cmd->id, cmd->pid,
              cmd->background ? ", background" : "");
 
-    stream_open(req, cmd);
+    event_stream_open(&cmd->stream, req, cmd->id);
     if (cmd->background) {
         /* execd answers a background command with init and execution_complete at once. */
         struct sse_event done = {.type = "execution_complete",
                                  .execution_time = monotonic_ms() - cmd->started_mono_ms,
                                  .timestamp = sse_now_ms()};
-        stream_event(cmd, &done);
-        stream_flush(cmd);
-        stream_detach(cmd);
-        http_stream_end(req);
+        event_stream_append(&cmd->stream, &done);
+        event_stream_end(&cmd->stream);
         return;
     }
     stream_follow(req, cmd);
@@ -958,7 +822,7 @@ int command_run_streamed(struct http_request *req, const char *id, const char *c
     log_info("command %s (pid %d) started", cmd->id, cmd->pid);
     cmd->hooks = *hooks;
     *out = cmd;
-    stream_open(req, cmd);
+    event_stream_open(&cmd->stream, req, cmd->id);
     stream_follow(req, cmd);
     return 0;
 }
@@ -1079,8 +943,6 @@ void command_init(struct event_base *base)
 void command_cleanup(void)
 {
     while (commands != NULL) {
-        if (commands->req != NULL)
-            stream_detach(commands);
         command_free(commands);
     }
 }

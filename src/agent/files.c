@@ -34,6 +34,16 @@ static void respond_error(struct http_request *req, struct cove_error *err)
     cove_error_free(err);
 }
 
+/* The answer of an operation that returns nothing: 200, or err. */
+static void respond_done(struct http_request *req, struct cove_error *err)
+{
+    if (err != NULL) {
+        respond_error(req, err);
+        return;
+    }
+    http_respond(req, 200, NULL, NULL, 0);
+}
+
 /* The "path" query values, each cleaned; at least one unless allow_none. */
 static int path_values(struct http_request *req, char ***raw, char ***clean, size_t *count,
                        bool allow_none, struct cove_error **err)
@@ -105,9 +115,11 @@ void files_handle_info(struct http_request *req, const struct api_params *params
     api_respond_json(req, 200, result);
 }
 
-/* removeFiles: DELETE /files?path=... Files (and symlinks, not what they point to) only;
- * one that is not there is not an error, as execd. */
-void files_handle_remove(struct http_request *req, const struct api_params *params)
+/* Removes one "path" value of a removal (clean, as the client sent it raw); err on failure. */
+typedef void (*remove_one_fn)(const char *clean, const char *raw, struct cove_error **err);
+
+/* removeFiles and removeDirs: every "path" value, in order, up to the first failure. */
+static void remove_each(struct http_request *req, remove_one_fn remove_one)
 {
     struct cove_error *err = NULL;
     char **raw, **clean;
@@ -116,35 +128,41 @@ void files_handle_remove(struct http_request *req, const struct api_params *para
         respond_error(req, err);
         return;
     }
-    for (size_t i = 0; err == NULL && i < count; i++) {
-        char name[NAME_MAX + 1];
-        int dir = files_path_open_parent(clean[i], name, sizeof(name));
-        if (dir < 0) {
-            if (errno != ENOENT)
-                files_path_error(&err, errno, "remove", raw[i]);
-            continue;
-        }
-        struct stat st;
-        if (name[0] == '\0' ||
-            (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))) {
-            char shown[512];
-            files_path_printable(raw[i], shown, sizeof(shown));
-            cove_error_set(&err, 0, 500, "RUNTIME_ERROR",
-                           "error removing file %s. path is a directory (use DELETE "
-                           "/directories)",
-                           shown);
-        } else if (unlinkat(dir, name, 0) < 0 && errno != ENOENT) {
-            files_path_error(&err, errno, "remove", raw[i]);
-        }
-        close(dir);
-    }
+    for (size_t i = 0; err == NULL && i < count; i++)
+        remove_one(clean[i], raw[i], &err);
     files_query_free(raw, count);
     files_query_free(clean, count);
-    if (err != NULL) {
-        respond_error(req, err);
+    respond_done(req, err);
+}
+
+static void remove_file(const char *clean, const char *raw, struct cove_error **err)
+{
+    char name[NAME_MAX + 1];
+    int dir = files_path_open_parent(clean, name, sizeof(name));
+    if (dir < 0) {
+        if (errno != ENOENT)
+            files_path_error(err, errno, "remove", raw);
         return;
     }
-    http_respond(req, 200, NULL, NULL, 0);
+    struct stat st;
+    if (name[0] == '\0' ||
+        (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))) {
+        char shown[512];
+        files_path_printable(raw, shown, sizeof(shown));
+        cove_error_set(err, 0, 500, "RUNTIME_ERROR",
+                       "error removing file %s. path is a directory (use DELETE /directories)",
+                       shown);
+    } else if (unlinkat(dir, name, 0) < 0 && errno != ENOENT) {
+        files_path_error(err, errno, "remove", raw);
+    }
+    close(dir);
+}
+
+/* removeFiles: DELETE /files?path=... Files (and symlinks, not what they point to) only;
+ * one that is not there is not an error, as execd. */
+void files_handle_remove(struct http_request *req, const struct api_params *params)
+{
+    remove_each(req, remove_file);
 }
 
 /* Applies mode and ownership to fd (symlinks were followed to get it). Only what was given
@@ -204,9 +222,13 @@ static json_t *permission_map(struct http_request *req, struct files_permission 
     return body;
 }
 
-/* chmodFiles: POST /files/permissions {path: {owner, group, mode}}. Symlinks are followed, as
- * chmod(1) does. */
-void files_handle_permissions(struct http_request *req, const struct api_params *params)
+/* Does one entry of a permission map to the clean path abs. 0, or -1 with errno. */
+typedef int (*permission_action)(const char *abs, const struct files_permission *perm);
+
+/* chmodFiles and makeDirs: the whole map is checked, then each entry done in order up to the
+ * first failure ("error <verb> <path>"). */
+static void handle_permission_map(struct http_request *req, const char *verb,
+                                  permission_action action)
 {
     struct cove_error *err = NULL;
     struct files_permission *perms = NULL;
@@ -224,22 +246,47 @@ void files_handle_permissions(struct http_request *req, const struct api_params 
         char abs[FILES_PATH_MAX];
         if (files_path_clean(path, abs, sizeof(abs), &err) < 0)
             break;
-        int fd = files_path_open_at(AT_FDCWD, abs, O_PATH, 0);
-        if (fd < 0 || apply_permission(fd, &perms[i++], false, 0) < 0) {
-            files_path_error(&err, errno, "change permissions of", path);
-            if (fd >= 0)
-                close(fd);
+        if (action(abs, &perms[i++]) < 0) {
+            files_path_error(&err, errno, verb, path);
             break;
         }
-        close(fd);
     }
     free(perms);
     json_decref(body);
-    if (err != NULL) {
-        respond_error(req, err);
-        return;
-    }
-    http_respond(req, 200, NULL, NULL, 0);
+    respond_done(req, err);
+}
+
+/* Closes fd, keeping errno for the caller's error. */
+static int close_keeping_errno(int fd, int rc)
+{
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+static int change_permissions(const char *abs, const struct files_permission *perm)
+{
+    int fd = files_path_open_at(AT_FDCWD, abs, O_PATH, 0);
+    if (fd < 0)
+        return -1;
+    return close_keeping_errno(fd, apply_permission(fd, perm, false, 0));
+}
+
+static int make_directories(const char *abs, const struct files_permission *perm)
+{
+    bool created;
+    int fd = files_path_make_dirs(abs, 0755, 0, 0, &created);
+    if (fd < 0)
+        return -1;
+    return close_keeping_errno(fd, created ? apply_permission(fd, perm, true, 0755) : 0);
+}
+
+/* chmodFiles: POST /files/permissions {path: {owner, group, mode}}. Symlinks are followed, as
+ * chmod(1) does. */
+void files_handle_permissions(struct http_request *req, const struct api_params *params)
+{
+    handle_permission_map(req, "change permissions of", change_permissions);
 }
 
 /* makeDirs: POST /directories {path: {owner, group, mode}}: mkdir -p. Directories made on the
@@ -247,40 +294,7 @@ void files_handle_permissions(struct http_request *req, const struct api_params 
  * unless it was there already (then it is left alone, as execd). */
 void files_handle_make_directories(struct http_request *req, const struct api_params *params)
 {
-    struct cove_error *err = NULL;
-    struct files_permission *perms = NULL;
-    users_refresh();
-    json_t *body = permission_map(req, &perms, &err);
-    if (body == NULL) {
-        respond_error(req, err);
-        return;
-    }
-    size_t i = 0;
-    const char *path;
-    json_t *value;
-    json_object_foreach(body, path, value)
-    {
-        char abs[FILES_PATH_MAX];
-        if (files_path_clean(path, abs, sizeof(abs), &err) < 0)
-            break;
-        bool created;
-        int fd = files_path_make_dirs(abs, 0755, 0, 0, &created);
-        if (fd < 0 || (created && apply_permission(fd, &perms[i], true, 0755) < 0)) {
-            files_path_error(&err, errno, "create directory", path);
-            if (fd >= 0)
-                close(fd);
-            break;
-        }
-        i++;
-        close(fd);
-    }
-    free(perms);
-    json_decref(body);
-    if (err != NULL) {
-        respond_error(req, err);
-        return;
-    }
-    http_respond(req, 200, NULL, NULL, 0);
+    handle_permission_map(req, "create directory", make_directories);
 }
 
 /* rm -rf of name in parent, never following a symlink (a link is removed, not its target). */
@@ -324,40 +338,29 @@ static int remove_tree(int parent, const char *name)
     return -1;
 }
 
+static void remove_directory(const char *clean, const char *raw, struct cove_error **err)
+{
+    if (strcmp(clean, "/") == 0) {
+        cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "refusing to remove /");
+        return;
+    }
+    char name[NAME_MAX + 1];
+    int dir = files_path_open_parent(clean, name, sizeof(name));
+    if (dir < 0) {
+        if (errno != ENOENT)
+            files_path_error(err, errno, "remove directory", raw);
+        return;
+    }
+    if (remove_tree(dir, name) < 0)
+        files_path_error(err, errno, "remove directory", raw);
+    close(dir);
+}
+
 /* removeDirs: DELETE /directories?path=...: rm -rf (a file or symlink given is removed too,
  * as Go's os.RemoveAll; one not there is not an error). */
 void files_handle_remove_directories(struct http_request *req, const struct api_params *params)
 {
-    struct cove_error *err = NULL;
-    char **raw, **clean;
-    size_t count;
-    if (path_values(req, &raw, &clean, &count, true, &err) < 0) {
-        respond_error(req, err);
-        return;
-    }
-    for (size_t i = 0; err == NULL && i < count; i++) {
-        if (strcmp(clean[i], "/") == 0) {
-            cove_error_set(&err, 0, 400, "INVALID_REQUEST_BODY", "refusing to remove /");
-            break;
-        }
-        char name[NAME_MAX + 1];
-        int dir = files_path_open_parent(clean[i], name, sizeof(name));
-        if (dir < 0) {
-            if (errno != ENOENT)
-                files_path_error(&err, errno, "remove directory", raw[i]);
-            continue;
-        }
-        if (remove_tree(dir, name) < 0)
-            files_path_error(&err, errno, "remove directory", raw[i]);
-        close(dir);
-    }
-    files_query_free(raw, count);
-    files_query_free(clean, count);
-    if (err != NULL) {
-        respond_error(req, err);
-        return;
-    }
-    http_respond(req, 200, NULL, NULL, 0);
+    remove_each(req, remove_directory);
 }
 
 /* ---- renameFiles ---- */
@@ -515,11 +518,7 @@ void files_handle_move(struct http_request *req, const struct api_params *params
             break;
     }
     json_decref(body);
-    if (err != NULL) {
-        respond_error(req, err);
-        return;
-    }
-    http_respond(req, 200, NULL, NULL, 0);
+    respond_done(req, err);
 }
 
 /* ---- replaceContent ---- */

@@ -17,6 +17,7 @@
 #include "agent/api.h"
 #include "agent/command.h"
 #include "agent/process.h"
+#include "lib/environment.h"
 #include "lib/http.h"
 #include "lib/log.h"
 
@@ -74,14 +75,6 @@ static struct event_base *event_base;
 static struct session *sessions;
 static size_t sessions_len;
 
-
-static void free_env(char **env)
-{
-    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
-        free(env[i]);
-    free(env);
-}
-
 /* The agent's environment, as a session starts with it. */
 static char **copy_environ(void)
 {
@@ -92,7 +85,7 @@ static char **copy_environ(void)
     char **env = calloc(n + 1, sizeof(char *));
     for (size_t i = 0; env != NULL && i < n; i++) {
         if ((env[i] = strdup(environ[i])) == NULL) {
-            free_env(env);
+            environment_free(env);
             return NULL;
         }
     }
@@ -105,6 +98,24 @@ static struct session *session_find(const char *id)
         if (strcmp(s->id, id) == 0)
             return s;
     return NULL;
+}
+
+/* A new session in dir (taken; NULL: the agent's directory), with the agent's environment. */
+static struct session *session_new(char *dir, struct cove_error **err)
+{
+    struct session *session = calloc(1, sizeof(*session));
+    if (session == NULL || (session->env = copy_environ()) == NULL) {
+        free(session);
+        free(dir);
+        cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+        return NULL;
+    }
+    ids_uuid(session->id);
+    session->cwd = dir;
+    session->next = sessions;
+    sessions = session;
+    sessions_len++;
+    return session;
 }
 
 /* --- a run's report --- */
@@ -188,7 +199,7 @@ static void state_apply(struct session *session, struct evbuffer *state)
         free(env);
         return;
     }
-    free_env(session->env);
+    environment_free(session->env);
     session->env = env;
 }
 
@@ -295,18 +306,11 @@ void session_handle_create(struct http_request *req, const struct api_params *pa
         api_respond_error(req, 500, "RUNTIME_ERROR", "error creating session. %s", err->message);
         return;
     }
-    struct session *session = calloc(1, sizeof(*session));
-    if (session == NULL || (session->env = copy_environ()) == NULL) {
-        free(session);
-        free(dir);
-        api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
+    struct session *session = session_new(dir, &err);
+    if (session == NULL) {
+        api_respond_cove_error(req, err);
         return;
     }
-    ids_uuid(session->id);
-    session->cwd = dir;
-    session->next = sessions;
-    sessions = session;
-    sessions_len++;
     log_info("session %s created (cwd %s)", session->id, dir ? dir : "(agent's)");
     api_respond_json(req, 200, json_pack("{s:s}", "session_id", session->id));
 }
@@ -446,27 +450,37 @@ static void session_free(struct session *session)
         command_kill(run->cmd);
         run_free(run);
     }
-    free_env(session->env);
+    environment_free(session->env);
     free(session->cwd);
     free(session);
 }
 
-/* deleteSession: DELETE /session/{sessionId} */
-void session_handle_delete(struct http_request *req, const struct api_params *params)
+/* Unlinks the session of that id from the list and gives it (NULL if there is none). */
+static struct session *session_take(const char *id)
 {
-    const char *id = api_param(params, "sessionId");
     for (struct session **p = &sessions; *p != NULL; p = &(*p)->next) {
         struct session *session = *p;
         if (strcmp(session->id, id) != 0)
             continue;
         *p = session->next;
         sessions_len--;
-        log_info("session %s deleted", session->id);
-        session_free(session); /* a command still running goes with it */
-        http_respond(req, 200, NULL, NULL, 0);
+        return session;
+    }
+    return NULL;
+}
+
+/* deleteSession: DELETE /session/{sessionId} */
+void session_handle_delete(struct http_request *req, const struct api_params *params)
+{
+    const char *id = api_param(params, "sessionId");
+    struct session *session = id ? session_take(id) : NULL;
+    if (session == NULL) {
+        api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
         return;
     }
-    api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
+    log_info("session %s deleted", session->id);
+    session_free(session); /* a command still running goes with it */
+    http_respond(req, 200, NULL, NULL, 0);
 }
 
 void session_init(struct event_base *base)
@@ -492,17 +506,9 @@ int session_open(const char *cwd, char id[37], struct cove_error **err)
     char *dir = NULL;
     if (command_resolve_dir(cwd, true, &dir, err) < 0)
         return -1;
-    struct session *session = calloc(1, sizeof(*session));
-    if (session == NULL || (session->env = copy_environ()) == NULL) {
-        free(session);
-        free(dir);
-        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
-    }
-    ids_uuid(session->id);
-    session->cwd = dir;
-    session->next = sessions;
-    sessions = session;
-    sessions_len++;
+    struct session *session = session_new(dir, err);
+    if (session == NULL)
+        return -1;
     snprintf(id, 37, "%s", session->id);
     log_info("session %s created for a bash code context", session->id);
     return 0;
@@ -519,13 +525,7 @@ int session_run(struct http_request *req, const char *id, const char *command, i
 
 void session_close(const char *id)
 {
-    for (struct session **p = &sessions; *p != NULL; p = &(*p)->next) {
-        struct session *session = *p;
-        if (strcmp(session->id, id) != 0)
-            continue;
-        *p = session->next;
-        sessions_len--;
+    struct session *session = session_take(id);
+    if (session != NULL)
         session_free(session);
-        return;
-    }
 }

@@ -40,6 +40,7 @@
 #include "kernel/events.h"
 #include "kernel/jupyter.h"
 #include "kernel/kernelspec.h"
+#include "lib/environment.h"
 
 /* How long a kernel may take to answer its first kernel_info_request (IPython with pandas
  * preloaded by a startup script can be slow on a loaded host). */
@@ -175,33 +176,11 @@ static const char *const quiet_defaults[] = {"PYDEVD_DISABLE_FILE_VALIDATION=1"}
 /* The kernel's environment: the helper's with the kernelspec's env on top. */
 static char **kernel_environment(const struct kernelspec *spec)
 {
-    extern char **environ;
-    size_t n = 0;
-    while (environ[n] != NULL)
-        n++;
     size_t defaults = sizeof(quiet_defaults) / sizeof(quiet_defaults[0]);
-    char **env = calloc(n + json_object_size(spec->env) + defaults + 1, sizeof(char *));
+    size_t out = 0;
+    char **env = environment_overlay(spec->env, defaults, &out);
     if (env == NULL)
         return NULL;
-    size_t out = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t key_len = strcspn(environ[i], "=");
-        char key[256];
-        if (spec->env != NULL && key_len < sizeof(key)) {
-            memcpy(key, environ[i], key_len);
-            key[key_len] = '\0';
-            if (json_object_get(spec->env, key) != NULL)
-                continue;
-        }
-        env[out++] = strdup(environ[i]);
-    }
-    const char *key;
-    json_t *value;
-    json_object_foreach(spec->env, key, value)
-    {
-        if (asprintf(&env[out], "%s=%s", key, json_string_value(value)) >= 0)
-            out++;
-    }
     for (size_t i = 0; i < defaults; i++) {
         size_t key_len = strcspn(quiet_defaults[i], "=");
         bool present = false;
