@@ -43,6 +43,8 @@ static const char usage[] =
     "  --public-host HOST     public_host                 COVE_PUBLIC_HOST\n"
     "      host[:port] clients reach coved at, used in endpoints (default: the listen\n"
     "      address)\n"
+    "  --resume-on-access     resume_on_access = true     COVE_RESUME_ON_ACCESS=1\n"
+    "      a request through the gateway to a paused sandbox resumes it (default: 409)\n"
     "  --domain DOMAIN        domain                      COVE_DOMAIN\n"
     "      also route Host {port}-{id}.DOMAIN to that port of that sandbox (point a\n"
     "      wildcard DNS name at coved)\n"
@@ -140,6 +142,10 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         snprintf(cfg->agent, sizeof(cfg->agent), "%s", value);
     } else if (strcmp(key, "kernel_helper") == 0) {
         snprintf(cfg->kernel_helper, sizeof(cfg->kernel_helper), "%s", value);
+    } else if (strcmp(key, "resume_on_access") == 0) {
+        if (parse_bool(value, &cfg->resume_on_access) < 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: resume_on_access takes true or false", from);
     } else if (strcmp(key, "domain") == 0) {
         snprintf(cfg->domain, sizeof(cfg->domain), "%s", value);
     } else if (strcmp(key, "public_host") == 0) {
@@ -211,6 +217,7 @@ static const struct {
     {"COVE_PUBLIC_HOST", "public_host"}, {"COVE_MAX_TIMEOUT", "max_sandbox_timeout_seconds"},
     {"COVE_AGENT", "agent"},             {"COVE_LOG_LEVEL", "log_level"},
     {"COVE_API_KEY_FILE", "api_key_file"}, {"COVE_DOMAIN", "domain"},
+    {"COVE_RESUME_ON_ACCESS", "resume_on_access"},
     {"COVE_KERNEL_HELPER", "kernel_helper"},
 };
 
@@ -259,6 +266,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"insecure", no_argument, NULL, 'i'},
         {"public-host", required_argument, NULL, 'p'},
         {"domain", required_argument, NULL, 'd'},
+        {"resume-on-access", no_argument, NULL, 'r'},
         {"agent", required_argument, NULL, 'a'},
         {"kernel-helper", required_argument, NULL, 'H'},
         {"max-timeout", required_argument, NULL, 't'},
@@ -320,6 +328,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         case 'K': key = "api_key_file"; break;
         case 'i':
             cfg->insecure = true;
+            continue;
+        case 'r':
+            cfg->resume_on_access = true;
             continue;
         case 'k':
             if (!flag_keys) {

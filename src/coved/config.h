@@ -22,6 +22,7 @@ struct coved_config {
     char *keys[CONFIG_MAX_KEYS + 1];
     size_t key_count;
     bool insecure;
+    bool resume_on_access; /* gateway traffic resumes a paused sandbox */
     int64_t max_timeout_s;
     int log_level; /* enum cove_log_level */
 };

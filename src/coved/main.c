@@ -128,6 +128,7 @@ int main(int argc, char **argv)
         .max_timeout_s = o.max_timeout_s,
         .public_host = o.public_host,
         .domain = o.domain,
+        .resume_on_access = o.resume_on_access,
     };
     if (route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;

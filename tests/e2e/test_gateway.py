@@ -310,3 +310,25 @@ def test_a_slow_command_delivers_each_line_as_printed(gw):
         print(f"line-per-second command: lag per line {[round(l * 1000, 1) for l in lags]} ms")
     finally:
         gw.delete(sid)
+
+
+def test_paused_sandbox_is_409_or_resumed_on_access(gw):
+    sid = gw.create()
+    try:
+        gw.pause(sid)
+        status, err, _ = get_json(connect(gw), "GET", f"/sandboxes/{sid}/proxy/44772/ping",
+                                  gw.headers())
+        assert status == 409 and "resume" in err["message"]
+        assert gw.get(sid)["status"]["state"] == "Paused"
+    finally:
+        gw.delete(sid)
+    d = Coved(extra_args=["--resume-on-access"]).start()
+    try:
+        sid = d.create()
+        d.sh(sid, "echo kept > /tmp/state")
+        d.pause(sid)
+        assert d.sh(sid, "cat /tmp/state") == "kept\n"  # the request itself resumed it
+        assert d.get(sid)["status"]["state"] == "Running"
+        d.delete(sid)
+    finally:
+        d.cleanup()

@@ -20,6 +20,7 @@ struct api_config {
     int64_t max_timeout_s;
     const char *public_host; /* host[:port] for endpoints; "" means the listen address */
     const char *domain;      /* {port}-{id}.DOMAIN host routing when set */
+    bool resume_on_access;   /* the gateway resumes a paused sandbox instead of a 409 */
 };
 
 struct api {

@@ -630,6 +630,9 @@ static bool accept_request(struct tunnel *t)
         /* err is set */
     } else if (r.port < 0) {
         cove_error_set(&err, 0, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
+    } else if (sb->state == SANDBOX_PAUSED && api->config.resume_on_access &&
+               sandbox_resume(api->sandboxes, sb, &err) < 0) {
+        /* err is set */
     } else if (sb->state != SANDBOX_RUNNING) {
         cove_error_set(&err, 0, 409, "SANDBOX::NOT_RUNNING",
                        "sandbox %s is %s: resume it before reaching its ports", sb->id,
