@@ -151,3 +151,19 @@ def test_entrypoint_output_is_kept_in_the_sandbox(coved):
         assert "from-entrypoint" not in (open(log).read() if os.path.exists(log) else "")
     finally:
         coved.delete(sid)
+
+
+def test_agent_log_reaches_coved_log_and_no_host_file(coved):
+    sid = coved.create(entrypoint=["sh", "-c", "sleep 1000"])
+    try:
+        coved.sh(sid, "true")
+        for _ in range(50):
+            if f"sandbox {sid} agent:" in coved.log():
+                break
+            time.sleep(0.05)
+        assert f"sandbox {sid} agent:" in coved.log()
+        # the agent writes into a pipe coved reads with a budget, never into a host file
+        assert os.listdir(coved.run_dir(sid)) == ["agent.sock"] or \
+            "agent.log" not in os.listdir(coved.run_dir(sid))
+    finally:
+        coved.delete(sid)

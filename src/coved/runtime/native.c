@@ -347,6 +347,7 @@ static void mount_cgroupfs(int status_fd, const struct cgroup_system *cg)
 
 struct child_args {
     const struct runtime_spec *spec;
+    int log_fd; /* write end of the agent's stderr pipe */
     const struct cgroup_system *cgroups;
     int agent_fd;
     int kernel_fd; /* -1 when there is no kernel helper */
@@ -360,6 +361,9 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int status_fd = a->status_fd;
     /* coved's own descriptors (its listener, the database, other sandboxes' sockets) must not
      * reach the sandbox: keep only what the child needs, at fixed numbers. */
+    int log_w = fcntl(a->log_fd, F_DUPFD_CLOEXEC, 100);
+    if (log_w < 0)
+        child_fail(status_fd, "dup");
     int fds[5] = {a->listen_fd, a->agent_fd, a->go_fd, a->status_fd, a->kernel_fd};
     int nfds = a->kernel_fd >= 0 ? 5 : 4;
     for (int i = 0; i < nfds; i++) {
@@ -380,11 +384,11 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0)
         child_fail(status_fd, "stdio");
-    char log_path[4096];
-    snprintf(log_path, sizeof(log_path), "%s/agent.log", a->spec->run_dir);
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (log_fd < 0 || dup2(log_fd, 2) < 0)
-        child_fail(status_fd, "open %s", log_path);
+    /* The agent's stderr is a pipe coved reads with a budget, never a host file: whatever
+     * runs as the agent cannot fill the host's disk through it. Non-blocking, so a slow
+     * reader costs the agent log lines, never progress. */
+    if (dup2(log_w, 2) < 0 || fcntl(2, F_SETFL, O_NONBLOCK) < 0)
+        child_fail(status_fd, "agent log pipe");
     if (syscall(SYS_close_range, AGENT_LISTEN_FD + nfds, ~0U, 0) < 0)
         child_fail(status_fd, "close_range");
 
@@ -580,10 +584,11 @@ static void reap_child(pid_t pid)
 int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct runtime_process *out,
                   struct cove_error **err)
 {
-    int ret = -1, listen_fd = -1, go[2] = {-1, -1}, status[2] = {-1, -1};
+    int ret = -1, listen_fd = -1, go[2] = {-1, -1}, status[2] = {-1, -1}, log[2] = {-1, -1};
     pid_t pid = -1;
     char path[4096], msg[600];
     bool cgroup_made = false;
+    out->log_fd = -1;
 
     if (mkdir(spec->run_dir, 0700) < 0 && errno != EEXIST)
         return cove_error_sys(err, "mkdir %s", spec->run_dir);
@@ -597,7 +602,8 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
     listen_fd = make_agent_socket(spec->run_dir, err);
     if (listen_fd < 0)
         goto out;
-    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0) {
+    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0 ||
+        pipe2(log, O_CLOEXEC | O_NONBLOCK) < 0) {
         cove_error_sys(err, "pipe");
         goto out;
     }
@@ -613,6 +619,7 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
         .listen_fd = listen_fd,
         .go_fd = go[0],
         .status_fd = status[1],
+        .log_fd = log[1],
     };
     /* A fork-like clone: the child runs on a copy of this stack, so it may use `args`. */
     pid = (pid_t)syscall(SYS_clone,
@@ -629,6 +636,8 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
     go[0] = -1;
     close(status[1]);
     status[1] = -1;
+    close(log[1]);
+    log[1] = -1;
 
     /* The agent survives an OOM in its sandbox; it resets its children to 0. Lowering the
      * score needs CAP_SYS_RESOURCE: without it the agent is an ordinary candidate, small
@@ -677,6 +686,8 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
     }
     out->pid = pid;
     out->start_time = runtime_process_start_time(pid);
+    out->log_fd = log[0];
+    log[0] = -1;
     ret = 0;
     goto out;
 
@@ -695,6 +706,8 @@ out:
             close(go[i]);
         if (status[i] >= 0)
             close(status[i]);
+        if (log[i] >= 0)
+            close(log[i]);
     }
     return ret;
 }

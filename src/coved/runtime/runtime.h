@@ -48,6 +48,7 @@ struct runtime_spec {
 struct runtime_process {
     pid_t pid;           /* host pid of the sandbox's PID 1 (the agent) */
     uint64_t start_time; /* from /proc/PID/stat, to tell a reused pid apart */
+    int log_fd;          /* read end of the agent's stderr pipe; -1 when not ours (re-adopted) */
 };
 
 /* kernel_path may be NULL or missing: code contexts then get a 400 in every sandbox. */

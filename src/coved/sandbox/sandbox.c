@@ -9,11 +9,14 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "coved/store/store.h"
 #include "lib/log.h"
 
 #define TTL_SWEEP_MS 200
+/* What one sandbox's agent may write into coved's log, over its whole life. */
+#define AGENT_LOG_BUDGET (64 * 1024)
 
 struct sandbox_manager {
     struct event_base *base;
@@ -103,6 +106,10 @@ static void sandbox_free(struct sandbox *sb)
 {
     if (sb == NULL)
         return;
+    if (sb->agent_log)
+        event_free(sb->agent_log);
+    if (sb->proc.log_fd >= 0)
+        close(sb->proc.log_fd);
     json_decref(sb->entrypoint);
     json_decref(sb->env);
     json_decref(sb->metadata);
@@ -214,12 +221,54 @@ static void free_strv(char **v, bool owned)
     free(v);
 }
 
+/* The agent's stderr, line by line into coved's log, up to a budget: beyond it the pipe is
+ * still drained (so the agent never blocks) and the rest dropped. */
+static void on_agent_log(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct sandbox *sb = arg;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        event_del(sb->agent_log); /* the agent is gone; freed with the sandbox */
+        return;
+    }
+    for (char *line = buf, *end; line < buf + n; line = end + 1) {
+        end = memchr(line, '\n', (size_t)(buf + n - line));
+        if (end == NULL)
+            end = buf + n;
+        size_t len = (size_t)(end - line);
+        if (len == 0)
+            continue;
+        if (sb->agent_log_budget >= len) {
+            sb->agent_log_budget -= len;
+            log_info("sandbox %s agent: %.*s", sb->id, (int)len, line);
+        } else if (sb->agent_log_budget > 0) {
+            sb->agent_log_budget = 0;
+            log_warn("sandbox %s agent: log budget used up, dropping the rest", sb->id);
+        }
+    }
+}
+
+static void watch_agent_log(struct sandbox_manager *mgr, struct sandbox *sb)
+{
+    if (sb->proc.log_fd < 0)
+        return;
+    sb->agent_log_budget = AGENT_LOG_BUDGET;
+    sb->agent_log = event_new(mgr->base, sb->proc.log_fd, EV_READ | EV_PERSIST, on_agent_log, sb);
+    if (sb->agent_log != NULL)
+        event_add(sb->agent_log, NULL);
+}
+
 int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
                    struct sandbox **out, struct cove_error **err)
 {
     struct sandbox *sb = calloc(1, sizeof(*sb));
     if (sb == NULL)
         return cove_error_sys(err, "calloc");
+    sb->proc.log_fd = -1;
     new_id(sb->id, sizeof(sb->id) < 17 ? sizeof(sb->id) : 17);
     snprintf(sb->owner, sizeof(sb->owner), "%s", req->owner);
     snprintf(sb->template_name, sizeof(sb->template_name), "%s", req->template->name);
@@ -259,6 +308,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         return -1;
     }
     set_state(sb, SANDBOX_RUNNING, "started", "sandbox is running");
+    watch_agent_log(mgr, sb);
     if (store_save(mgr->store, sb, err) < 0 || registry_add(mgr, sb, err) < 0) {
         struct cove_error *ignored = NULL;
         runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);

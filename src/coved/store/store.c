@@ -168,6 +168,7 @@ int store_load_all(struct store *store, void (*fn)(struct sandbox *sb, void *arg
         sb->limits = column_json(st, 12);
         sb->proc.pid = (pid_t)sqlite3_column_int64(st, 13);
         sb->proc.start_time = (uint64_t)sqlite3_column_int64(st, 14);
+        sb->proc.log_fd = -1; /* the pipe died with the coved that made it */
         column_copy(st, 15, sb->run_dir, sizeof(sb->run_dir));
         column_copy(st, 16, sb->access_token, sizeof(sb->access_token));
         sb->renew_on_access_s = sqlite3_column_int64(st, 17);
