@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential meson ninja-build pkg-config
+  build-essential meson ninja-build pkg-config clang-format git
   libevent-dev libjansson-dev libsqlite3-dev libseccomp-dev libhttp-parser-dev
   libssl-dev libcurl4-openssl-dev libinih-dev
   libzmq3-dev

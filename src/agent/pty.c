@@ -88,7 +88,6 @@ static struct event_base *event_base;
 static struct pty_session *sessions;
 static size_t sessions_len;
 
-
 static struct pty_session *session_find(const char *id)
 {
     for (struct pty_session *s = sessions; id != NULL && s != NULL; s = s->next)

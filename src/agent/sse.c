@@ -23,8 +23,8 @@ static json_t *error_to_json(const struct sse_error *error)
 {
     json_t *traceback = json_array();
     for (size_t i = 0; traceback != NULL && i < error->traceback_len; i++)
-        json_array_append_new(
-            traceback, utf8_json_string(error->traceback[i], strlen(error->traceback[i])));
+        json_array_append_new(traceback,
+                              utf8_json_string(error->traceback[i], strlen(error->traceback[i])));
     const char *evalue = error->evalue ? error->evalue : "";
     return json_pack("{s:s, s:o, s:o*}", "ename", error->ename ? error->ename : "", "evalue",
                      utf8_json_string(evalue, strlen(evalue)), "traceback", traceback);
@@ -38,8 +38,7 @@ int sse_event_append(struct evbuffer *out, const struct sse_event *event)
         return -1;
     int rc = json_object_set_new(obj, "type", json_string(event->type));
     if (event->text != NULL)
-        rc |=
-            json_object_set_new(obj, "text", utf8_json_string(event->text, event->text_len));
+        rc |= json_object_set_new(obj, "text", utf8_json_string(event->text, event->text_len));
     if (event->execution_time >= 0)
         rc |= json_object_set_new(obj, "execution_time", json_integer(event->execution_time));
     rc |= json_object_set_new(obj, "timestamp", json_integer(event->timestamp));

@@ -212,11 +212,16 @@ static const struct {
     const char *env;
     const char *key;
 } env_settings[] = {
-    {"COVE_LISTEN", "listen"},           {"COVE_STATE_DIR", "state_dir"},
-    {"COVE_API_KEYS", "api_keys"},       {"COVE_INSECURE", "insecure"},
-    {"COVE_PUBLIC_HOST", "public_host"}, {"COVE_MAX_TIMEOUT", "max_sandbox_timeout_seconds"},
-    {"COVE_AGENT", "agent"},             {"COVE_LOG_LEVEL", "log_level"},
-    {"COVE_API_KEY_FILE", "api_key_file"}, {"COVE_DOMAIN", "domain"},
+    {"COVE_LISTEN", "listen"},
+    {"COVE_STATE_DIR", "state_dir"},
+    {"COVE_API_KEYS", "api_keys"},
+    {"COVE_INSECURE", "insecure"},
+    {"COVE_PUBLIC_HOST", "public_host"},
+    {"COVE_MAX_TIMEOUT", "max_sandbox_timeout_seconds"},
+    {"COVE_AGENT", "agent"},
+    {"COVE_LOG_LEVEL", "log_level"},
+    {"COVE_API_KEY_FILE", "api_key_file"},
+    {"COVE_DOMAIN", "domain"},
     {"COVE_RESUME_ON_ACCESS", "resume_on_access"},
     {"COVE_KERNEL_HELPER", "kernel_helper"},
 };
@@ -317,15 +322,33 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         switch (c) {
         case 'c':
             continue;
-        case 'l': key = "listen"; break;
-        case 's': key = "state_dir"; break;
-        case 'p': key = "public_host"; break;
-        case 'd': key = "domain"; break;
-        case 'a': key = "agent"; break;
-        case 'H': key = "kernel_helper"; break;
-        case 't': key = "max_sandbox_timeout_seconds"; break;
-        case 'L': key = "log_level"; break;
-        case 'K': key = "api_key_file"; break;
+        case 'l':
+            key = "listen";
+            break;
+        case 's':
+            key = "state_dir";
+            break;
+        case 'p':
+            key = "public_host";
+            break;
+        case 'd':
+            key = "domain";
+            break;
+        case 'a':
+            key = "agent";
+            break;
+        case 'H':
+            key = "kernel_helper";
+            break;
+        case 't':
+            key = "max_sandbox_timeout_seconds";
+            break;
+        case 'L':
+            key = "log_level";
+            break;
+        case 'K':
+            key = "api_key_file";
+            break;
         case 'i':
             cfg->insecure = true;
             continue;
@@ -349,8 +372,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             return -1;
     }
     if (optind != argc)
-        return cove_error_set(err, 0, 2, "CONFIG::USAGE", "unexpected argument '%s'",
-                              argv[optind]);
+        return cove_error_set(err, 0, 2, "CONFIG::USAGE", "unexpected argument '%s'", argv[optind]);
     if (cfg->api_key_file[0] != '\0' && read_key_file(cfg, err) < 0)
         return -1;
     if (cfg->key_count == 0 && !cfg->insecure)

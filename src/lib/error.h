@@ -6,9 +6,9 @@
 #include <stddef.h>
 
 struct cove_error {
-    int errnum;       /* errno-like code, 0 when not from a system call */
-    int http_status;  /* status a client sees when this error reaches the API */
-    char code[64];    /* API error code, e.g. "SANDBOX::NOT_FOUND" */
+    int errnum;      /* errno-like code, 0 when not from a system call */
+    int http_status; /* status a client sees when this error reaches the API */
+    char code[64];   /* API error code, e.g. "SANDBOX::NOT_FOUND" */
     char message[512];
 };
 

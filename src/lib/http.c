@@ -41,10 +41,10 @@ struct http_conn {
     struct bufferevent *bev;
     http_parser parser;
     struct http_request *req;
-    bool in_process;    /* inside conn_process: responses only mark completion */
-    bool close_after;   /* close once the output is written */
-    bool read_eof;      /* the client half-closed while a paused body still had input */
-    bool draining;      /* answered early: reading the rest of a streamed body to drop it */
+    bool in_process;  /* inside conn_process: responses only mark completion */
+    bool close_after; /* close once the output is written */
+    bool read_eof;    /* the client half-closed while a paused body still had input */
+    bool draining;    /* answered early: reading the rest of a streamed body to drop it */
     size_t discard_left;
 };
 
@@ -132,36 +132,66 @@ static void request_free(struct http_request *req)
 const char *http_status_reason(int status)
 {
     switch (status) {
-    case 100: return "Continue";
-    case 101: return "Switching Protocols";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 206: return "Partial Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 416: return "Range Not Satisfiable";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Unknown";
+    case 100:
+        return "Continue";
+    case 101:
+        return "Switching Protocols";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 206:
+        return "Partial Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 304:
+        return "Not Modified";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Payload Too Large";
+    case 414:
+        return "URI Too Long";
+    case 415:
+        return "Unsupported Media Type";
+    case 416:
+        return "Range Not Satisfiable";
+    case 422:
+        return "Unprocessable Entity";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Unknown";
     }
 }
 
@@ -510,8 +540,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         }
         /* An answer given before the end of the body still goes out in full. */
         if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && conn->req != NULL &&
-            conn->req->responded &&
-            evbuffer_get_length(bufferevent_get_output(conn->bev)) > 0) {
+            conn->req->responded && evbuffer_get_length(bufferevent_get_output(conn->bev)) > 0) {
             stop_reading(conn);
             return;
         }
@@ -527,8 +556,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-static void on_accept(struct evconnlistener *listener, evutil_socket_t fd,
-                      struct sockaddr *addr, int socklen, void *arg)
+static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struct sockaddr *addr,
+                      int socklen, void *arg)
 {
     (void)listener;
     (void)socklen;
@@ -622,10 +651,10 @@ static int add_listener(struct http_server *srv, struct evconnlistener *l, struc
     return 0;
 }
 
-int http_server_listen(struct http_server *srv, const char *host, int port,
-                       struct cove_error **err)
+int http_server_listen(struct http_server *srv, const char *host, int port, struct cove_error **err)
 {
-    struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC,
+                                    .ai_socktype = SOCK_STREAM,
                                     .ai_flags = EVUTIL_AI_PASSIVE | EVUTIL_AI_NUMERICSERV};
     struct evutil_addrinfo *res = NULL;
     char service[16];
@@ -807,8 +836,8 @@ static void finish(struct http_request *req)
         conn_process(conn);
 }
 
-void http_respond(struct http_request *req, int status, const char *content_type,
-                  const void *body, size_t len)
+void http_respond(struct http_request *req, int status, const char *content_type, const void *body,
+                  size_t len)
 {
     if (req->responded || req->streaming)
         return;

@@ -33,8 +33,8 @@ struct http_server_config {
     bool (*on_head)(struct http_request *req, void *arg);
     void (*on_request)(struct http_request *req, void *arg);
     /* Writes the error body for errors the server answers by itself (400, 413, 431). */
-    void (*on_error)(struct http_request *req, int status, const char *code,
-                     const char *message, void *arg);
+    void (*on_error)(struct http_request *req, int status, const char *code, const char *message,
+                     void *arg);
     void *arg;
 };
 
@@ -90,8 +90,8 @@ void http_request_resume_body(struct http_request *req);
 /* Adds a response header (before responding). */
 void http_response_add_header(struct http_request *req, const char *name, const char *value);
 /* Whole response with Content-Length. */
-void http_respond(struct http_request *req, int status, const char *content_type,
-                  const void *body, size_t len);
+void http_respond(struct http_request *req, int status, const char *content_type, const void *body,
+                  size_t len);
 
 /* Streamed response (chunked). write returns the bytes now queued towards the client, for
  * backpressure; on_drain (if set) is called whenever the queue empties. */

@@ -42,7 +42,7 @@ static void touch(const char *dir, const char *file, const char *content)
 static void v2_fake_files(const char *sandbox_dir)
 {
     mkdir(sandbox_dir, 0755);
-    const char *files[] = {"cpu.max", "memory.max", "memory.swap.max", "pids.max",
+    const char *files[] = {"cpu.max",      "memory.max",    "memory.swap.max", "pids.max",
                            "cgroup.procs", "cgroup.freeze", "cgroup.kill"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
         touch(sandbox_dir, files[i], "");
@@ -64,8 +64,8 @@ static void test_v2(void)
 
     struct cgroup_system sys;
     cgroup_system_v2(&sys, root);
-    struct cgroup_limits limits = {.cpu_millicores = 500, .memory_bytes = 256LL << 20,
-                                   .pids_max = 64};
+    struct cgroup_limits limits = {
+        .cpu_millicores = 500, .memory_bytes = 256LL << 20, .pids_max = 64};
     struct cove_error *err = NULL;
     CHECK(cgroup_create(&sys, "sb1", &limits, &err) == 0);
     CHECK_EQ_INT(strcmp(read_text(dir, "cpu.max"), "50000 100000"), 0);
@@ -91,7 +91,7 @@ static void test_v2(void)
     /* destroy writes cgroup.kill; rmdir fails on the scratch files, so empty them first. */
     cove_error_free(err);
     err = NULL;
-    const char *files[] = {"cpu.max", "memory.max", "memory.swap.max", "pids.max",
+    const char *files[] = {"cpu.max",      "memory.max",    "memory.swap.max", "pids.max",
                            "cgroup.procs", "cgroup.freeze", "cgroup.events"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
@@ -155,8 +155,8 @@ static void test_v1(void)
     touch(dir, "memory.memsw.limit_in_bytes", "");
     snprintf(dir, sizeof(dir), "%s/cove/sb3", sys.v1_mount[CGROUP_V1_PIDS]);
     touch(dir, "pids.max", "");
-    struct cgroup_limits limits = {.cpu_millicores = 1500, .memory_bytes = 1LL << 30,
-                                   .pids_max = 100};
+    struct cgroup_limits limits = {
+        .cpu_millicores = 1500, .memory_bytes = 1LL << 30, .pids_max = 100};
     struct cove_error *err = NULL;
     CHECK(cgroup_create(&sys, "sb3", &limits, &err) == 0);
     snprintf(dir, sizeof(dir), "%s/cove/sb3", sys.v1_mount[CGROUP_V1_CPU]);

@@ -5,22 +5,22 @@
 
 static int check_failures;
 
-#define CHECK(cond)                                                                            \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);           \
-            check_failures++;                                                                  \
-        }                                                                                      \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            check_failures++;                                                                      \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_EQ_INT(a, b)                                                                     \
-    do {                                                                                       \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                                  \
-        if (va_ != vb_) {                                                                      \
-            fprintf(stderr, "%s:%d: %s == %lld, expected %lld\n", __FILE__, __LINE__, #a, va_, \
-                    vb_);                                                                      \
-            check_failures++;                                                                  \
-        }                                                                                      \
+#define CHECK_EQ_INT(a, b)                                                                         \
+    do {                                                                                           \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                                      \
+        if (va_ != vb_) {                                                                          \
+            fprintf(stderr, "%s:%d: %s == %lld, expected %lld\n", __FILE__, __LINE__, #a, va_,     \
+                    vb_);                                                                          \
+            check_failures++;                                                                      \
+        }                                                                                          \
     } while (0)
 
 #define CHECK_DONE() (check_failures == 0 ? 0 : 1)

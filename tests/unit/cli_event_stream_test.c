@@ -53,7 +53,7 @@ static const char *parse(const char *input, size_t step, int stop_after, int *re
         int r;                                                                                     \
         const char *got = parse(input, step, 0, &r);                                               \
         if (strcmp(got, expected) != 0) {                                                          \
-            printf("FAIL step %zu: %s\n  got      %s\n  expected %s\n", step, #input, got,       \
+            printf("FAIL step %zu: %s\n  got      %s\n  expected %s\n", step, #input, got,         \
                    expected);                                                                      \
             failures++;                                                                            \
             break;                                                                                 \
@@ -63,9 +63,11 @@ static const char *parse(const char *input, size_t step, int stop_after, int *re
 int main(void)
 {
     int failures = 0;
-    EXPECT("data: {\"type\":\"init\",\"text\":\"x\"}\n\ndata: {\"type\":\"stdout\",\"text\":\"a\\nb\"}\n\n",
+    EXPECT("data: {\"type\":\"init\",\"text\":\"x\"}\n\ndata: "
+           "{\"type\":\"stdout\",\"text\":\"a\\nb\"}\n\n",
            "init=x;stdout=a\nb;");
-    EXPECT("{\"type\":\"init\"}\n\n{\"type\":\"execution_complete\"}\n\n", "init;execution_complete;");
+    EXPECT("{\"type\":\"init\"}\n\n{\"type\":\"execution_complete\"}\n\n",
+           "init;execution_complete;");
     EXPECT("event: x\r\nid: 4\r\n: hi\r\nretry: 5\r\ndata:{\"type\":\"a\"}\r\n\r\n", "a;");
     EXPECT("data: {\"type\":\ndata: \"multi\"}\n\n", "multi;");
     EXPECT("{\n  \"type\": \"pretty\"\n}\n\n", "pretty;");
@@ -75,9 +77,11 @@ int main(void)
     EXPECT("\n\n\n: only comments\n\n", "");
     EXPECT("data: [1,2]\n\n{\"type\":\"after\"}\n\n", "after;");
     EXPECT("data: {\"type\":\"nul\",\"text\":\"a\\u0000b\"}\n\n", "nul=a;");
-    EXPECT("data: {broken\n\n", "event stream: invalid JSON event: string or '}' expected near 'broken'");
+    EXPECT("data: {broken\n\n",
+           "event stream: invalid JSON event: string or '}' expected near 'broken'");
     int r;
-    const char *got = parse("{\"type\":\"a\"}\n\n{\"type\":\"b\"}\n\n{\"type\":\"c\"}\n\n", 3, 2, &r);
+    const char *got =
+        parse("{\"type\":\"a\"}\n\n{\"type\":\"b\"}\n\n{\"type\":\"c\"}\n\n", 3, 2, &r);
     if (strcmp(got, "a;b;") != 0 || r != 1) {
         printf("FAIL stop: %s %d\n", got, r);
         failures++;

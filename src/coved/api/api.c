@@ -43,8 +43,8 @@ void api_respond_error(struct http_request *req, const struct cove_error *err)
     int status = err->http_status >= 400 && err->http_status < 600 ? err->http_status : 500;
     if (status >= 500)
         log_error("%s %s: %s", http_request_method(req), http_request_path(req), err->message);
-    api_respond_json(req, status, json_pack("{s:s, s:s}", "code", err->code, "message",
-                                            err->message));
+    api_respond_json(req, status,
+                     json_pack("{s:s, s:s}", "code", err->code, "message", err->message));
 }
 
 static void owner_of_key(const char *key, char out[65])

@@ -96,14 +96,13 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
                            "expires cannot be combined with use_server_proxy=true");
         goto out;
     }
-    bool digits = expires[0] != '\0' && strlen(expires) <= 20 &&
-                  (expires[0] != '0' || expires[1] == '\0');
+    bool digits =
+        expires[0] != '\0' && strlen(expires) <= 20 && (expires[0] != '0' || expires[1] == '\0');
     for (const char *p = expires; digits && *p; p++)
         digits = isdigit((unsigned char)*p);
     unsigned long long when = digits ? strtoull(expires, NULL, 10) : 0;
     int64_t now_s = sandbox_now_ms() / 1000;
-    if (!digits || (int64_t)when <= now_s ||
-        (int64_t)when - now_s > api->config.max_timeout_s) {
+    if (!digits || (int64_t)when <= now_s || (int64_t)when - now_s > api->config.max_timeout_s) {
         api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
                            "expires must be Unix seconds in the future, at most %lld seconds "
                            "away",

@@ -53,8 +53,8 @@ int64_t quantity_parse_bytes(const char *s)
         const char *suffix;
         int64_t factor;
     } units[] = {
-        {"Ki", 1LL << 10}, {"Mi", 1LL << 20}, {"Gi", 1LL << 30}, {"Ti", 1LL << 40},
-        {"k", 1000LL},     {"K", 1000LL},     {"M", 1000000LL},  {"G", 1000000000LL},
+        {"Ki", 1LL << 10},      {"Mi", 1LL << 20}, {"Gi", 1LL << 30}, {"Ti", 1LL << 40},
+        {"k", 1000LL},          {"K", 1000LL},     {"M", 1000000LL},  {"G", 1000000000LL},
         {"T", 1000000000000LL}, {"", 1},
     };
     const char *p = s;

@@ -59,8 +59,8 @@ int64_t rfc3339_parse_ms(const char *text)
     } else if (*p == '+' || *p == '-') {
         int sign = *p == '-' ? -1 : 1, oh, om;
         p++;
-        if (digits(&p, 2, &oh) < 0 || expect(&p, ":") < 0 || digits(&p, 2, &om) < 0 ||
-            oh > 23 || om > 59)
+        if (digits(&p, 2, &oh) < 0 || expect(&p, ":") < 0 || digits(&p, 2, &om) < 0 || oh > 23 ||
+            om > 59)
             return -1;
         offset_min = sign * (oh * 60 + om);
     } else {
@@ -68,8 +68,12 @@ int64_t rfc3339_parse_ms(const char *text)
     }
     if (*p != '\0')
         return -1;
-    struct tm tm = {.tm_year = year - 1900, .tm_mon = month - 1, .tm_mday = day,
-                    .tm_hour = hour, .tm_min = minute, .tm_sec = second == 60 ? 59 : second};
+    struct tm tm = {.tm_year = year - 1900,
+                    .tm_mon = month - 1,
+                    .tm_mday = day,
+                    .tm_hour = hour,
+                    .tm_min = minute,
+                    .tm_sec = second == 60 ? 59 : second};
     int64_t secs = (int64_t)timegm(&tm) - (int64_t)offset_min * 60;
     return secs * 1000 + millis;
 }

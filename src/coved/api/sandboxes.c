@@ -31,9 +31,9 @@
 #define EXTENSION_RENEW_ON_ACCESS "access.renew.extend.seconds"
 
 static const char *const create_fields[] = {
-    "image", "snapshotId", "platform", "timeout", "resourceLimits", "env", "metadata",
-    "entrypoint", "networkPolicy", "credentialProxy", "secureAccess", "volumes", "extensions",
-    "resourceRequests",
+    "image",        "snapshotId", "platform",   "timeout",          "resourceLimits",
+    "env",          "metadata",   "entrypoint", "networkPolicy",    "credentialProxy",
+    "secureAccess", "volumes",    "extensions", "resourceRequests",
 };
 
 static int invalid(struct cove_error **err, const char *fmt, const char *what)
@@ -42,8 +42,7 @@ static int invalid(struct cove_error **err, const char *fmt, const char *what)
 }
 
 /* An object whose values are all strings (env, metadata), of bounded size. */
-static int check_string_map(json_t *j, const char *field, bool env_keys,
-                            struct cove_error **err)
+static int check_string_map(json_t *j, const char *field, bool env_keys, struct cove_error **err)
 {
     if (j == NULL || json_is_null(j))
         return 0;
@@ -222,9 +221,8 @@ static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove
     if (out->disk_bytes == 0) {
         /* The writable layer lives in memory charged to the sandbox: by default it may take
          * half of it, so a full disk is an ENOSPC, not an OOM kill. */
-        out->disk_bytes = out->cgroup.memory_bytes / 2 < DEFAULT_DISK
-                              ? out->cgroup.memory_bytes / 2
-                              : DEFAULT_DISK;
+        out->disk_bytes = out->cgroup.memory_bytes / 2 < DEFAULT_DISK ? out->cgroup.memory_bytes / 2
+                                                                      : DEFAULT_DISK;
     }
     return 0;
 }
@@ -338,11 +336,11 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
         json_object_foreach(extensions, key, value)
         {
             if (strcmp(key, EXTENSION_RENEW_ON_ACCESS) != 0)
-                return cove_error_set(err, 0, 400, "SANDBOX::EXTENSION_UNSUPPORTED",
-                                      "unsupported extension '%.64s' (supported: "
-                                      EXTENSION_RENEW_ON_ACCESS ")",
-                                      key);
-            int64_t secs = json_is_string(value) ? quantity_parse_count(json_string_value(value))
+                return cove_error_set(
+                    err, 0, 400, "SANDBOX::EXTENSION_UNSUPPORTED",
+                    "unsupported extension '%.64s' (supported: " EXTENSION_RENEW_ON_ACCESS ")",
+                    key);
+            int64_t secs = json_is_string(value)    ? quantity_parse_count(json_string_value(value))
                            : json_is_integer(value) ? json_integer_value(value)
                                                     : -1;
             if (secs < MIN_TIMEOUT_S || secs > api->config.max_timeout_s)
@@ -448,9 +446,10 @@ void api_sandboxes_list(struct api *api, struct http_request *req, const struct 
     TAILQ_FOREACH(kv, &query, next)
     {
         if (strcmp(kv->key, "state") == 0) {
-            if (f.state_count == 8 || sandbox_state_parse(kv->value, &f.states[f.state_count]) < 0) {
-                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                                   "unknown state '%.32s'", kv->value);
+            if (f.state_count == 8 ||
+                sandbox_state_parse(kv->value, &f.states[f.state_count]) < 0) {
+                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "unknown state '%.32s'",
+                                   kv->value);
                 goto out;
             }
             f.state_count++;
@@ -485,11 +484,9 @@ void api_sandboxes_list(struct api *api, struct http_request *req, const struct 
     sandbox_foreach(api->sandboxes, c->owner[0] ? c->owner : NULL, collect, &f);
     size_t pages = (f.total + page_size - 1) / page_size;
     json_t *pagination = json_pack("{s:i, s:i, s:I, s:I, s:b}", "page", (int)page, "pageSize",
-                                   (int)page_size, "totalItems", (json_int_t)f.total,
-                                   "totalPages", (json_int_t)pages, "hasNextPage",
-                                   (size_t)page < pages);
-    api_respond_json(req, 200, json_pack("{s:O, s:o}", "items", f.items, "pagination",
-                                         pagination));
+                                   (int)page_size, "totalItems", (json_int_t)f.total, "totalPages",
+                                   (json_int_t)pages, "hasNextPage", (size_t)page < pages);
+    api_respond_json(req, 200, json_pack("{s:O, s:o}", "items", f.items, "pagination", pagination));
 out:
     json_decref(f.items);
     evhttp_clear_headers(&query);
@@ -538,8 +535,8 @@ static void transition(struct api *api, struct http_request *req, const struct a
     if (sb == NULL)
         return;
     struct cove_error *err = NULL;
-    int rc = pause ? sandbox_pause(api->sandboxes, sb, &err)
-                   : sandbox_resume(api->sandboxes, sb, &err);
+    int rc =
+        pause ? sandbox_pause(api->sandboxes, sb, &err) : sandbox_resume(api->sandboxes, sb, &err);
     if (rc < 0) {
         api_respond_error(req, err);
         cove_error_free(err);

@@ -8,4 +8,3 @@ void api_templates_list(struct api *api, struct http_request *req, const struct 
     (void)c;
     api_respond_json(req, 200, template_list_json(api->templates));
 }
-

@@ -47,11 +47,21 @@
 
 /* Credentials for coved never reach the sandbox; hop-by-hop headers are the gateway's. */
 static const char *const dropped_request_headers[] = {
-    "OPEN-SANDBOX-API-KEY", GATEWAY_TOKEN_HEADER, "Connection", "Keep-Alive",
-    "Proxy-Connection", "Proxy-Authorization", "TE", "Trailer", "Upgrade",
+    "OPEN-SANDBOX-API-KEY",
+    GATEWAY_TOKEN_HEADER,
+    "Connection",
+    "Keep-Alive",
+    "Proxy-Connection",
+    "Proxy-Authorization",
+    "TE",
+    "Trailer",
+    "Upgrade",
 };
 static const char *const dropped_response_headers[] = {
-    "Connection", "Keep-Alive", "Proxy-Connection", "Upgrade",
+    "Connection",
+    "Keep-Alive",
+    "Proxy-Connection",
+    "Upgrade",
 };
 
 struct header {
@@ -70,11 +80,11 @@ struct head {
 };
 
 enum tunnel_state {
-    READ_HEAD,        /* parsing the next request head */
-    FORWARD_BODY,     /* request accepted: its body bytes go upstream */
-    SKIP_BODY,        /* request refused: its body is read and dropped */
-    AWAIT_RESPONSE,   /* request sent, response not complete yet */
-    RAW,              /* upgraded: bytes both ways */
+    READ_HEAD,      /* parsing the next request head */
+    FORWARD_BODY,   /* request accepted: its body bytes go upstream */
+    SKIP_BODY,      /* request refused: its body is read and dropped */
+    AWAIT_RESPONSE, /* request sent, response not complete yet */
+    RAW,            /* upgraded: bytes both ways */
 };
 
 struct route {
@@ -107,10 +117,9 @@ struct tunnel {
      * it when resumed: that byte is head, never to be forwarded as body. */
     bool request_lf_pending, response_lf_pending;
     struct evbuffer *replay; /* the first head, put back in front of the client's bytes */
-    bool closing; /* flush what is queued for the client, then close */
-    char prefix[512]; /* route part of the current request path, for X-Forwarded-Prefix */
+    bool closing;            /* flush what is queued for the client, then close */
+    char prefix[512];        /* route part of the current request path, for X-Forwarded-Prefix */
 };
-
 
 static struct tunnel *tunnels; /* open tunnels, closed when coved stops */
 
@@ -588,10 +597,9 @@ static void hand_back(struct tunnel *t)
         tunnel_close(t);
         return;
     }
-    evbuffer_add_printf(head, "%s %s HTTP/%u.%u\r\n",
-                        http_method_str((enum http_method)t->request_parser.method),
-                        t->request.target, t->request_parser.http_major,
-                        t->request_parser.http_minor);
+    evbuffer_add_printf(
+        head, "%s %s HTTP/%u.%u\r\n", http_method_str((enum http_method)t->request_parser.method),
+        t->request.target, t->request_parser.http_major, t->request_parser.http_minor);
     for (size_t i = 0; i < t->request.count; i++)
         evbuffer_add_printf(head, "%s: %s\r\n", t->request.headers[i].name,
                             t->request.headers[i].value);
@@ -752,8 +760,7 @@ static void response_finished(struct tunnel *t)
     http_parser *p = &t->response_parser;
     if (p->status_code == 101 && t->request_upgrade) {
         t->state = RAW;
-        evbuffer_add_buffer(bufferevent_get_output(t->client),
-                            bufferevent_get_input(t->upstream));
+        evbuffer_add_buffer(bufferevent_get_output(t->client), bufferevent_get_input(t->upstream));
         process_client(t); /* bytes the client sent right after its upgrade request */
         return;
     }
@@ -836,7 +843,6 @@ static void process_upstream(struct tunnel *t)
             response_finished(t);
     }
 }
-
 
 /* ---- events ---- */
 

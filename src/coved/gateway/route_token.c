@@ -19,8 +19,10 @@ int route_signer_open(struct route_signer *signer, const char *state_dir, struct
         close(fd);
         if (n == (ssize_t)sizeof(signer->secret))
             return 0;
-        return cove_error_set(err, 0, 500, "COVE::CONFIG", "%s is damaged: remove it to make a "
-                              "new one (signed routes issued so far stop working)", path);
+        return cove_error_set(err, 0, 500, "COVE::CONFIG",
+                              "%s is damaged: remove it to make a "
+                              "new one (signed routes issued so far stop working)",
+                              path);
     }
     if (errno != ENOENT)
         return cove_error_sys(err, "open %s", path);
@@ -83,8 +85,8 @@ void route_sign(const struct route_signer *signer, const char *id, int port,
                 const char *expires_b36, char out[10])
 {
     char canonical[256];
-    int len = snprintf(canonical, sizeof(canonical), "v1\nshort\n%s\n%d\n%s\n", id, port,
-                       expires_b36);
+    int len =
+        snprintf(canonical, sizeof(canonical), "v1\nshort\n%s\n%d\n%s\n", id, port, expires_b36);
     unsigned char be[4], digest[32];
     unsigned int digest_len = 0;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();

@@ -16,8 +16,7 @@ struct route_signer {
 };
 
 /* Loads STATE/route_secret, creating it (0600, random) on first use. */
-int route_signer_open(struct route_signer *signer, const char *state_dir,
-                      struct cove_error **err);
+int route_signer_open(struct route_signer *signer, const char *state_dir, struct cove_error **err);
 /* Lowercase base 36 without leading zeros ("0" for zero). */
 void route_base36(uint64_t value, char *out, size_t size);
 /* The 9-character signature: 8 hex digits of the digest and the key id. */

@@ -266,8 +266,8 @@ static int v1_create(const struct cgroup_system *sys, const char *id,
 int cgroup_create(const struct cgroup_system *sys, const char *id,
                   const struct cgroup_limits *limits, struct cove_error **err)
 {
-    int ret = sys->mode == CGROUP_V2 ? v2_create(sys, id, limits, err)
-                                     : v1_create(sys, id, limits, err);
+    int ret =
+        sys->mode == CGROUP_V2 ? v2_create(sys, id, limits, err) : v1_create(sys, id, limits, err);
     if (ret < 0) {
         struct cove_error *ignored = NULL;
         cgroup_destroy(sys, id, &ignored);
@@ -327,8 +327,8 @@ int cgroup_freeze(const struct cgroup_system *sys, const char *id, bool frozen,
             write_file(file, "FROZEN", err); /* v1 may need a nudge after a signal race */
         sleep_ms(1);
     }
-    return cove_error_set(err, ETIMEDOUT, 500, "COVE::INTERNAL", "cgroup %s did not %s in time",
-                          id, frozen ? "freeze" : "thaw");
+    return cove_error_set(err, ETIMEDOUT, 500, "COVE::INTERNAL", "cgroup %s did not %s in time", id,
+                          frozen ? "freeze" : "thaw");
 }
 
 static void kill_procs(const char *dir)

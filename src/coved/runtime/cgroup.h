@@ -30,8 +30,8 @@ enum cgroup_v1_controller {
 
 struct cgroup_system {
     enum cgroup_mode mode;
-    char v2_root[256];                    /* v2: the unified mount */
-    char v1_mount[CGROUP_V1_COUNT][256];  /* v1: mount point of each controller ("" if absent) */
+    char v2_root[256];                   /* v2: the unified mount */
+    char v1_mount[CGROUP_V1_COUNT][256]; /* v1: mount point of each controller ("" if absent) */
 };
 
 /* Detects the host's layout from /proc/self/mountinfo: v2 when /sys/fs/cgroup is cgroup2 (or

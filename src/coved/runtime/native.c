@@ -39,7 +39,7 @@
 
 /* Child-side: report a failure to the parent through the status pipe and exit. */
 static __attribute__((noreturn, format(printf, 2, 3))) void child_fail(int status_fd,
-                                                                      const char *fmt, ...)
+                                                                       const char *fmt, ...)
 {
     char msg[512];
     int saved = errno;
@@ -114,8 +114,7 @@ static void child_remount_tree_ro(int status_fd, const char *target, unsigned lo
 /* Bind-mounts src on target read-only, every mount below it included: MS_REC copies the
  * submounts, but a bind remount changes only the top one, which would leave a submount of
  * the host's /usr (say /usr/local) writable inside, onto the host's own files. */
-static void child_bind_ro(int status_fd, const char *src, const char *target,
-                          unsigned long extra)
+static void child_bind_ro(int status_fd, const char *src, const char *target, unsigned long extra)
 {
     child_mount(status_fd, src, target, NULL, MS_BIND | MS_REC, NULL);
     struct mount_attr attr = {
@@ -159,9 +158,9 @@ static void read_byte(int status_fd, int fd, char expected)
 
 /* Docker's masked /proc paths: files get /dev/null, directories an empty read-only tmpfs. */
 static const char *const proc_masked[] = {
-    "proc/acpi",        "proc/asound",      "proc/interrupts", "proc/kcore",
+    "proc/acpi",        "proc/asound",        "proc/interrupts", "proc/kcore",
     "proc/keys",        "proc/latency_stats", "proc/timer_list", "proc/timer_stats",
-    "proc/sched_debug", "proc/scsi",        "sys/firmware",    "sys/devices/virtual/powercap",
+    "proc/sched_debug", "proc/scsi",          "sys/firmware",    "sys/devices/virtual/powercap",
 };
 static const char *const proc_readonly[] = {
     "proc/bus", "proc/fs", "proc/irq", "proc/sys", "proc/sysrq-trigger",
@@ -172,8 +171,8 @@ static void mount_proc_and_sys(int status_fd)
     child_mkdir(status_fd, "proc", 0555);
     child_mount(status_fd, "proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     child_mkdir(status_fd, "sys", 0555);
-    child_mount(status_fd, "sysfs", "sys", "sysfs",
-                MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL);
+    child_mount(status_fd, "sysfs", "sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                NULL);
     for (size_t i = 0; i < sizeof(proc_readonly) / sizeof(proc_readonly[0]); i++) {
         if (access(proc_readonly[i], F_OK) < 0)
             continue;
@@ -290,9 +289,10 @@ static void build_root(int status_fd, const struct runtime_spec *spec)
 
 /* Docker's default capability set; everything else leaves the bounding set. */
 static const int kept_caps[] = {
-    CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FSETID,           CAP_FOWNER,     CAP_MKNOD,
-    CAP_NET_RAW, CAP_SETGID,      CAP_SETUID,           CAP_SETFCAP,    CAP_SETPCAP,
-    CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT, CAP_KILL,     CAP_AUDIT_WRITE,
+    CAP_CHOWN,   CAP_DAC_OVERRIDE, CAP_FSETID,           CAP_FOWNER,
+    CAP_MKNOD,   CAP_NET_RAW,      CAP_SETGID,           CAP_SETUID,
+    CAP_SETFCAP, CAP_SETPCAP,      CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT,
+    CAP_KILL,    CAP_AUDIT_WRITE,
 };
 
 int runtime_caps_trim(struct cove_error **err)
@@ -491,8 +491,9 @@ uint64_t runtime_process_start_time(pid_t pid)
         return 0;
     unsigned long long start = 0;
     /* state(3) ... starttime is field 22, i.e. the 20th after ')' */
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
-                      "%*d %llu",
+    if (sscanf(p + 2,
+               "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+               "%*d %llu",
                &start) != 1)
         return 0;
     return start;

@@ -42,7 +42,7 @@ struct runtime_spec {
     char *const *env;        /* NULL-terminated KEY=VALUE list */
     const char *prestart;    /* language whose kernel the agent starts at once, or NULL */
     struct cgroup_limits limits;
-    int64_t disk_bytes;      /* cap of the writable layer */
+    int64_t disk_bytes; /* cap of the writable layer */
 };
 
 struct runtime_process {

@@ -30,9 +30,9 @@ struct sandbox_manager {
 };
 
 static const char *const state_names[] = {
-    [SANDBOX_PENDING] = "Pending",   [SANDBOX_RUNNING] = "Running",
-    [SANDBOX_PAUSING] = "Pausing",   [SANDBOX_PAUSED] = "Paused",
-    [SANDBOX_RESUMING] = "Resuming", [SANDBOX_STOPPING] = "Stopping",
+    [SANDBOX_PENDING] = "Pending",       [SANDBOX_RUNNING] = "Running",
+    [SANDBOX_PAUSING] = "Pausing",       [SANDBOX_PAUSED] = "Paused",
+    [SANDBOX_RESUMING] = "Resuming",     [SANDBOX_STOPPING] = "Stopping",
     [SANDBOX_TERMINATED] = "Terminated", [SANDBOX_FAILED] = "Failed",
 };
 
@@ -82,13 +82,12 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool full)
     char created[40], transition[40], expires[40];
     sandbox_format_time(sb->created_ms, created, sizeof(created));
     sandbox_format_time(sb->transition_ms, transition, sizeof(transition));
-    json_t *status = json_pack("{s:s, s:s, s:s, s:s}", "state", sandbox_state_name(sb->state),
-                               "reason", sb->reason, "message", sb->message, "lastTransitionAt",
-                               transition);
+    json_t *status =
+        json_pack("{s:s, s:s, s:s, s:s}", "state", sandbox_state_name(sb->state), "reason",
+                  sb->reason, "message", sb->message, "lastTransitionAt", transition);
     json_t *metadata = json_is_object(sb->metadata) ? json_incref(sb->metadata) : json_object();
-    json_t *j = json_pack("{s:s, s:o, s:o, s:O, s:s}", "id", sb->id, "status", status,
-                          "metadata", metadata, "entrypoint", sb->entrypoint, "createdAt",
-                          created);
+    json_t *j = json_pack("{s:s, s:o, s:o, s:O, s:s}", "id", sb->id, "status", status, "metadata",
+                          metadata, "entrypoint", sb->entrypoint, "createdAt", created);
     /* Omitted for a sandbox without expiry (timeout null), as the contract says. */
     if (sb->expires_ms > 0) {
         sandbox_format_time(sb->expires_ms, expires, sizeof(expires));
@@ -564,8 +563,8 @@ static void adopt(struct sandbox *sb, void *arg)
     /* An interrupted transition is finished by looking at what the cgroup really is. */
     if (sb->state == SANDBOX_PAUSING || sb->state == SANDBOX_RESUMING ||
         sb->state == SANDBOX_PENDING) {
-        set_state(sb, sb->state == SANDBOX_PAUSING ? SANDBOX_PAUSED : SANDBOX_RUNNING,
-                  "restored", "state settled after a daemon restart");
+        set_state(sb, sb->state == SANDBOX_PAUSING ? SANDBOX_PAUSED : SANDBOX_RUNNING, "restored",
+                  "state settled after a daemon restart");
         if (sb->state == SANDBOX_PAUSED)
             runtime_pause(mgr->rt, sb->id, &err);
         else

@@ -41,7 +41,7 @@ struct sandbox {
     json_t *limits;     /* resourceLimits as requested */
     struct runtime_process proc;
     char run_dir[512];
-    char access_token[65]; /* lets a client reach this sandbox's ports, and nothing else */
+    char access_token[65];     /* lets a client reach this sandbox's ports, and nothing else */
     int64_t renew_on_access_s; /* gateway traffic pushes the expiry to now + this (0: off) */
     struct event *agent_log;   /* reads the agent's stderr pipe (proc.log_fd) */
     size_t agent_log_budget;   /* bytes of it still allowed into coved's log */

@@ -31,12 +31,16 @@ struct template_registry {
 /* Host /etc entries a sandbox on the host's OS needs to work, and nothing secret: never
  * shadow, gshadow, sudoers, ssh host keys or machine credentials. */
 static const char *const etc_whitelist[] = {
-    "alternatives", "ssl", "ca-certificates", "ca-certificates.conf", "ld.so.cache",
-    "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "host.conf", "localtime", "timezone",
-    "os-release", "debian_version", "profile", "profile.d", "bash.bashrc", "environment",
-    "inputrc", "mime.types", "protocols", "services", "networks", "magic", "magic.mime",
-    "python3", "python3.11", "matplotlibrc", "jupyter", "ipython", "shells", "login.defs",
-    "skel", "terminfo", "vim", "gai.conf", "locale.alias", "default", "fonts",
+    "alternatives",   "ssl",        "ca-certificates", "ca-certificates.conf",
+    "ld.so.cache",    "ld.so.conf", "ld.so.conf.d",    "nsswitch.conf",
+    "host.conf",      "localtime",  "timezone",        "os-release",
+    "debian_version", "profile",    "profile.d",       "bash.bashrc",
+    "environment",    "inputrc",    "mime.types",      "protocols",
+    "services",       "networks",   "magic",           "magic.mime",
+    "python3",        "python3.11", "matplotlibrc",    "jupyter",
+    "ipython",        "shells",     "login.defs",      "skel",
+    "terminfo",       "vim",        "gai.conf",        "locale.alias",
+    "default",        "fonts",
 };
 
 bool template_name_valid(const char *name)
@@ -127,9 +131,9 @@ static int make_dirs(const char *root, const char *const *dirs, size_t count, mo
 static int build_base_rootfs(const char *rootfs, struct cove_error **err)
 {
     char path[1024], target[256];
-    static const char *const dirs[] = {"", "usr", "etc", "home", "root", "proc", "sys",
-                                       "dev", "run", "var", "var/lib", "var/cache",
-                                       "var/log", "opt", "mnt", "srv", "media"};
+    static const char *const dirs[] = {"",        "usr", "etc", "home", "root",    "proc",
+                                       "sys",     "dev", "run", "var",  "var/lib", "var/cache",
+                                       "var/log", "opt", "mnt", "srv",  "media"};
     static const char *const sticky[] = {"tmp", "var/tmp"};
     if (make_dirs(rootfs, dirs, sizeof(dirs) / sizeof(dirs[0]), 0755, err) < 0 ||
         make_dirs(rootfs, sticky, 2, 01777, err) < 0)
@@ -176,8 +180,8 @@ static int build_base_rootfs(const char *rootfs, struct cove_error **err)
         return -1;
     /* No resolver yet: the sandbox has no network beyond its loopback. */
     snprintf(path, sizeof(path), "%s/etc/resolv.conf", rootfs);
-    if (write_text(path, "# no name service: this sandbox has no outbound network\n", 0644,
-                   err) < 0)
+    if (write_text(path, "# no name service: this sandbox has no outbound network\n", 0644, err) <
+        0)
         return -1;
     snprintf(path, sizeof(path), "%s/home/user", rootfs);
     if (mkdir(path, 0755) < 0 && errno != EEXIST)
@@ -194,8 +198,8 @@ static int save_template(const char *dir, const struct template *t, struct cove_
 {
     char path[1024];
     snprintf(path, sizeof(path), "%s/template.json", dir);
-    json_t *j = json_pack("{s:s, s:s, s:b}", "name", t->name, "rootfs", t->rootfs, "host_os",
-                          t->host_os);
+    json_t *j =
+        json_pack("{s:s, s:s, s:b}", "name", t->name, "rootfs", t->rootfs, "host_os", t->host_os);
     if (j != NULL && t->prestart[0] != '\0')
         json_object_set_new(j, "prestart", json_string(t->prestart));
     int rc = json_dump_file(j, path, JSON_INDENT(2));
@@ -238,9 +242,8 @@ static int load_templates(struct template_registry *reg, struct cove_error **err
         json_t *j = json_load_file(path, 0, NULL);
         const char *name = NULL, *rootfs = NULL;
         int host_os = 0;
-        if (j == NULL ||
-            json_unpack(j, "{s:s, s:s, s:b}", "name", &name, "rootfs", &rootfs, "host_os",
-                        &host_os) < 0) {
+        if (j == NULL || json_unpack(j, "{s:s, s:s, s:b}", "name", &name, "rootfs", &rootfs,
+                                     "host_os", &host_os) < 0) {
             log_warn("template %s: unreadable %s, skipped", e->d_name, path);
             json_decref(j);
             continue;
@@ -298,8 +301,8 @@ int template_registry_open(const char *state_dir, struct template_registry **out
     if (reg == NULL)
         return cove_error_sys(err, "calloc");
     snprintf(reg->dir, sizeof(reg->dir), "%s/templates", state_dir);
-    if ((mkdir(reg->dir, 0755) < 0 && errno != EEXIST) ||
-        load_templates(reg, err) < 0 || ensure_builtin(reg, TEMPLATE_BASE, NULL, err) < 0 ||
+    if ((mkdir(reg->dir, 0755) < 0 && errno != EEXIST) || load_templates(reg, err) < 0 ||
+        ensure_builtin(reg, TEMPLATE_BASE, NULL, err) < 0 ||
         ensure_builtin(reg, TEMPLATE_CODE_INTERPRETER, TEMPLATE_BASE, err) < 0) {
         if (err && *err == NULL)
             cove_error_sys(err, "templates in %s", reg->dir);
@@ -383,15 +386,13 @@ int template_add(struct template_registry *reg, const char *name, const char *so
         return cove_error_set(err, 0, 400, "TEMPLATE::INVALID_NAME",
                               "template names are lowercase letters, digits, '.', '_', '-'");
     if (registry_find(reg, name) != NULL)
-        return cove_error_set(err, 0, 409, "TEMPLATE::EXISTS", "template %s already exists",
-                              name);
+        return cove_error_set(err, 0, 409, "TEMPLATE::EXISTS", "template %s already exists", name);
     if (source[0] != '/')
         return cove_error_set(err, 0, 400, "TEMPLATE::INVALID_ROOTFS",
                               "rootfs must be an absolute path on the daemon's machine");
     struct stat st;
     if (stat(source, &st) < 0)
-        return cove_error_set(err, errno, 400, "TEMPLATE::INVALID_ROOTFS", "rootfs %.300s",
-                              source);
+        return cove_error_set(err, errno, 400, "TEMPLATE::INVALID_ROOTFS", "rootfs %.300s", source);
     char dir[1024], staging[1100];
     struct template t = {.host_os = false};
     snprintf(t.name, sizeof(t.name), "%s", name);
@@ -426,7 +427,7 @@ int template_add(struct template_registry *reg, const char *name, const char *so
         goto fail;
     }
     return registry_append(reg, &t, err);
-fail: {
+fail : {
     char *argv[] = {"rm", "-rf", "--one-file-system", dir, NULL};
     struct cove_error *ignored = NULL;
     run_tool(argv, &ignored);

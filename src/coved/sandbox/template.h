@@ -10,7 +10,8 @@
 
 #define TEMPLATE_NAME_SIZE 64
 
-struct template {
+struct template
+{
     char name[TEMPLATE_NAME_SIZE];
     char rootfs[512];
     bool host_os;
