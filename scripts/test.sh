@@ -23,8 +23,10 @@ $PY -m pytest -q -p no:cacheprovider tests/e2e tests/security "$@"
 echo "== OpenSandbox SDK compatibility (@alibaba-group/opensandbox, node --test)"
 tests/compat/run.sh
 
-echo "== end-to-end tests against coved built with ASan+UBSan"
+echo "== end-to-end and security tests against coved and cove-agent built with ASan+UBSan"
+# The sanitized agent is dynamic: tests whose root has no libc need the static one.
 COVE_BUILD_DIR=build-asan COVE_SANITIZED=1 \
+  COVE_AGENT="$PWD/build-asan/src/agent/cove-agent-sanitized" \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87 \
-  $PY -m pytest -q -p no:cacheprovider -m "not slow" tests/e2e "$@"
+  $PY -m pytest -q -p no:cacheprovider -m "not slow and not static_agent" tests/e2e tests/security "$@"

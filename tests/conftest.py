@@ -10,6 +10,27 @@ from covetest import Coved, sanitizer_problems  # noqa: E402
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: waits on real timers (skipped in the sanitizer pass)")
+    config.addinivalue_line("markers", "static_agent: runs the agent in a root without libc "
+                            "(skipped in the sanitizer pass, whose agent is dynamic)")
+
+
+LOG_TAIL_LINES = 80
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the end of its coved's log (with the agents' stderr):
+    what CI prints is then enough to tell why a sandbox failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.passed or report.skipped:
+        return
+    for name in ("coved", "fresh_coved"):
+        d = item.funcargs.get(name) if hasattr(item, "funcargs") else None
+        if isinstance(d, Coved):
+            tail = (d.final_log or d.log()).splitlines()[-LOG_TAIL_LINES:]
+            report.sections.append((f"coved log ({name}, last {len(tail)} lines)",
+                                    "\n".join(tail)))
 
 
 @pytest.fixture(scope="module")

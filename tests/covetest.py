@@ -15,7 +15,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("COVE_BUILD_DIR", os.path.join(ROOT, "build"))
 COVED = os.path.join(BUILD, "src", "coved", "coved")
-AGENT = os.path.join(BUILD, "src", "agent", "cove-agent")
+# The sanitizer pass runs a dynamic agent built with ASan+UBSan (cove-agent-sanitized).
+AGENT = os.environ.get("COVE_AGENT", os.path.join(BUILD, "src", "agent", "cove-agent"))
+AGENT_SANITIZED = os.path.basename(AGENT) == "cove-agent-sanitized"
 CLI = os.path.join(BUILD, "src", "cli", "cove")
 AGENT_PORT = 44772
 

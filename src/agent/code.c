@@ -415,6 +415,13 @@ static void helper_gone(struct code_context *ctx)
     if (ctx->kernel_pid > 0)
         kill(-ctx->kernel_pid, SIGKILL);
     ctx->kernel_pid = 0;
+    if (ctx->helper_pid > 0) {
+        /* It is exiting, if not gone already: a next helper may start before its SIGCHLD,
+         * and the context may be freed before it, so it is reaped as an orphan. */
+        kill(ctx->helper_pid, SIGTERM);
+        reaper_unwatch(ctx->helper_pid);
+        ctx->helper_pid = 0;
+    }
     ctx->state = KERNEL_NONE;
     if (was == KERNEL_STARTING && !ctx->failure_reported) {
         /* Typically the loader: the helper's libraries are not in this sandbox's root. */
@@ -526,6 +533,8 @@ static void context_resume_reading(struct code_context *ctx)
 static void on_helper_exit(pid_t pid, int status, void *arg)
 {
     struct code_context *ctx = arg;
+    if (pid != ctx->helper_pid)
+        return;
     ctx->helper_pid = 0;
     if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0)
         log_info("code context %s: kernel helper (pid %d) exited with status %d", ctx->id, (int)pid,

@@ -395,6 +395,9 @@ def test_language_without_kernel_is_a_clear_400(coved, ci, tmp_path):
     assert run_code(coved, ci, "").status == 400
     assert call(coved, ci, "POST", "/code", raw="{not json")[0] == 400
 
+
+@pytest.mark.static_agent
+def test_template_without_the_helpers_libraries_has_no_kernels(coved, tmp_path):
     # A root filesystem without the helper's libraries (a static busybox) has no kernels.
     rootfs = tmp_path / "rootfs"
     for d in ("bin", "proc", "sys", "dev", "tmp", "etc", "root"):

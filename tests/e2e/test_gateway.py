@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from covetest import Coved, parse_events
+from covetest import AGENT_SANITIZED, Coved, parse_events
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DOMAIN = "cove.test"
@@ -276,7 +276,9 @@ def test_200_mb_of_output_streams_with_flat_memory(gw):
         grew_daemon = vm_hwm_kb(gw.proc.pid) - daemon_before
         grew_agent = vm_hwm_kb(agent) - agent_before
         print(f"200 MB streamed: coved peak grew {grew_daemon} KiB, agent {grew_agent} KiB")
-        assert grew_daemon < 32 * 1024 and grew_agent < 32 * 1024
+        assert grew_daemon < 32 * 1024
+        # A sanitized agent keeps freed memory in ASan's quarantine: its peak says nothing.
+        assert grew_agent < 32 * 1024 or AGENT_SANITIZED
     finally:
         gw.delete(sid)
 

@@ -126,9 +126,11 @@ def test_agent_crash_marks_sandbox_failed(coved):
             break
         time.sleep(0.05)
     assert coved.get(sid)["status"]["state"] == "Failed"
-    status, _, _ = coved.request("POST", f"/sandboxes/{sid}/proxy/44772/command",
-                                 {"command": "true"})
-    assert status == 409
+    status, body, _ = coved.request("POST", f"/sandboxes/{sid}/proxy/44772/command",
+                                    {"command": "true"})
+    # The gateway says why: what ended the sandbox, not advice to resume it.
+    assert status == 409 and "killed by signal 9" in body["message"], body
+    assert "resume" not in body["message"]
     coved.delete(sid)
 
 

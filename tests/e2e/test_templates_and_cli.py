@@ -36,6 +36,7 @@ def cli(coved, *args, check=True, input=None):
 
 
 @pytest.mark.parametrize("as_tarball", [False, True], ids=["directory", "tarball"])
+@pytest.mark.static_agent
 def test_busybox_template_runs_agent_without_libc(coved, as_tarball, tmp_path):
     rootfs = tmp_path / "rootfs"
     make_busybox_rootfs(str(rootfs))

@@ -641,10 +641,14 @@ static bool accept_request(struct tunnel *t)
     } else if (sb->state == SANDBOX_PAUSED && api->config.resume_on_access &&
                sandbox_resume(api->sandboxes, sb, &err) < 0) {
         /* err is set */
-    } else if (sb->state != SANDBOX_RUNNING) {
+    } else if (sb->state == SANDBOX_PAUSED || sb->state == SANDBOX_PAUSING) {
         cove_error_set(&err, 0, 409, "SANDBOX::NOT_RUNNING",
                        "sandbox %s is %s: resume it before reaching its ports", sb->id,
                        sandbox_state_name(sb->state));
+    } else if (sb->state != SANDBOX_RUNNING) {
+        cove_error_set(&err, 0, 409, "SANDBOX::NOT_RUNNING", "sandbox %s is %s%s%s%s", sb->id,
+                       sandbox_state_name(sb->state), sb->message[0] ? " (" : "", sb->message,
+                       sb->message[0] ? ")" : "");
     }
     if (err == NULL) {
         snprintf(t->prefix, sizeof(t->prefix), "%.*s", (int)(r.rest - target), target);
