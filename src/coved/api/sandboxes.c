@@ -358,6 +358,37 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
     return 0;
 }
 
+/* A create request waiting for its sandbox's set-up. */
+struct create_wait {
+    struct http_request *req; /* NULL once the client went away */
+};
+
+static void on_create_abort(struct http_request *req, void *arg)
+{
+    struct create_wait *w = arg;
+    w->req = NULL; /* the sandbox is made anyway; the client finds it in the list */
+}
+
+static void on_created(struct sandbox *sb, const struct cove_error *err, void *arg)
+{
+    struct create_wait *w = arg;
+    struct http_request *req = w->req;
+    free(w);
+    if (req == NULL)
+        return;
+    http_request_on_abort(req, NULL, NULL);
+    if (sb == NULL) {
+        api_respond_error(req, err);
+        return;
+    }
+    char location[128];
+    snprintf(location, sizeof(location), "/v1/sandboxes/%s", sb->id);
+    http_response_add_header(req, "Location", location);
+    api_respond_json(req, 202, sandbox_to_json(sb, false));
+}
+
+/* Answered once the sandbox runs (its agent's socket accepts): other requests go on
+ * meanwhile, and many sandboxes are set up at once. */
 void api_sandboxes_create(struct api *api, struct http_request *req, const struct api_caller *c)
 {
     json_t *body = api_parse_json_object(req);
@@ -365,19 +396,19 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
         return;
     struct cove_error *err = NULL;
     struct sandbox_request sreq = {.owner = c->owner};
-    struct sandbox *sb = NULL;
+    struct create_wait *w = NULL;
     if (parse_create(api, body, &sreq, &err) < 0 ||
-        sandbox_create(api->sandboxes, &sreq, &sb, &err) < 0) {
+        ((w = calloc(1, sizeof(*w))) == NULL && cove_error_sys(&err, "calloc") < 0) ||
+        sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0) {
+        free(w);
         api_respond_error(req, err);
         cove_error_free(err);
         json_decref(body);
         return;
     }
     json_decref(body);
-    char location[128];
-    snprintf(location, sizeof(location), "/v1/sandboxes/%s", sb->id);
-    http_response_add_header(req, "Location", location);
-    api_respond_json(req, 202, sandbox_to_json(sb, false));
+    w->req = req;
+    http_request_on_abort(req, on_create_abort, w);
 }
 
 struct list_filter {

@@ -248,19 +248,23 @@ static void build_root(int status_fd, const struct runtime_spec *spec)
     char path[4096], opts[8192];
     /* Nothing mounted from here on may propagate back to the host. */
     child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+
+    /* The writable layer: a tmpfs whose size is the disk cap, mounted over the run dir in
+     * this namespace only (the host keeps seeing the agent's socket there). Its pages are
+     * charged to the sandbox's memory cgroup, so the cap can never exceed what the sandbox
+     * may use anyway. The mount points live in it too: nothing per sandbox is made on the
+     * host's disk but the run dir and the socket. */
+    snprintf(opts, sizeof(opts), "size=%lld,mode=0755", (long long)spec->disk_bytes);
+    child_mount(status_fd, "cove-layer", spec->run_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts);
     if (chdir(spec->run_dir) < 0)
         child_fail(status_fd, "chdir %s", spec->run_dir);
-
-    /* The writable layer: a tmpfs whose size is the disk cap. Its pages are charged to the
-     * sandbox's memory cgroup, so the cap can never exceed what the sandbox may use anyway. */
-    snprintf(opts, sizeof(opts), "size=%lld,mode=0755", (long long)spec->disk_bytes);
-    child_mount(status_fd, "cove-layer", "layer", "tmpfs", MS_NOSUID | MS_NODEV, opts);
-    child_mkdir(status_fd, "layer/upper", 0755);
-    child_mkdir(status_fd, "layer/work", 0700);
-    if (chown("layer/upper", RUNTIME_HOST_ID_BASE, RUNTIME_HOST_ID_BASE) < 0)
+    child_mkdir(status_fd, "upper", 0755);
+    child_mkdir(status_fd, "work", 0700);
+    child_mkdir(status_fd, "root", 0755);
+    if (chown("upper", RUNTIME_HOST_ID_BASE, RUNTIME_HOST_ID_BASE) < 0)
         child_fail(status_fd, "chown upper");
-    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/layer/upper,workdir=%s/layer/work",
-             spec->rootfs, spec->run_dir, spec->run_dir);
+    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", spec->rootfs,
+             spec->run_dir, spec->run_dir);
     child_mount(status_fd, "cove-root", "root", "overlay", MS_NOSUID, opts);
     if (chdir("root") < 0)
         child_fail(status_fd, "chdir root");
@@ -578,24 +582,6 @@ static int make_agent_socket(const char *run_dir, struct cove_error **err)
     return fd;
 }
 
-/* Waits for the child's report: EOF (exec succeeded), 'U' (needs its id maps) or 'E'+text. */
-static int read_status(int fd, char *buf, size_t size)
-{
-    size_t got = 0;
-    while (got < size - 1) {
-        ssize_t n = read(fd, buf + got, size - 1 - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += n;
-        if (buf[0] == 'U')
-            break;
-    }
-    buf[got] = '\0';
-    return (int)got;
-}
-
 static void reap_child(pid_t pid)
 {
     kill(pid, SIGKILL);
@@ -603,35 +589,71 @@ static void reap_child(pid_t pid)
         ;
 }
 
-int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct runtime_process *out,
-                  struct cove_error **err)
+struct runtime_start {
+    pid_t pid;
+    char id[64];
+    int go_fd;     /* write end: 'C' (sent), then 'M' once the id maps are written */
+    int status_fd; /* read end, non-blocking: 'U', 'E'+text, or EOF when the agent was exec'd */
+    int log_fd;    /* read end of the agent's stderr */
+    bool maps_written;
+    char msg[600];
+    size_t msg_len;
+};
+
+static void start_free(struct runtime_start *op)
 {
-    int ret = -1, listen_fd = -1, go[2] = {-1, -1}, status[2] = {-1, -1}, log[2] = {-1, -1};
-    pid_t pid = -1;
-    char path[4096], msg[600];
-    bool cgroup_made = false;
-    out->log_fd = -1;
+    if (op->go_fd >= 0)
+        close(op->go_fd);
+    if (op->status_fd >= 0)
+        close(op->status_fd);
+    if (op->log_fd >= 0)
+        close(op->log_fd);
+    free(op);
+}
+
+void runtime_start_cancel(struct runtime *rt, struct runtime_start *op)
+{
+    if (op == NULL)
+        return;
+    if (op->pid > 0)
+        reap_child(op->pid);
+    struct cove_error *ignored = NULL;
+    cgroup_destroy(&rt->cgroups, op->id, &ignored);
+    cove_error_free(ignored);
+    start_free(op);
+}
+
+int runtime_start_fd(const struct runtime_start *op)
+{
+    return op->status_fd;
+}
+
+int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
+                        struct runtime_start **out, struct cove_error **err)
+{
+    int listen_fd = -1, go[2] = {-1, -1}, status[2] = {-1, -1}, log[2] = {-1, -1};
+    char path[4096];
+    *out = NULL;
 
     if (mkdir(spec->run_dir, 0700) < 0 && errno != EEXIST)
         return cove_error_sys(err, "mkdir %s", spec->run_dir);
-    snprintf(path, sizeof(path), "%s/root", spec->run_dir);
-    if (mkdir(path, 0755) < 0 && errno != EEXIST)
-        return cove_error_sys(err, "mkdir %s", path);
-    snprintf(path, sizeof(path), "%s/layer", spec->run_dir);
-    if (mkdir(path, 0755) < 0 && errno != EEXIST)
-        return cove_error_sys(err, "mkdir %s", path);
+
+    struct runtime_start *op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return cove_error_sys(err, "calloc");
+    op->go_fd = op->status_fd = op->log_fd = -1;
+    snprintf(op->id, sizeof(op->id), "%s", spec->id);
 
     listen_fd = make_agent_socket(spec->run_dir, err);
     if (listen_fd < 0)
-        goto out;
+        goto fail;
     if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0 ||
         pipe2(log, O_CLOEXEC | O_NONBLOCK) < 0) {
         cove_error_sys(err, "pipe");
-        goto out;
+        goto fail;
     }
     if (cgroup_create(&rt->cgroups, spec->id, &spec->limits, err) < 0)
-        goto out;
-    cgroup_made = true;
+        goto fail;
 
     struct child_args args = {
         .spec = spec,
@@ -644,22 +666,22 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
         .log_fd = log[1],
     };
     /* A fork-like clone: the child runs on a copy of this stack, so it may use `args`. */
-    pid = (pid_t)syscall(SYS_clone,
-                         CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC |
-                             SIGCHLD,
-                         NULL, NULL, NULL, 0);
+    pid_t pid = (pid_t)syscall(SYS_clone,
+                               CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS |
+                                   CLONE_NEWIPC | SIGCHLD,
+                               NULL, NULL, NULL, 0);
     if (pid < 0) {
         cove_error_sys(err, "clone");
-        goto out;
+        goto fail;
     }
     if (pid == 0)
         child_main(&args);
-    close(go[0]);
-    go[0] = -1;
-    close(status[1]);
-    status[1] = -1;
-    close(log[1]);
-    log[1] = -1;
+    op->pid = pid;
+    op->go_fd = go[1];
+    op->status_fd = status[0];
+    op->log_fd = log[0];
+    go[1] = status[0] = log[0] = -1;
+    fcntl(op->status_fd, F_SETFL, fcntl(op->status_fd, F_GETFL) | O_NONBLOCK);
 
     /* The agent survives an OOM in its sandbox; it resets its children to 0. Lowering the
      * score needs CAP_SYS_RESOURCE: without it the agent is an ordinary candidate, small
@@ -678,50 +700,24 @@ int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct ru
     }
     /* On v1 the child moves itself (see join_cgroups_v1); on v2 it is moved from here. */
     if (rt->cgroups.mode == CGROUP_V2 && cgroup_add_pid(&rt->cgroups, spec->id, pid, err) < 0)
-        goto fail_child;
+        goto fail;
     /* 'C', then the host uid that owns the sandbox's user namespace: distinct for every
      * live sandbox, since it derives from the pid of its PID 1. */
     char go_msg[1 + sizeof(uint32_t)] = {'C'};
     uint32_t owner = RUNTIME_NS_OWNER_BASE + (uint32_t)pid;
     memcpy(go_msg + 1, &owner, sizeof(owner));
-    if (write(go[1], go_msg, sizeof(go_msg)) != (ssize_t)sizeof(go_msg)) {
+    if (write(op->go_fd, go_msg, sizeof(go_msg)) != (ssize_t)sizeof(go_msg)) {
         cove_error_sys(err, "handshake");
-        goto fail_child;
+        goto fail;
     }
-    int n = read_status(status[0], msg, sizeof(msg));
-    if (n >= 1 && msg[0] == 'U') {
-        if (write_id_map(pid, "uid_map", err) < 0 || write_id_map(pid, "gid_map", err) < 0)
-            goto fail_child;
-        if (write(go[1], "M", 1) != 1) {
-            cove_error_sys(err, "handshake");
-            goto fail_child;
-        }
-        n = read_status(status[0], msg, sizeof(msg));
-    } else if (n == 0) {
-        cove_error_set(err, EPROTO, 500, "SANDBOX::START_FAILED",
-                       "sandbox process exited during set-up");
-        goto fail_child;
-    }
-    if (n > 0) {
-        cove_error_set(err, 0, 500, "SANDBOX::START_FAILED", "sandbox set-up failed: %s",
-                       msg[0] == 'E' ? msg + 1 : msg);
-        goto fail_child;
-    }
-    out->pid = pid;
-    out->start_time = runtime_process_start_time(pid);
-    out->log_fd = log[0];
-    log[0] = -1;
-    ret = 0;
-    goto out;
+    close(listen_fd);
+    close(go[0]);
+    close(status[1]);
+    close(log[1]);
+    *out = op;
+    return 0;
 
-fail_child:
-    reap_child(pid);
-out:
-    if (ret < 0 && cgroup_made) {
-        struct cove_error *ignored = NULL;
-        cgroup_destroy(&rt->cgroups, spec->id, &ignored);
-        cove_error_free(ignored);
-    }
+fail:
     if (listen_fd >= 0)
         close(listen_fd);
     for (int i = 0; i < 2; i++) {
@@ -732,7 +728,61 @@ out:
         if (log[i] >= 0)
             close(log[i]);
     }
-    return ret;
+    runtime_start_cancel(rt, op);
+    return -1;
+}
+
+int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runtime_process *out,
+                       struct cove_error **err)
+{
+    for (;;) {
+        ssize_t n = read(op->status_fd, op->msg + op->msg_len, sizeof(op->msg) - 1 - op->msg_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return 1;
+        if (n < 0) {
+            cove_error_sys(err, "handshake");
+            goto fail;
+        }
+        if (n == 0)
+            break; /* EOF: the agent was exec'd, or the child is gone */
+        op->msg_len += (size_t)n;
+        if (!op->maps_written && op->msg[0] == 'U') {
+            if (write_id_map(op->pid, "uid_map", err) < 0 ||
+                write_id_map(op->pid, "gid_map", err) < 0)
+                goto fail;
+            if (write(op->go_fd, "M", 1) != 1) {
+                cove_error_sys(err, "handshake");
+                goto fail;
+            }
+            op->maps_written = true;
+            op->msg_len = 0;
+        } else if (op->msg_len == sizeof(op->msg) - 1) {
+            break; /* as much of a complaint as is kept */
+        }
+    }
+    op->msg[op->msg_len] = '\0';
+    if (op->msg_len > 0) {
+        cove_error_set(err, 0, 500, "SANDBOX::START_FAILED", "sandbox set-up failed: %s",
+                       op->msg[0] == 'E' ? op->msg + 1 : op->msg);
+        goto fail;
+    }
+    if (!op->maps_written) {
+        cove_error_set(err, EPROTO, 500, "SANDBOX::START_FAILED",
+                       "sandbox process exited during set-up");
+        goto fail;
+    }
+    out->pid = op->pid;
+    out->start_time = runtime_process_start_time(op->pid);
+    out->log_fd = op->log_fd;
+    op->log_fd = -1;
+    start_free(op);
+    return 0;
+
+fail:
+    runtime_start_cancel(rt, op);
+    return -1;
 }
 
 int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err)

@@ -56,10 +56,20 @@ int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_
                  struct cove_error **err);
 void runtime_fini(struct runtime *rt);
 
-/* Starts the sandbox; on return the agent has been exec'd and its socket, run_dir/agent.sock,
- * accepts connections. */
-int runtime_start(struct runtime *rt, const struct runtime_spec *spec, struct runtime_process *out,
-                  struct cove_error **err);
+/* Starting a sandbox, without waiting: runtime_start_begin makes its cgroups and its process
+ * (spec is not needed after it returns); the caller then waits for runtime_start_fd to be
+ * readable and calls runtime_start_step, which answers 1 while the set-up goes on, 0 once the
+ * agent has been exec'd (*out filled; its socket, run_dir/agent.sock, accepts connections) and
+ * -1 if it failed. After 0 or -1 the start is over and freed; runtime_start_cancel ends one
+ * before that (its process killed and reaped, its cgroups removed). The run dir is the
+ * caller's to remove (runtime_destroy). */
+struct runtime_start;
+int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
+                        struct runtime_start **out, struct cove_error **err);
+int runtime_start_fd(const struct runtime_start *op);
+int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runtime_process *out,
+                       struct cove_error **err);
+void runtime_start_cancel(struct runtime *rt, struct runtime_start *op);
 int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err);
 int runtime_resume(struct runtime *rt, const char *id, struct cove_error **err);
 /* Kills every process, waits for them, removes the cgroups and the run dir. Safe to call on a

@@ -261,13 +261,86 @@ static void watch_agent_log(struct sandbox_manager *mgr, struct sandbox *sb)
         event_add(sb->agent_log, NULL);
 }
 
+/* A set-up that hangs (a mount stuck on a dead filesystem, say) fails after this. */
+#define START_TIMEOUT_S 30
+
+/* Ends a Pending sandbox's set-up: its process, its cgroups, its event. */
+static void start_cancel(struct sandbox_manager *mgr, struct sandbox *sb)
+{
+    if (sb->start_event != NULL)
+        event_free(sb->start_event);
+    sb->start_event = NULL;
+    runtime_start_cancel(mgr->rt, sb->starting);
+    sb->starting = NULL;
+}
+
+/* A create that did not make it: everything of the sandbox goes, then its waiter is told. */
+static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
+                          const struct cove_error *why)
+{
+    sandbox_created_fn done = sb->on_created;
+    void *arg = sb->created_arg;
+    log_warn("sandbox %s: not created: %s", sb->id, why->message);
+    start_cancel(mgr, sb);
+    struct cove_error *ignored = NULL;
+    runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
+    cove_error_free(ignored);
+    ignored = NULL;
+    store_delete(mgr->store, sb->id, &ignored); /* saved if its metadata changed meanwhile */
+    cove_error_free(ignored);
+    registry_remove(mgr, sb);
+    sandbox_free(sb);
+    /* Last: answering may run the waiter's connection's next request at once. */
+    done(NULL, why, arg);
+}
+
+static void on_start_progress(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    struct sandbox *sb = arg;
+    struct sandbox_manager *mgr = sb->manager;
+    struct cove_error *err = NULL;
+    if (what & EV_TIMEOUT) {
+        cove_error_set(&err, ETIMEDOUT, 500, "SANDBOX::START_FAILED",
+                       "sandbox set-up took more than %d s", START_TIMEOUT_S);
+        create_failed(mgr, sb, err);
+        cove_error_free(err);
+        return;
+    }
+    int rc = runtime_start_step(mgr->rt, sb->starting, &sb->proc, &err);
+    if (rc > 0)
+        return;
+    sb->starting = NULL; /* over and freed, either way */
+    event_free(sb->start_event);
+    sb->start_event = NULL;
+    if (rc == 0) {
+        set_state(sb, SANDBOX_RUNNING, "started", "sandbox is running");
+        watch_agent_log(mgr, sb);
+        if (store_save(mgr->store, sb, &err) == 0) {
+            sandbox_created_fn done = sb->on_created;
+            void *done_arg = sb->created_arg;
+            sb->on_created = NULL;
+            sb->created_arg = NULL;
+            log_info("sandbox %s: created from %s (pid %d)", sb->id, sb->template_name,
+                     sb->proc.pid);
+            done(sb, NULL, done_arg);
+            return;
+        }
+    }
+    create_failed(mgr, sb, err);
+    cove_error_free(err);
+}
+
 int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
-                   struct sandbox **out, struct cove_error **err)
+                   sandbox_created_fn done, void *arg, struct cove_error **err)
 {
     struct sandbox *sb = calloc(1, sizeof(*sb));
     if (sb == NULL)
         return cove_error_sys(err, "calloc");
     sb->proc.log_fd = -1;
+    sb->manager = mgr;
+    sb->on_created = done;
+    sb->created_arg = arg;
     new_id(sb->id, sizeof(sb->id) < 17 ? sizeof(sb->id) : 17);
     snprintf(sb->owner, sizeof(sb->owner), "%s", req->owner);
     snprintf(sb->template_name, sizeof(sb->template_name), "%s", req->template->name);
@@ -295,29 +368,27 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         .limits = req->cgroup,
         .disk_bytes = req->disk_bytes,
     };
-    int rc = (env && argv) ? runtime_start(mgr->rt, &spec, &sb->proc, err)
+    int rc = (env && argv) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
                            : cove_error_sys(err, "calloc");
     free_strv(env, true);
     free_strv(argv, false);
+    if (rc == 0) {
+        struct timeval limit = {.tv_sec = START_TIMEOUT_S};
+        int fd = runtime_start_fd(sb->starting);
+        sb->start_event = event_new(mgr->base, fd, EV_READ | EV_PERSIST, on_start_progress, sb);
+        if (sb->start_event == NULL || event_add(sb->start_event, &limit) < 0)
+            rc = cove_error_set(err, ENOMEM, 500, "COVE::INTERNAL", "cannot watch a sandbox start");
+    }
+    if (rc == 0)
+        rc = registry_add(mgr, sb, err);
     if (rc < 0) {
+        start_cancel(mgr, sb);
         struct cove_error *ignored = NULL;
         runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
         cove_error_free(ignored);
         sandbox_free(sb);
         return -1;
     }
-    set_state(sb, SANDBOX_RUNNING, "started", "sandbox is running");
-    watch_agent_log(mgr, sb);
-    if (store_save(mgr->store, sb, err) < 0 || registry_add(mgr, sb, err) < 0) {
-        struct cove_error *ignored = NULL;
-        runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
-        store_delete(mgr->store, sb->id, &ignored);
-        cove_error_free(ignored);
-        sandbox_free(sb);
-        return -1;
-    }
-    log_info("sandbox %s: created from %s (pid %d)", sb->id, sb->template_name, sb->proc.pid);
-    *out = sb;
     return 0;
 }
 
@@ -382,6 +453,14 @@ void sandbox_touch(struct sandbox_manager *mgr, struct sandbox *sb)
 int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
                    struct cove_error **err)
 {
+    if (sb->starting != NULL) {
+        struct cove_error *why = NULL;
+        cove_error_set(&why, 0, 409, "SANDBOX::DELETED",
+                       "sandbox %s was deleted (%s) while it was being created", sb->id, reason);
+        create_failed(mgr, sb, why);
+        cove_error_free(why);
+        return 0;
+    }
     set_state(sb, SANDBOX_STOPPING, reason, "sandbox is being terminated");
     if (runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, err) < 0) {
         set_state(sb, SANDBOX_FAILED, "teardown_failed", (*err)->message);
@@ -537,7 +616,20 @@ void sandbox_manager_free(struct sandbox_manager *mgr)
         event_free(mgr->sigchld);
     if (mgr->ttl_timer)
         event_free(mgr->ttl_timer);
-    /* Sandboxes outlive the daemon: free the records, leave the processes running. */
+    /* Sandboxes outlive the daemon: free the records, leave the processes running. Those
+     * still being set up cannot be re-adopted (their set-up needs this daemon): they go. */
+    for (size_t i = 0; i < mgr->count;) {
+        struct sandbox *sb = mgr->items[i];
+        if (sb->starting != NULL) {
+            struct cove_error *why = NULL;
+            cove_error_set(&why, 0, 503, "COVE::SHUTTING_DOWN",
+                           "coved stopped while sandbox %s was being created", sb->id);
+            create_failed(mgr, sb, why);
+            cove_error_free(why);
+            continue; /* the array shifted left */
+        }
+        i++;
+    }
     for (size_t i = 0; i < mgr->count; i++)
         sandbox_free(mgr->items[i]);
     free(mgr->items);

@@ -45,7 +45,16 @@ struct sandbox {
     int64_t renew_on_access_s; /* gateway traffic pushes the expiry to now + this (0: off) */
     struct event *agent_log;   /* reads the agent's stderr pipe (proc.log_fd) */
     size_t agent_log_budget;   /* bytes of it still allowed into coved's log */
+    /* While Pending: the set-up under way, and who waits for it. */
+    struct runtime_start *starting;
+    struct event *start_event;
+    struct sandbox_manager *manager;
+    void (*on_created)(struct sandbox *sb, const struct cove_error *err, void *arg);
+    void *created_arg;
 };
+
+/* Called once a create ends: with the Running sandbox, or with sb NULL and why it failed. */
+typedef void (*sandbox_created_fn)(struct sandbox *sb, const struct cove_error *err, void *arg);
 
 /* What a create request asks for, already validated. */
 struct sandbox_request {
@@ -67,8 +76,11 @@ void sandbox_manager_free(struct sandbox_manager *mgr);
 /* Re-adopts the sandboxes the store knows: running ones keep running, gone ones are Failed. */
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err);
 
+/* Starts making a sandbox without waiting for it: on 0 it is listed as Pending and `done` is
+ * called once, later (never from inside this call); on -1 nothing was made and `done` is not
+ * called. Sandboxes are set up concurrently, each in its own process. */
 int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
-                   struct sandbox **out, struct cove_error **err);
+                   sandbox_created_fn done, void *arg, struct cove_error **err);
 /* NULL (and a SANDBOX::NOT_FOUND error) unless the sandbox exists and owner may see it. */
 struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const char *owner,
                              struct cove_error **err);
