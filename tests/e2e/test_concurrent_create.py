@@ -193,3 +193,35 @@ def test_coved_stopping_during_a_set_up_removes_that_sandbox(fresh_coved):
         if os.path.exists(f"/proc/{stopped}") and comm(stopped) == "coved":
             os.kill(stopped, signal.SIGKILL)
         t.join(30)
+
+
+def test_a_slow_teardown_blocks_nobody_and_is_deleted_once(coved):
+    """A sandbox holding 1.5 GiB takes a while to die: meanwhile coved answers (the sandbox is
+    seen Stopping), a second delete is refused, and the first answers once all is gone."""
+    hold = ("import time; b = b'x' * (1536 << 20); open('/tmp/ready', 'w').close(); "
+            "time.sleep(1e6)")
+    sid = coved.create(entrypoint=["python3", "-c", hold], limits={"cpu": "1", "memory": "2Gi"})
+    for _ in range(600):
+        if coved.exec(sid, "test -f /tmp/ready").exit_code == 0:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the sandbox never allocated its memory")
+    result = {}
+    t = threading.Thread(target=lambda: result.update(
+        r=coved.request("DELETE", f"/v1/sandboxes/{sid}")))
+    t.start()
+    states, second = set(), None
+    while t.is_alive():
+        status, body, _ = coved.request("GET", f"/v1/sandboxes/{sid}")
+        if status == 200:
+            states.add(body["status"]["state"])
+            if body["status"]["state"] == "Stopping" and second is None:
+                second = coved.request("DELETE", f"/v1/sandboxes/{sid}")
+    t.join()
+    assert result["r"][0] == 204
+    assert "Stopping" in states, states  # answered while the teardown went on
+    assert second is not None and second[0] == 409, second
+    assert second[1]["code"] == "SANDBOX::INVALID_STATE", second
+    assert coved.request("GET", f"/v1/sandboxes/{sid}")[0] == 404
+    assert sandbox_leftovers(coved, sid) == []

@@ -358,20 +358,34 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
     return 0;
 }
 
-/* A create request waiting for its sandbox's set-up. */
-struct create_wait {
+/* A request answered once a sandbox's set-up or teardown ends. */
+struct reply_wait {
     struct http_request *req; /* NULL once the client went away */
 };
 
-static void on_create_abort(struct http_request *req, void *arg)
+static void on_reply_abort(struct http_request *req, void *arg)
 {
-    struct create_wait *w = arg;
-    w->req = NULL; /* the sandbox is made anyway; the client finds it in the list */
+    struct reply_wait *w = arg;
+    w->req = NULL; /* the work goes on; the client finds its outcome in the list */
+}
+
+static void on_deleted(const struct cove_error *err, void *arg)
+{
+    struct reply_wait *w = arg;
+    struct http_request *req = w->req;
+    free(w);
+    if (req == NULL)
+        return;
+    http_request_on_abort(req, NULL, NULL);
+    if (err != NULL)
+        api_respond_error(req, err);
+    else
+        http_respond(req, 204, NULL, NULL, 0);
 }
 
 static void on_created(struct sandbox *sb, const struct cove_error *err, void *arg)
 {
-    struct create_wait *w = arg;
+    struct reply_wait *w = arg;
     struct http_request *req = w->req;
     free(w);
     if (req == NULL)
@@ -396,7 +410,7 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
         return;
     struct cove_error *err = NULL;
     struct sandbox_request sreq = {.owner = c->owner};
-    struct create_wait *w = NULL;
+    struct reply_wait *w = NULL;
     if (parse_create(api, body, &sreq, &err) < 0 ||
         ((w = calloc(1, sizeof(*w))) == NULL && cove_error_sys(&err, "calloc") < 0) ||
         sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0) {
@@ -408,7 +422,7 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
     }
     json_decref(body);
     w->req = req;
-    http_request_on_abort(req, on_create_abort, w);
+    http_request_on_abort(req, on_reply_abort, w);
 }
 
 struct list_filter {
@@ -551,12 +565,19 @@ void api_sandbox_delete(struct api *api, struct http_request *req, const struct 
     if (sb == NULL)
         return;
     struct cove_error *err = NULL;
-    if (sandbox_delete(api->sandboxes, sb, "user_delete", &err) < 0) {
-        api_respond_error(req, err);
-        cove_error_free(err);
+    struct reply_wait *w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        api_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
         return;
     }
-    http_respond(req, 204, NULL, NULL, 0);
+    w->req = req;
+    http_request_on_abort(req, on_reply_abort, w);
+    if (sandbox_delete(api->sandboxes, sb, "user_delete", on_deleted, w, &err) < 0) {
+        http_request_on_abort(req, NULL, NULL);
+        free(w);
+        api_respond_error(req, err);
+        cove_error_free(err);
+    }
 }
 
 static void transition(struct api *api, struct http_request *req, const struct api_caller *c,

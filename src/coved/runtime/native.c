@@ -833,6 +833,23 @@ static void remove_tree(const char *path)
     nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
 
+int runtime_kill(struct runtime *rt, const char *id, const struct runtime_process *proc)
+{
+    if (!runtime_alive(proc))
+        return -1;
+    /* A frozen task acts on SIGKILL only once thawed (cgroup v1). */
+    struct cove_error *ignored = NULL;
+    if (cgroup_exists(&rt->cgroups, id))
+        cgroup_freeze(&rt->cgroups, id, false, &ignored);
+    cove_error_free(ignored);
+    int pidfd = (int)syscall(SYS_pidfd_open, proc->pid, 0);
+    /* Killing PID 1 of a pid namespace kills every process in it. */
+    kill(proc->pid, SIGKILL);
+    if (pidfd < 0)
+        wait_exit(proc->pid); /* no pidfd (old kernel, valgrind): wait here */
+    return pidfd;
+}
+
 int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,
                     const struct runtime_process *proc, struct cove_error **err)
 {

@@ -72,6 +72,10 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
 void runtime_start_cancel(struct runtime *rt, struct runtime_start *op);
 int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err);
 int runtime_resume(struct runtime *rt, const char *id, struct cove_error **err);
+/* The first half of a teardown that does not wait: kills every process of the sandbox and
+ * returns a descriptor (a pidfd) that becomes readable once its PID 1 has exited, or -1 if
+ * there is nothing to wait for. The caller closes it, then calls runtime_destroy. */
+int runtime_kill(struct runtime *rt, const char *id, const struct runtime_process *proc);
 /* Kills every process, waits for them, removes the cgroups and the run dir. Safe to call on a
  * sandbox that is already (partly) gone. */
 int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,

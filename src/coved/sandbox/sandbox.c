@@ -338,6 +338,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     if (sb == NULL)
         return cove_error_sys(err, "calloc");
     sb->proc.log_fd = -1;
+    sb->stop_fd = -1;
     sb->manager = mgr;
     sb->on_created = done;
     sb->created_arg = arg;
@@ -450,28 +451,80 @@ void sandbox_touch(struct sandbox_manager *mgr, struct sandbox *sb)
     }
 }
 
-int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
-                   struct cove_error **err)
+/* How long a killed sandbox's PID 1 gets to exit (its processes' memory to be freed)
+ * before the teardown goes on regardless (a task stuck in the kernel). */
+#define STOP_TIMEOUT_S 10
+
+/* The second half of a delete: what is left of the sandbox goes, then its waiter is told. */
+static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
 {
+    sandbox_deleted_fn done = sb->on_deleted;
+    void *arg = sb->deleted_arg;
+    sb->on_deleted = NULL;
+    sb->deleted_arg = NULL;
+    if (sb->stop_event != NULL)
+        event_free(sb->stop_event);
+    sb->stop_event = NULL;
+    if (sb->stop_fd >= 0)
+        close(sb->stop_fd);
+    sb->stop_fd = -1;
+    struct cove_error *err = NULL;
+    if (runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &err) < 0) {
+        set_state(sb, SANDBOX_FAILED, "teardown_failed", err->message);
+        sb->expires_ms = 0; /* expiry would only try again */
+        save_or_log(mgr, sb);
+        log_error("sandbox %s: teardown failed: %s", sb->id, err->message);
+    } else if (store_delete(mgr->store, sb->id, &err) < 0) {
+        log_error("sandbox %s: %s", sb->id, err->message);
+    } else {
+        log_info("sandbox %s: terminated (%s)", sb->id, sb->reason);
+        registry_remove(mgr, sb);
+        sandbox_free(sb);
+    }
+    /* Last: answering may run the waiter's connection's next request at once. */
+    if (done != NULL)
+        done(err, arg);
+    cove_error_free(err);
+}
+
+static void on_stopped(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    struct sandbox *sb = arg;
+    if (what & EV_TIMEOUT)
+        log_warn("sandbox %s: processes still exiting after %d s; tearing down anyway", sb->id,
+                 STOP_TIMEOUT_S);
+    delete_finish(sb->manager, sb);
+}
+
+int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
+                   sandbox_deleted_fn done, void *arg, struct cove_error **err)
+{
+    if (sb->state == SANDBOX_STOPPING)
+        return cove_error_set(err, 0, 409, "SANDBOX::INVALID_STATE",
+                              "sandbox %s is already being deleted", sb->id);
     if (sb->starting != NULL) {
         struct cove_error *why = NULL;
         cove_error_set(&why, 0, 409, "SANDBOX::DELETED",
                        "sandbox %s was deleted (%s) while it was being created", sb->id, reason);
         create_failed(mgr, sb, why);
         cove_error_free(why);
+        if (done != NULL)
+            done(NULL, arg);
         return 0;
     }
     set_state(sb, SANDBOX_STOPPING, reason, "sandbox is being terminated");
-    if (runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, err) < 0) {
-        set_state(sb, SANDBOX_FAILED, "teardown_failed", (*err)->message);
-        save_or_log(mgr, sb);
-        return -1;
+    sb->on_deleted = done;
+    sb->deleted_arg = arg;
+    sb->stop_fd = runtime_kill(mgr->rt, sb->id, &sb->proc);
+    if (sb->stop_fd >= 0) {
+        struct timeval limit = {.tv_sec = STOP_TIMEOUT_S};
+        sb->stop_event = event_new(mgr->base, sb->stop_fd, EV_READ, on_stopped, sb);
+        if (sb->stop_event != NULL && event_add(sb->stop_event, &limit) == 0)
+            return 0;
+        log_warn("sandbox %s: cannot watch its exit; waiting for it", sb->id);
     }
-    if (store_delete(mgr->store, sb->id, err) < 0)
-        return -1;
-    log_info("sandbox %s: terminated (%s)", sb->id, reason);
-    registry_remove(mgr, sb);
-    sandbox_free(sb);
+    delete_finish(mgr, sb);
     return 0;
 }
 
@@ -566,18 +619,26 @@ static void on_ttl_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct sandbox_manager *mgr = arg;
     int64_t now = sandbox_now_ms();
-    for (size_t i = 0; i < mgr->count;) {
+    /* Deletes can change the registry under a walk: the expired ones are listed first. */
+    char(*expired)[SANDBOX_ID_SIZE] = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < mgr->count; i++) {
         struct sandbox *sb = mgr->items[i];
-        if (sb->expires_ms > 0 && sb->expires_ms <= now) {
-            struct cove_error *err = NULL;
-            if (sandbox_delete(mgr, sb, "ttl_expiry", &err) == 0)
-                continue; /* the array shifted left */
-            log_error("sandbox %s: expiry failed: %s", sb->id, err->message);
-            cove_error_free(err);
-            sb->expires_ms = 0; /* do not retry forever; it is Failed now */
-        }
-        i++;
+        if (sb->expires_ms <= 0 || sb->expires_ms > now || sb->state == SANDBOX_STOPPING)
+            continue;
+        if (expired == NULL && (expired = calloc(mgr->count, sizeof(*expired))) == NULL)
+            return; /* the next tick tries again */
+        snprintf(expired[n++], SANDBOX_ID_SIZE, "%s", sb->id);
     }
+    for (size_t i = 0; i < n; i++) {
+        struct sandbox *sb = sandbox_find_any(mgr, expired[i]);
+        struct cove_error *err = NULL;
+        if (sb != NULL && sandbox_delete(mgr, sb, "ttl_expiry", NULL, NULL, &err) < 0) {
+            log_error("sandbox %s: expiry failed: %s", expired[i], err->message);
+            cove_error_free(err);
+        }
+    }
+    free(expired);
 }
 
 int sandbox_manager_new(struct event_base *base, struct store *store, struct runtime *rt,
@@ -620,7 +681,12 @@ void sandbox_manager_free(struct sandbox_manager *mgr)
      * still being set up cannot be re-adopted (their set-up needs this daemon): they go. */
     for (size_t i = 0; i < mgr->count;) {
         struct sandbox *sb = mgr->items[i];
-        if (sb->starting != NULL) {
+        if (sb->state == SANDBOX_STOPPING && sb->stop_event != NULL) {
+            size_t before = mgr->count;
+            delete_finish(mgr, sb); /* waits for the exit here */
+            if (mgr->count < before)
+                continue; /* the array shifted left */
+        } else if (sb->starting != NULL) {
             struct cove_error *why = NULL;
             cove_error_set(&why, 0, 503, "COVE::SHUTTING_DOWN",
                            "coved stopped while sandbox %s was being created", sb->id);
@@ -640,6 +706,8 @@ static void adopt(struct sandbox *sb, void *arg)
 {
     struct sandbox_manager *mgr = arg;
     struct cove_error *err = NULL;
+    sb->manager = mgr;
+    sb->stop_fd = -1;
     if (registry_add(mgr, sb, &err) < 0) {
         log_error("sandbox %s: %s", sb->id, err->message);
         cove_error_free(err);

@@ -51,6 +51,11 @@ struct sandbox {
     struct sandbox_manager *manager;
     void (*on_created)(struct sandbox *sb, const struct cove_error *err, void *arg);
     void *created_arg;
+    /* While Stopping: PID 1's exit awaited, and who waits for the teardown. */
+    struct event *stop_event;
+    int stop_fd;
+    void (*on_deleted)(const struct cove_error *err, void *arg);
+    void *deleted_arg;
 };
 
 /* Called once a create ends: with the Running sandbox, or with sb NULL and why it failed. */
@@ -84,8 +89,13 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
 /* NULL (and a SANDBOX::NOT_FOUND error) unless the sandbox exists and owner may see it. */
 struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const char *owner,
                              struct cove_error **err);
+/* Called once a delete ends: err NULL when everything of the sandbox is gone. */
+typedef void (*sandbox_deleted_fn)(const struct cove_error *err, void *arg);
+/* Tears the sandbox down without blocking on its processes' exit: on 0, `done` (which may be
+ * NULL) is called once the teardown ended, possibly before this returns, and the sandbox is
+ * Stopping until then; on -1 (409: already being deleted) nothing changed. */
 int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
-                   struct cove_error **err);
+                   sandbox_deleted_fn done, void *arg, struct cove_error **err);
 int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err);
 int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err);
 /* Replaces the metadata (already merged and validated) and persists it. */
