@@ -141,6 +141,36 @@ def test_an_answer_before_the_end_of_the_body_keeps_the_connection_usable(gw, se
         assert resp.status == 200 and resp.read() == b"ok %d" % i
 
 
+def test_a_huge_body_after_an_early_answer_is_not_read_forever(gw, server):
+    """The dropped rest of a refused body is bounded: coved reads a few MiB of it (enough for
+    the test above), then closes the connection rather than read an endless upload."""
+    gw.sh(server, "echo plain > /tmp/early-huge.txt")
+    conn = connect(gw)
+    b = "cove-huge-boundary"
+    first = (f"--{b}\r\nContent-Disposition: form-data; name=\"metadata\"; filename=\"metadata\"\r\n"
+             f"Content-Type: application/json\r\n\r\n{json.dumps({'path': '/tmp/early-huge.txt/x'})}\r\n"
+             f"--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n"
+             f"Content-Type: application/octet-stream\r\n\r\n").encode()
+    size = 256 * 1024 * 1024
+    conn.putrequest("POST", f"/sandboxes/{server}/proxy/44772/files/upload")
+    for k, v in gw.headers().items():
+        if k.lower() != "content-type":
+            conn.putheader(k, v)
+    conn.putheader("Content-Type", f"multipart/form-data; boundary={b}")
+    conn.putheader("Content-Length", str(len(first) + size))
+    conn.endheaders(first)
+    resp = conn.getresponse()
+    assert resp.status == 404
+    resp.read()
+    block, sent = b"\0" * (1024 * 1024), 0
+    with pytest.raises(OSError):  # reset by coved once it stopped reading
+        while sent < size:
+            conn.sock.sendall(block)
+            sent += len(block)
+    assert sent < 64 * 1024 * 1024, sent
+    gw.health()  # and coved is fine
+
+
 def test_large_bodies_stream_both_ways(gw, server):
     size = 64 * 1024 * 1024
     block = os.urandom(1024 * 1024)

@@ -38,6 +38,9 @@
 #include "lib/log.h"
 
 #define TUNNEL_HIGH_WATER (1024 * 1024)
+/* What is read and dropped of a body answered before its end (so that the connection can
+ * serve the next request); past it the connection is closed instead. */
+#define SKIP_BODY_MAX (8 * 1024 * 1024)
 #define TUNNEL_LOW_WATER (256 * 1024)
 /* libevent moves 4 KiB per read by default: far too little for bulk transfers. */
 #define TUNNEL_IO_CHUNK (256 * 1024)
@@ -107,6 +110,7 @@ struct tunnel {
     bool upstream_connected;
     bool upstream_reusable; /* kept open by the sandbox's server after its last response */
     enum tunnel_state state;
+    uint64_t skipped; /* body bytes dropped in SKIP_BODY */
     http_parser request_parser, response_parser;
     struct head request, response;
     bool request_head_done, request_done;
@@ -668,6 +672,7 @@ static bool accept_request(struct tunnel *t)
         cove_error_free(err);
         t->request_upgrade = false;
         t->state = SKIP_BODY;
+        t->skipped = 0;
         return false;
     }
     t->upstream_reusable = false;
@@ -722,6 +727,11 @@ static void process_client(struct tunnel *t)
         if (t->state == FORWARD_BODY && t->upstream && n > from)
             evbuffer_add(bufferevent_get_output(t->upstream), data + from, n - from);
         evbuffer_drain(in, n);
+        if (t->state == SKIP_BODY && (t->skipped += n - from) > SKIP_BODY_MAX) {
+            t->client_keep_alive = false; /* the answer is out; the rest is not worth reading */
+            tunnel_close(t);
+            return;
+        }
         if (e != HPE_OK && e != HPE_PAUSED) {
             if (t->state == READ_HEAD) {
                 t->client_keep_alive = false;
@@ -788,6 +798,7 @@ static void response_finished(struct tunnel *t)
          * got only part of it, is closed (the next request gets a new one). */
         drop_upstream(t);
         t->state = SKIP_BODY;
+        t->skipped = 0;
     } else {
         start_request(t);
     }
