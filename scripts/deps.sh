@@ -4,6 +4,8 @@ set -euo pipefail
 
 packages=(
   build-essential meson ninja-build pkg-config clang-format git
+  # clang's libFuzzer and sanitizer runtimes, for tests/fuzz (scripts/fuzz.sh)
+  clang libclang-rt-14-dev
   libevent-dev libjansson-dev libsqlite3-dev libseccomp-dev libhttp-parser-dev
   libssl-dev libcurl4-openssl-dev libinih-dev
   libzmq3-dev

@@ -11,11 +11,14 @@ scripts/build.sh --asan
 PY=/usr/bin/python3   # Debian's python, with python3-pytest
 
 echo "== code style (clang-format, .clang-format)"
-git ls-files 'src/*.c' 'src/*.h' 'tests/unit/*.c' 'tests/unit/*.h' | xargs clang-format --dry-run --Werror
+git ls-files 'src/*.c' 'src/*.h' 'tests/unit/*.c' 'tests/unit/*.h' 'tests/fuzz/*.c' | xargs clang-format --dry-run --Werror
 
 echo "== unit tests (plain and ASan+UBSan builds)"
 meson test -C build --suite unit --print-errorlogs
 meson test -C build-asan --suite unit --print-errorlogs
+
+echo "== fuzzing the parsers of hostile input (libFuzzer + ASan/UBSan, fixed seed)"
+scripts/fuzz.sh
 
 echo "== end-to-end and security tests"
 $PY -m pytest -q -p no:cacheprovider tests/e2e tests/security "$@"

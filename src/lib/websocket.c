@@ -235,7 +235,8 @@ int websocket_reader_feed(struct websocket_reader *reader, const uint8_t *data, 
         reader->message = grown;
         reader->message_cap = cap;
     }
-    unmask(reader->message + reader->message_len, payload, n, mask);
+    if (n > 0) /* an empty first frame has no buffer yet */
+        unmask(reader->message + reader->message_len, payload, n, mask);
     reader->message_len += n;
     if (!fin)
         return 0;

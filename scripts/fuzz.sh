@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses of tests/fuzz with clang, ASan and UBSan (build-fuzz/) and
+# runs each from its seed corpus (tests/fuzz/corpus/NAME). A crash, a sanitizer report or a
+# leak fails the run and leaves the input in build-fuzz/findings/.
+#
+#   scripts/fuzz.sh                 a fixed number of runs from a fixed seed: the same inputs
+#                                   every time (the test suite runs this)
+#   scripts/fuzz.sh --time 300 [NAME...]
+#                                   each fuzzer for 300 s from a random seed (to hunt)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+runs=${COVE_FUZZ_RUNS:-400000}
+time_limit=""
+if [ "${1:-}" = "--time" ]; then
+    time_limit=$2
+    shift 2
+fi
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(http multipart websocket wire values)
+
+if [ ! -f build-fuzz/build.ninja ]; then
+    CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \
+        -Db_lundef=false --buildtype=debug >/dev/null
+fi
+targets=()
+for name in "${names[@]}"; do targets+=("tests/fuzz/fuzz_$name"); done
+ninja -C build-fuzz "${targets[@]}" >/dev/null
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+mkdir -p build-fuzz/findings
+status=0
+for name in "${names[@]}"; do
+    work=$(mktemp -d)
+    if [ -n "$time_limit" ]; then
+        limits=(-max_total_time="$time_limit")
+    else
+        limits=(-runs="$runs" -seed=1)
+    fi
+    started=$(date +%s)
+    if build-fuzz/tests/fuzz/fuzz_"$name" "${limits[@]}" -max_len=8192 -timeout=10 \
+        -artifact_prefix="build-fuzz/findings/$name-" "$work" "tests/fuzz/corpus/$name" \
+        >"$work.log" 2>&1; then
+        echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' "$work.log" || echo done)," \
+            "$(( $(date +%s) - started )) s, corpus $(ls "$work" | wc -l) new inputs)"
+    else
+        echo "fuzz $name: FAILED"
+        tail -n 60 "$work.log"
+        status=1
+    fi
+    rm -rf "$work" "$work.log"
+done
+exit "$status"

@@ -1,0 +1,43 @@
+/* The WebSocket frame reader (src/lib/websocket.c) behind the agent's PTY channel: arbitrary
+ * client frames, fed in pieces whose size the first byte picks. */
+#include <stdint.h>
+#include <string.h>
+
+#include "lib/websocket.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    size_t piece = (size_t)data[0] % 32 + 1;
+    data++;
+    size--;
+    struct websocket_reader reader;
+    websocket_reader_init(&reader, 4096);
+    uint8_t pending[8192];
+    size_t have = 0, at = 0;
+    for (;;) {
+        /* Top up the reader's input with the next piece, as a socket would deliver it. */
+        size_t take = size - at < piece ? size - at : piece;
+        if (take > sizeof(pending) - have)
+            take = sizeof(pending) - have;
+        memcpy(pending + have, data + at, take);
+        have += take;
+        at += take;
+        size_t consumed = 0;
+        struct websocket_message message;
+        int rc = websocket_reader_feed(&reader, pending, have, &consumed, &message);
+        if (consumed > have)
+            __builtin_trap();
+        if (rc < 0)
+            break; /* the connection would be closed */
+        if (rc == 1 && message.len > 0 && message.data == NULL)
+            __builtin_trap();
+        memmove(pending, pending + consumed, have - consumed);
+        have -= consumed;
+        if (consumed == 0 && at == size)
+            break;
+    }
+    websocket_reader_free(&reader);
+    return 0;
+}
