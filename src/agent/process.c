@@ -82,11 +82,14 @@ static void child_run(const struct process_spec *spec, int stdin_fd, int report_
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
 
-    /* The daemon shields the agent from the OOM killer (-998); user processes get the
-     * default back so they, not the agent, die when the sandbox runs out of memory. */
+    /* When the sandbox runs out of memory, its processes must die before the agent does:
+     * coved shields the agent where it may (-998 needs CAP_SYS_RESOURCE), and every process
+     * the agent starts is marked a preferred victim (+500: half the sandbox's memory limit
+     * added to its score), which needs no privilege, so a swarm of processes smaller than
+     * the agent still goes first. Host-wide, too, sandboxed code goes before host daemons. */
     int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (oom >= 0) {
-        ssize_t n = write(oom, "0", 1);
+        ssize_t n = write(oom, PROCESS_OOM_SCORE_ADJ, strlen(PROCESS_OOM_SCORE_ADJ));
         (void)n;
         close(oom);
     }

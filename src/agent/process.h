@@ -1,7 +1,6 @@
 /* Starting a child of the agent (the entrypoint or a command) in a clean state: its own
- * session and process group, default signal dispositions, an empty signal mask, the OOM
- * score the sandbox's other processes have (the agent itself is protected), and only the
- * file descriptors it is given. */
+ * session and process group, default signal dispositions, an empty signal mask, an OOM score
+ * that makes it die before the agent, and only the file descriptors it is given. */
 #pragma once
 
 #include <stdbool.h>
@@ -9,6 +8,9 @@
 #include <sys/types.h>
 
 #include "lib/error.h"
+
+/* The oom_score_adj of every process the agent starts (the agent keeps its own, lower). */
+#define PROCESS_OOM_SCORE_ADJ "500"
 
 struct process_spec {
     char *const *argv; /* argv[0] is looked up in PATH when it has no '/' */

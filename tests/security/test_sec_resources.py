@@ -153,6 +153,21 @@ def test_memory_bomb_is_oom_killed_inside(coved, make_sandbox):
     delete_and_check(coved, sid)
 
 
+def test_the_sandboxes_processes_are_oom_victims_before_its_agent(coved, make_sandbox):
+    """Commands and the entrypoint carry oom_score_adj +500, the agent less: however small
+    the processes of a workload that fills the memory, the OOM killer takes them first (and,
+    host-wide, sandboxed code before the host's own daemons)."""
+    sid = make_sandbox(limits={"cpu": "1", "memory": "256Mi", "pids": "64"})
+    out = coved.sh(sid, "cat /proc/self/oom_score_adj /proc/1/oom_score_adj; "
+                        "for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = sleep ] && "
+                        "cat $p/oom_score_adj; done; true")
+    command, agent, entrypoint = (int(x) for x in out.split()[:3])
+    assert command == 500 and entrypoint == 500, out
+    assert agent <= 0, out
+    host_agent = int(open(f"/proc/{sandbox_init_pid(sid)}/oom_score_adj").read())
+    assert host_agent == agent
+
+
 def du(path):
     total = 0
     for root, dirs, files in os.walk(path):
