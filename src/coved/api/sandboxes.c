@@ -369,28 +369,43 @@ static void on_reply_abort(struct http_request *req, void *arg)
     w->req = NULL; /* the work goes on; the client finds its outcome in the list */
 }
 
-static void on_deleted(const struct cove_error *err, void *arg)
+/* NULL (and a 500 answered) when out of memory. */
+static struct reply_wait *reply_wait_new(struct http_request *req)
 {
-    struct reply_wait *w = arg;
+    struct reply_wait *w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        api_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
+        return NULL;
+    }
+    w->req = req;
+    http_request_on_abort(req, on_reply_abort, w);
+    return w;
+}
+
+/* The request to answer now, or NULL if its client went away; w is freed. */
+static struct http_request *reply_wait_end(struct reply_wait *w)
+{
     struct http_request *req = w->req;
     free(w);
-    if (req == NULL)
-        return;
-    http_request_on_abort(req, NULL, NULL);
-    if (err != NULL)
+    if (req != NULL)
+        http_request_on_abort(req, NULL, NULL);
+    return req;
+}
+
+static void on_deleted(const struct cove_error *err, void *arg)
+{
+    struct http_request *req = reply_wait_end(arg);
+    if (req != NULL && err != NULL)
         api_respond_error(req, err);
-    else
+    else if (req != NULL)
         http_respond(req, 204, NULL, NULL, 0);
 }
 
 static void on_created(struct sandbox *sb, const struct cove_error *err, void *arg)
 {
-    struct reply_wait *w = arg;
-    struct http_request *req = w->req;
-    free(w);
+    struct http_request *req = reply_wait_end(arg);
     if (req == NULL)
         return;
-    http_request_on_abort(req, NULL, NULL);
     if (sb == NULL) {
         api_respond_error(req, err);
         return;
@@ -411,18 +426,14 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
     struct cove_error *err = NULL;
     struct sandbox_request sreq = {.owner = c->owner};
     struct reply_wait *w = NULL;
-    if (parse_create(api, body, &sreq, &err) < 0 ||
-        ((w = calloc(1, sizeof(*w))) == NULL && cove_error_sys(&err, "calloc") < 0) ||
-        sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0) {
-        free(w);
+    if (parse_create(api, body, &sreq, &err) < 0) {
         api_respond_error(req, err);
-        cove_error_free(err);
-        json_decref(body);
-        return;
+    } else if ((w = reply_wait_new(req)) != NULL &&
+               sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0) {
+        api_respond_error(reply_wait_end(w), err);
     }
+    cove_error_free(err);
     json_decref(body);
-    w->req = req;
-    http_request_on_abort(req, on_reply_abort, w);
 }
 
 struct list_filter {
@@ -565,19 +576,10 @@ void api_sandbox_delete(struct api *api, struct http_request *req, const struct 
     if (sb == NULL)
         return;
     struct cove_error *err = NULL;
-    struct reply_wait *w = calloc(1, sizeof(*w));
-    if (w == NULL) {
-        api_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
-        return;
-    }
-    w->req = req;
-    http_request_on_abort(req, on_reply_abort, w);
-    if (sandbox_delete(api->sandboxes, sb, "user_delete", on_deleted, w, &err) < 0) {
-        http_request_on_abort(req, NULL, NULL);
-        free(w);
-        api_respond_error(req, err);
-        cove_error_free(err);
-    }
+    struct reply_wait *w = reply_wait_new(req);
+    if (w != NULL && sandbox_delete(api->sandboxes, sb, "user_delete", on_deleted, w, &err) < 0)
+        api_respond_error(reply_wait_end(w), err);
+    cove_error_free(err);
 }
 
 static void transition(struct api *api, struct http_request *req, const struct api_caller *c,
