@@ -55,6 +55,10 @@
 #define READ_SIZE 65536
 /* Without a pidfd, how often the kernel's exit is looked for. */
 #define EXIT_POLL_MS 200
+/* An execution whose kernel went idle without replying (ipykernel does that when SIGINT lands
+ * in its own code just before the user's: "KeyboardInterrupt caught in kernel") ends this
+ * long after the idle status, unless the reply, which travels on another socket, comes. */
+#define REPLY_GRACE_MS 1000
 
 enum phase { STARTING, SERVING, STOPPING };
 
@@ -82,8 +86,10 @@ struct helper {
     char msg_id[WIRE_ID_SIZE];
     int64_t started_ms;
     bool reply_seen, idle_seen;
-    bool input_seen;      /* execute_input: the kernel has begun running the code */
-    bool interrupt_early; /* asked before that: the signal waits for it */
+    bool input_seen;           /* execute_input: the kernel has begun running the code */
+    bool interrupt_early;      /* asked before that: the signal waits for it */
+    bool interrupted;          /* an interrupt was asked for this execution */
+    int64_t reply_deadline_ms; /* idle seen without a reply: give up waiting then (0: no) */
 };
 
 static int64_t monotonic_ms(void)
@@ -324,9 +330,13 @@ static void execute(struct helper *h, const char *code)
         emit(h, json_pack("{s:s}", "cove", "done"));
         return;
     }
+    /* stop_on_error false: after an error (an interrupt included) IPython would otherwise
+     * abort every request that reaches it in the moment after the error reply, and the
+     * agent sends the next queued execution right then. Executions never queue in the
+     * kernel here (one at a time), so there is nothing the flag should abort. */
     json_t *content =
         json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 0, "store_history", 1,
-                  "user_expressions", "allow_stdin", 0, "stop_on_error", 1);
+                  "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
     struct cove_error *err = NULL;
     if (jupyter_send(&h->client, h->client.shell, "execute_request", content, h->msg_id, &err) <
         0) {
@@ -336,7 +346,8 @@ static void execute(struct helper *h, const char *code)
         return;
     }
     h->running = true;
-    h->reply_seen = h->idle_seen = h->input_seen = h->interrupt_early = false;
+    h->reply_seen = h->idle_seen = h->input_seen = h->interrupt_early = h->interrupted = false;
+    h->reply_deadline_ms = 0;
     h->started_ms = monotonic_ms();
 }
 
@@ -344,6 +355,7 @@ static void interrupt(struct helper *h)
 {
     if (!h->running)
         return; /* an idle kernel has nothing to interrupt */
+    h->interrupted = true;
     if (h->spec.interrupt_by_message) {
         char id[WIRE_ID_SIZE];
         struct cove_error *err = NULL;
@@ -461,8 +473,29 @@ static void handle_iopub(struct helper *h, struct wire_message *msg)
         h->interrupt_early = false;
     }
     const char *state = json_string_value(json_object_get(msg->content, "execution_state"));
-    if (strcmp(msg->msg_type, "status") == 0 && state != NULL && strcmp(state, "idle") == 0)
+    if (strcmp(msg->msg_type, "status") == 0 && state != NULL && strcmp(state, "idle") == 0) {
         h->idle_seen = true;
+        if (!h->reply_seen)
+            h->reply_deadline_ms = monotonic_ms() + REPLY_GRACE_MS;
+    }
+    finish_if_complete(h);
+}
+
+/* The kernel is idle and never replied: the execution is over all the same. */
+static void give_up_on_reply(struct helper *h)
+{
+    if (!h->running || h->reply_seen || h->reply_deadline_ms == 0 ||
+        monotonic_ms() < h->reply_deadline_ms)
+        return;
+    if (h->interrupted)
+        emit(h, kernel_event_error("KeyboardInterrupt", "interrupted before the code began",
+                                   unix_ms()));
+    else
+        emit(h, kernel_event_error("ExecutionAborted",
+                                   "the kernel ended this execution "
+                                   "without a reply",
+                                   unix_ms()));
+    h->reply_seen = true;
     finish_if_complete(h);
 }
 
@@ -573,6 +606,11 @@ static int poll_timeout(const struct helper *h)
     }
     if (h->kernel_pidfd < 0 && (timeout < 0 || timeout > EXIT_POLL_MS))
         timeout = EXIT_POLL_MS;
+    if (h->running && !h->reply_seen && h->reply_deadline_ms > 0) {
+        int64_t wait = h->reply_deadline_ms - monotonic_ms();
+        if (timeout < 0 || wait < timeout)
+            timeout = wait < 0 ? 0 : (int)wait;
+    }
     return timeout;
 }
 
@@ -623,6 +661,7 @@ static void serve(struct helper *h)
             drain(h, h->client.shell, handle_shell);
         if (items[control_at].revents & ZMQ_POLLIN)
             drain(h, h->client.control, handle_shell); /* interrupt replies: nothing to do */
+        give_up_on_reply(h);
         if ((pid_at >= 0 && (items[pid_at].revents & ZMQ_POLLIN)) || h->kernel_pidfd < 0) {
             if (kernel_exited(h)) {
                 report_exit(h);

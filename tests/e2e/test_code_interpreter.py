@@ -298,6 +298,24 @@ def test_runs_of_a_context_queue_and_a_client_that_leaves_interrupts_its_run(cov
     assert time.monotonic() - started < 20
 
 
+def test_clients_that_leave_at_once_never_wedge_or_abort_the_next_run(coved, ci):
+    """An interrupt can land while the kernel is still entering the code (IPython then goes
+    idle without replying) or just after an error (IPython then aborts what comes next): the
+    next run must still come back, and succeed. Repeated to hit both windows."""
+    ctx = new_context(coved, ci)
+    body = json.dumps({"code": "import time\nwhile True:\n    time.sleep(0.01)\n",
+                       "context": {"id": ctx}})
+    for i in range(15):
+        conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=60)
+        conn.request("POST", agent_path(ci, "/code"), body=body, headers=coved.headers())
+        resp = conn.getresponse()
+        assert resp.status == 200
+        resp.read1(1)
+        conn.close()
+        r = run_code(coved, ci, f"'free {i}'", context={"id": ctx}, timeout=30)
+        assert ok(r).text == [f"'free {i}'"], (i, r.events)
+
+
 def test_deleting_a_context_ends_its_run(coved, ci):
     ctx = new_context(coved, ci)
 

@@ -344,6 +344,23 @@ def test_a_slow_command_delivers_each_line_as_printed(gw):
         gw.delete(sid)
 
 
+def test_a_client_that_leaves_takes_its_command_with_it_at_once(gw, server):
+    """The client's FIN goes on to the agent through the gateway: a foreground command whose
+    client closed is killed then, not when its next output (or the 3 s heartbeat) would
+    have found the client gone. Here that is before the command's second step."""
+    gw.sh(server, "rm -f /tmp/after-leaving")
+    conn = connect(gw)
+    conn.request("POST", f"/sandboxes/{server}/proxy/44772/command",
+                 body=json.dumps({"command": "sleep 2 && touch /tmp/after-leaving"}),
+                 headers=gw.headers())
+    resp = conn.getresponse()
+    assert resp.status == 200
+    resp.read1(1)  # the stream has begun: the command runs
+    conn.close()
+    time.sleep(3.5)
+    assert gw.exec(server, "test -e /tmp/after-leaving").exit_code == 1
+
+
 def test_paused_sandbox_is_409_or_resumed_on_access(gw):
     sid = gw.create()
     try:

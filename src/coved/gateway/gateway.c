@@ -122,6 +122,8 @@ struct tunnel {
     bool request_lf_pending, response_lf_pending;
     struct evbuffer *replay; /* the first head, put back in front of the client's bytes */
     bool closing;            /* flush what is queued for the client, then close */
+    bool client_eof;         /* the client sent its FIN: it goes upstream after its bytes */
+    bool upstream_shut;      /* that FIN was passed on (shutdown SHUT_WR) */
     char prefix[512];        /* route part of the current request path, for X-Forwarded-Prefix */
 };
 
@@ -475,6 +477,7 @@ static int socket_in_sandbox(const struct sandbox *sb, struct cove_error **err)
 static void on_upstream_read(struct bufferevent *bev, void *arg);
 static void on_upstream_write(struct bufferevent *bev, void *arg);
 static void on_upstream_event(struct bufferevent *bev, short what, void *arg);
+static void pass_half_close(struct tunnel *t);
 
 static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port,
                             struct cove_error **err)
@@ -510,6 +513,7 @@ static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port
         close(fd);
         return cove_error_sys(err, "bufferevent");
     }
+    t->upstream_shut = false;
     bufferevent_setcb(t->upstream, on_upstream_read, on_upstream_write, on_upstream_event, t);
     bufferevent_setwatermark(t->upstream, EV_WRITE, TUNNEL_LOW_WATER, 0);
     bufferevent_set_max_single_read(t->upstream, TUNNEL_IO_CHUNK);
@@ -897,8 +901,8 @@ static void on_client_event(struct bufferevent *bev, short what, void *arg)
         if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) &&
             (t->state == AWAIT_RESPONSE || t->state == RAW) && t->upstream) {
             t->client_keep_alive = false;
-            if (t->state == RAW)
-                shutdown(bufferevent_getfd(t->upstream), SHUT_WR);
+            t->client_eof = true;
+            pass_half_close(t);
             return;
         }
         tunnel_free(t);
@@ -911,10 +915,24 @@ static void on_upstream_read(struct bufferevent *bev, void *arg)
     process_upstream(arg);
 }
 
+/* A client's FIN goes on to the sandbox's server once everything it sent before has, as a
+ * TCP proxy would: a server streaming to a client that left learns it at once (the agent
+ * then interrupts the command or code it was streaming) instead of at its next write. */
+static void pass_half_close(struct tunnel *t)
+{
+    if (!t->client_eof || t->upstream == NULL || !t->upstream_connected || t->upstream_shut ||
+        evbuffer_get_length(bufferevent_get_output(t->upstream)) > 0)
+        return;
+    shutdown(bufferevent_getfd(t->upstream), SHUT_WR);
+    t->upstream_shut = true;
+    t->upstream_reusable = false;
+}
+
 static void on_upstream_write(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct tunnel *t = arg;
+    pass_half_close(t);
     bufferevent_enable(t->client, EV_READ);
     process_client(t);
 }
@@ -925,6 +943,7 @@ static void on_upstream_event(struct bufferevent *bev, short what, void *arg)
     struct tunnel *t = arg;
     if (what & BEV_EVENT_CONNECTED) {
         t->upstream_connected = true;
+        pass_half_close(t);
         return;
     }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
