@@ -34,8 +34,6 @@ struct api {
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint). */
 #define GATEWAY_TOKEN_HEADER "X-Cove-Access-Token"
-/* Signed routes: PREFIX/{id}/{port}/{expires_b36}/{signature}/{path}. */
-#define GATEWAY_SIGNED_PREFIX "/route"
 
 /* The caller of a route: the owner id derived from its API key. */
 struct api_caller {

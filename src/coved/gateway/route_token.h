@@ -3,13 +3,17 @@
  * be handed to a browser or another service that holds no API key. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coved/sandbox/sandbox.h"
 #include "lib/error.h"
 
 #define ROUTE_SECRET_SIZE 32
 #define ROUTE_KEY_ID '0'
+/* Path prefix of signed routes: /route/{id}/{port}/{expires}/{signature}/... */
+#define GATEWAY_SIGNED_PREFIX "/route"
 
 struct route_signer {
     unsigned char secret[ROUTE_SECRET_SIZE];
@@ -27,3 +31,20 @@ int route_verify(const struct route_signer *signer, const char *id, int port,
                  const char *expires_b36, const char *sig);
 /* Parses base 36; -1 if malformed. */
 int64_t route_parse_base36(const char *text);
+
+/* A gateway route, as read from a request: which sandbox and port, and how it is signed. */
+struct route {
+    char id[SANDBOX_ID_SIZE + 1];
+    int port;
+    bool signed_route;
+    char expires_b36[16];
+    char sig[16];
+    const char *rest; /* path to forward */
+};
+
+/* The path forms (/sandboxes/{id}/proxy/{port}/..., /v1/ too, and the signed /route/...);
+ * false if target is none of them. A port that is not 1-65535 is -1. */
+bool route_match_path(const char *target, struct route *r);
+/* The host forms under domain ({port}-{id}.DOMAIN, {id}-{port}-{b36}-{sig}.DOMAIN); false if
+ * host is not one (or no domain is configured). */
+bool route_match_host(const char *domain, const char *host, const char *target, struct route *r);

@@ -1,0 +1,43 @@
+/* The gateway's route matching (src/coved/gateway/route_token.c): which sandbox and port a
+ * request names, by path or by Host, from any client that reaches coved. The input is the
+ * Host header, a newline, then the request target. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coved/gateway/route_token.h"
+
+static void check(const struct route *r, const char *target, bool by_host)
+{
+    if (strnlen(r->id, sizeof(r->id)) == sizeof(r->id) ||
+        strnlen(r->expires_b36, sizeof(r->expires_b36)) == sizeof(r->expires_b36) ||
+        strnlen(r->sig, sizeof(r->sig)) == sizeof(r->sig))
+        __builtin_trap(); /* every field is a terminated string */
+    if (r->port != -1 && (r->port < 1 || r->port > 65535))
+        __builtin_trap();
+    size_t len = strlen(target);
+    if (by_host ? r->rest != target : r->rest < target || r->rest > target + len)
+        __builtin_trap(); /* what is forwarded is the target, or a suffix of it */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (text == NULL)
+        return 0;
+    memcpy(text, data, size);
+    text[size] = '\0';
+    char *target = strchr(text, '\n');
+    const char *host = text;
+    if (target != NULL)
+        *target++ = '\0';
+    else
+        target = text;
+    struct route r;
+    if (route_match_host("sb.example.test", host, target, &r))
+        check(&r, target, true);
+    if (route_match_path(target, &r))
+        check(&r, target, false);
+    free(text);
+    return 0;
+}
