@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/event_stream.h"
+#include "fuzz_input.h"
 
 static int on_event(json_t *event, void *opaque, struct cove_error **err)
 {
@@ -18,11 +19,9 @@ static int on_event(json_t *event, void *opaque, struct cove_error **err)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1)
+    size_t piece;
+    if (!fuzz_take_piece_size(&data, &size, 16, &piece))
         return 0;
-    size_t piece = (size_t)data[0] % 16 + 1;
-    data++;
-    size--;
     size_t count = 0;
     struct event_stream stream;
     event_stream_init(&stream, on_event, &count);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "agent/multipart.h"
+#include "fuzz_input.h"
 
 struct seen {
     size_t parts, bytes;
@@ -41,11 +42,9 @@ static int on_end(void *arg, struct cove_error **err)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1)
+    size_t piece;
+    if (!fuzz_take_piece_size(&data, &size, 64, &piece))
         return 0;
-    size_t piece = (size_t)data[0] % 64 + 1;
-    data++;
-    size--;
     char boundary[MULTIPART_MAX_BOUNDARY + 1];
     struct cove_error *err = NULL;
     if (multipart_boundary_from_content_type("multipart/form-data; boundary=\"b-1 x\"", boundary,

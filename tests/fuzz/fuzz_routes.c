@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coved/gateway/route_token.h"
+#include "fuzz_input.h"
 
 static void check(const struct route *r, const char *target, bool by_host)
 {
@@ -22,11 +23,9 @@ static void check(const struct route *r, const char *target, bool by_host)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_cstring(data, size);
     if (text == NULL)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     char *target = strchr(text, '\n');
     const char *host = text;
     if (target != NULL)

@@ -9,14 +9,13 @@
 #include "coved/api/quantity.h"
 #include "coved/api/rfc3339.h"
 #include "coved/gateway/route_token.h"
+#include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
+    char *text = fuzz_cstring(data, size);
     if (text == NULL)
         return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
     (void)quantity_parse_millicores(text);
     (void)quantity_parse_bytes(text);
     (void)quantity_parse_count(text);

@@ -4,14 +4,13 @@
 #include <string.h>
 
 #include "lib/websocket.h"
+#include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1)
+    size_t piece;
+    if (!fuzz_take_piece_size(&data, &size, 32, &piece))
         return 0;
-    size_t piece = (size_t)data[0] % 32 + 1;
-    data++;
-    size--;
     struct websocket_reader reader;
     websocket_reader_init(&reader, 4096);
     uint8_t pending[8192];
