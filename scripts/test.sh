@@ -11,7 +11,7 @@ scripts/build.sh --asan
 PY=/usr/bin/python3   # Debian's python, with python3-pytest
 
 echo "== code style (clang-format, .clang-format)"
-git ls-files 'src/*.c' 'src/*.h' 'tests/unit/*.c' 'tests/unit/*.h' 'tests/fuzz/*.c' | xargs clang-format --dry-run --Werror
+git ls-files 'src/*.c' 'src/*.h' 'tests/unit/*.c' 'tests/unit/*.h' 'tests/fuzz/*.c' 'tests/fuzz/*.h' | xargs clang-format --dry-run --Werror
 
 echo "== unit tests (plain and ASan+UBSan builds)"
 meson test -C build --suite unit --print-errorlogs
