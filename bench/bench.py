@@ -1204,6 +1204,27 @@ def measure_memory(cove, n, rounds):
 
 # ---------------------------------------------------------------- report
 
+def latency_table(p, title, rows, mode, second, cove, per_s=None, width=8):
+    """One table of a mode: p50/p95/mean of "first" and of `second` ("cycle" or "done") per
+    tool, throughput (per_s formats it; None prints "-"), and each tool's p50s over Cove's."""
+    p(f"== {title}")
+    p(f"{'tool':{width}}{'n':>5} | {'first p50':>9} {'p95':>7} {'mean':>7} | "
+      f"{second + ' p50':>9} {'p95':>7} {'mean':>7} | {'/s':>6} | {'first p50':>9} "
+      f"{second + ' p50':>9}")
+    p(f"{'':{width}}{'':>5} | {'':>9} {'':>7} {'':>7} | {'':>9} {'':>7} {'':>7} | {'':>6} | "
+      f"{'tool/cove':>9} {'tool/cove':>9}")
+    for r in rows:
+        m = r[mode]
+        f, c = m["first"], m[second]
+        rf = rc = "-"
+        if cove and r is not cove and mode in cove:
+            rf = f"{f['p50'] / cove[mode]['first']['p50']:.2f}x"
+            rc = f"{c['p50'] / cove[mode][second]['p50']:.2f}x"
+        p(f"{r['tool']:{width}}{f['n']:>5} | {fmt(f['p50']):>9} {fmt(f['p95']):>7} "
+          f"{fmt(f['mean']):>7} | {fmt(c['p50']):>9} {fmt(c['p95']):>7} {fmt(c['mean']):>7} "
+          f"| {(per_s(m) if per_s else '-'):>6} | {rf:>9} {rc:>9}")
+
+
 def print_report(info, results, memory, exec_results, args, wall, code_results=()):
     p = print
     p()
@@ -1226,22 +1247,9 @@ def print_report(info, results, memory, exec_results, args, wall, code_results=(
         if not results or not all(mode in r for r in results):
             continue
         p()
-        p(f"== {titles[mode]}: milliseconds (first = start -> \"hi\" received; "
-          "cycle = + end of command + teardown)")
-        p(f"{'tool':8}{'n':>5} | {'first p50':>9} {'p95':>7} {'mean':>7} | {'cycle p50':>9} "
-          f"{'p95':>7} {'mean':>7} | {'/s':>6} | {'first p50':>9} {'cycle p50':>9}")
-        p(f"{'':8}{'':>5} | {'':>9} {'':>7} {'':>7} | {'':>9} {'':>7} {'':>7} | {'':>6} | "
-          f"{'tool/cove':>9} {'tool/cove':>9}")
-        for r in results:
-            m = r[mode]
-            f, c = m["first"], m["cycle"]
-            rf = rc = "-"
-            if cove and r is not cove:
-                rf = f"{f['p50'] / cove[mode]['first']['p50']:.2f}x"
-                rc = f"{c['p50'] / cove[mode]['cycle']['p50']:.2f}x"
-            p(f"{r['tool']:8}{f['n']:>5} | {fmt(f['p50']):>9} {fmt(f['p95']):>7} "
-              f"{fmt(f['mean']):>7} | {fmt(c['p50']):>9} {fmt(c['p95']):>7} {fmt(c['mean']):>7} "
-              f"| {(format(m['per_s'], '6.1f') if mode != 'idle' else '-'):>6} | {rf:>9} {rc:>9}")
+        latency_table(p, f"{titles[mode]}: milliseconds (first = start -> \"hi\" received; "
+                      "cycle = + end of command + teardown)", results, mode, "cycle", cove,
+                      per_s=(lambda m: format(m["per_s"], "6.1f")) if mode != "idle" else None)
         if cove:
             m = cove[mode]
             p("cove phases p50/p95 (ms): " + ", ".join(
@@ -1323,22 +1331,9 @@ def print_exec_report(exec_results, args):
         if not rows:
             continue
         p()
-        p(f"== Exec, {title}: milliseconds (first = request -> \"hi\" received; "
-          "done = end of the event stream / exit of the exec command)")
-        p(f"{'tool':9}{'n':>5} | {'first p50':>9} {'p95':>7} {'mean':>7} | {'done p50':>9} "
-          f"{'p95':>7} {'mean':>7} | {'/s':>6} | {'first p50':>9} {'done p50':>9}")
-        p(f"{'':9}{'':>5} | {'':>9} {'':>7} {'':>7} | {'':>9} {'':>7} {'':>7} | {'':>6} | "
-          f"{'tool/cove':>9} {'tool/cove':>9}")
-        for r in rows:
-            m = r[mode]
-            f, d = m["first"], m["done"]
-            rf = rd = "-"
-            if cove and r is not cove and mode in cove:
-                rf = f"{f['p50'] / cove[mode]['first']['p50']:.2f}x"
-                rd = f"{d['p50'] / cove[mode]['done']['p50']:.2f}x"
-            p(f"{r['tool']:9}{f['n']:>5} | {fmt(f['p50']):>9} {fmt(f['p95']):>7} "
-              f"{fmt(f['mean']):>7} | {fmt(d['p50']):>9} {fmt(d['p95']):>7} {fmt(d['mean']):>7} "
-              f"| {fmt(m['per_s']):>6} | {rf:>9} {rd:>9}")
+        latency_table(p, f"Exec, {title}: milliseconds (first = request -> \"hi\" received; "
+                      "done = end of the event stream / exit of the exec command)", rows, mode,
+                      "done", cove, per_s=lambda m: fmt(m["per_s"]), width=9)
 
 
 # ---------------------------------------------------------------- main

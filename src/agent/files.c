@@ -74,68 +74,66 @@ static int path_values(struct http_request *req, char ***raw, char ***clean, siz
     return 0;
 }
 
+/* Handles one "path" value (clean, and raw as the client sent it); sets err on failure. */
+typedef void (*path_fn)(const char *clean, const char *raw, void *arg, struct cove_error **err);
+
+/* Calls fn for every "path" value, in order, up to the first failure; -1 with err set then. */
+static int for_each_path(struct http_request *req, path_fn fn, void *arg, struct cove_error **err)
+{
+    char **raw, **clean;
+    size_t count;
+    if (path_values(req, &raw, &clean, &count, true, err) < 0)
+        return -1;
+    for (size_t i = 0; *err == NULL && i < count; i++)
+        fn(clean[i], raw[i], arg, err);
+    files_query_free(raw, count);
+    files_query_free(clean, count);
+    return *err == NULL ? 0 : -1;
+}
+
+/* Adds one path's entry to the info map (arg), keyed by the path as the client sent it. */
+static void add_info(const char *clean, const char *raw, void *arg, struct cove_error **err)
+{
+    json_t *result = arg;
+    struct stat st;
+    if (files_path_lstat(clean, &st) < 0) {
+        files_path_error(err, errno, "stat", raw);
+        return;
+    }
+    json_t *key = utf8_json_string(raw, strlen(raw));
+    json_t *info = file_info_json(clean, strlen(clean), &st);
+    if (key == NULL || info == NULL ||
+        json_object_set_new_nocheck(result, json_string_value(key), info) < 0)
+        cove_error_set(err, 0, 500, "RUNTIME_ERROR", "out of memory");
+    json_decref(key);
+}
+
 /* getFilesInfo: GET /files/info?path=... (repeated). Entries are not followed (lstat), as
- * execd: a symlink is reported as one. The map is keyed by the path as the client sent it. */
+ * execd: a symlink is reported as one. */
 void files_handle_info(struct http_request *req, const struct api_params *params)
 {
     struct cove_error *err = NULL;
-    char **raw, **clean;
-    size_t count;
-    if (path_values(req, &raw, &clean, &count, true, &err) < 0) {
-        respond_error(req, err);
-        return;
-    }
     users_refresh();
     json_t *result = json_object();
-    for (size_t i = 0; result != NULL && i < count; i++) {
-        struct stat st;
-        if (files_path_lstat(clean[i], &st) < 0) {
-            files_path_error(&err, errno, "stat", raw[i]);
-            break;
-        }
-        json_t *key = utf8_json_string(raw[i], strlen(raw[i]));
-        json_t *info = file_info_json(clean[i], strlen(clean[i]), &st);
-        if (key == NULL || info == NULL ||
-            json_object_set_new_nocheck(result, json_string_value(key), info) < 0) {
-            cove_error_set(&err, 0, 500, "RUNTIME_ERROR", "out of memory");
-            json_decref(key);
-            break;
-        }
-        json_decref(key);
-    }
-    files_query_free(raw, count);
-    files_query_free(clean, count);
-    if (err != NULL || result == NULL) {
+    if (result == NULL)
+        cove_error_set(&err, 0, 500, "RUNTIME_ERROR", "out of memory");
+    if (err != NULL || for_each_path(req, add_info, result, &err) < 0) {
         json_decref(result);
-        if (err == NULL)
-            cove_error_set(&err, 0, 500, "RUNTIME_ERROR", "out of memory");
         respond_error(req, err);
         return;
     }
     api_respond_json(req, 200, result);
 }
 
-/* Removes one "path" value of a removal (clean, as the client sent it raw); err on failure. */
-typedef void (*remove_one_fn)(const char *clean, const char *raw, struct cove_error **err);
-
 /* removeFiles and removeDirs: every "path" value, in order, up to the first failure. */
-static void remove_each(struct http_request *req, remove_one_fn remove_one)
+static void remove_each(struct http_request *req, path_fn remove_one)
 {
     struct cove_error *err = NULL;
-    char **raw, **clean;
-    size_t count;
-    if (path_values(req, &raw, &clean, &count, true, &err) < 0) {
-        respond_error(req, err);
-        return;
-    }
-    for (size_t i = 0; err == NULL && i < count; i++)
-        remove_one(clean[i], raw[i], &err);
-    files_query_free(raw, count);
-    files_query_free(clean, count);
+    for_each_path(req, remove_one, NULL, &err);
     respond_done(req, err);
 }
 
-static void remove_file(const char *clean, const char *raw, struct cove_error **err)
+static void remove_file(const char *clean, const char *raw, void *arg, struct cove_error **err)
 {
     char name[NAME_MAX + 1];
     int dir = files_path_open_parent(clean, name, sizeof(name));
@@ -338,7 +336,7 @@ static int remove_tree(int parent, const char *name)
     return -1;
 }
 
-static void remove_directory(const char *clean, const char *raw, struct cove_error **err)
+static void remove_directory(const char *clean, const char *raw, void *arg, struct cove_error **err)
 {
     if (strcmp(clean, "/") == 0) {
         cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "refusing to remove /");
