@@ -246,10 +246,7 @@ void api_respond_error(struct http_request *req, int status, const char *code, c
     va_start(ap, fmt);
     vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
-    json_t *body = json_pack("{s:s, s:s}", "code", code, "message", message);
-    if (body == NULL) /* the message was not UTF-8 (e.g. a path the client sent) */
-        body = json_pack("{s:s, s:s}", "code", code, "message", "invalid request");
-    api_respond_json(req, status, body);
+    http_respond_error(req, status, code, message);
 }
 
 void api_respond_cove_error(struct http_request *req, const struct cove_error *err)

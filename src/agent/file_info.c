@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "agent/users.h"
-#include "agent/utf8.h"
+#include "lib/utf8.h"
 
 void file_info_time(const struct timespec *ts, char *out, size_t size)
 {

@@ -20,7 +20,7 @@
 #include "agent/files_path.h"
 #include "agent/files_request.h"
 #include "agent/users.h"
-#include "agent/utf8.h"
+#include "lib/utf8.h"
 #include "lib/log.h"
 
 /* Buffer of content replacement and cross-filesystem copies. */

@@ -1,7 +1,7 @@
 #include "agent/files_path.h"
 #include "agent/ids.h"
 
-#include "agent/utf8.h"
+#include "lib/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>

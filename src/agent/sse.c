@@ -1,5 +1,5 @@
 #include "agent/sse.h"
-#include "agent/utf8.h"
+#include "lib/utf8.h"
 
 #include <event2/buffer.h>
 #include <jansson.h>

@@ -57,6 +57,25 @@ static const char usage[] =
     "      coved; without it code contexts are refused)\n"
     "  --log-level LEVEL      log_level                   COVE_LOG_LEVEL\n"
     "      debug, info, warn or error (default info)\n"
+    "  --head-timeout SECONDS head_timeout_seconds        COVE_HEAD_TIMEOUT\n"
+    "      a request head must be complete this long after it began (default 10)\n"
+    "  --idle-timeout SECONDS idle_timeout_seconds        COVE_IDLE_TIMEOUT\n"
+    "      a connection with no request, or a body with no byte, this long is closed\n"
+    "      (default 60)\n"
+    "  --gateway-idle-timeout SECONDS  gateway_idle_timeout_seconds\n"
+    "                                  COVE_GATEWAY_IDLE_TIMEOUT\n"
+    "      a gateway connection with no byte either way this long is closed (default\n"
+    "      300; WebSocket and SSE streams stay open while bytes or keep-alives flow)\n"
+    "  --max-connections N    max_connections             COVE_MAX_CONNECTIONS\n"
+    "      open client connections, gateway tunnels included (default: what the\n"
+    "      descriptor limit allows, at most 16384); a tenth, at most 256, is kept for\n"
+    "      clients that sent a whole request\n"
+    "  --max-connections-per-peer N  max_connections_per_peer\n"
+    "                                COVE_MAX_CONNECTIONS_PER_PEER\n"
+    "      open connections from one client address (default 512)\n"
+    "  --max-tunnels-per-sandbox N   max_tunnels_per_sandbox\n"
+    "                                COVE_MAX_TUNNELS_PER_SANDBOX\n"
+    "      gateway connections open to one sandbox (default 1024)\n"
     "  -h, --help             this text\n"
     "\n"
     "Example file:\n"
@@ -129,11 +148,48 @@ static int parse_level(const char *v, int *out)
     return -1;
 }
 
+/* The settings that are a count or a number of seconds, at least 1. */
+static int set_integer(struct coved_config *cfg, const char *key, const char *value,
+                       const char *from, struct cove_error **err, bool *handled)
+{
+    const struct {
+        const char *key;
+        int64_t *field;
+        int64_t max;
+    } settings[] = {
+        {"head_timeout_seconds", &cfg->head_timeout_s, 3600},
+        {"idle_timeout_seconds", &cfg->idle_timeout_s, 86400},
+        {"gateway_idle_timeout_seconds", &cfg->gateway_idle_timeout_s, 7 * 86400},
+        {"max_connections", &cfg->max_connections, 1 << 20},
+        {"max_connections_per_peer", &cfg->max_connections_per_peer, 1 << 20},
+        {"max_tunnels_per_sandbox", &cfg->max_tunnels_per_sandbox, 1 << 20},
+    };
+    *handled = false;
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+        if (strcmp(key, settings[i].key) != 0)
+            continue;
+        *handled = true;
+        char *end;
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 1 || v > settings[i].max)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: %s must be an integer from 1 to %lld", from, key,
+                                  (long long)settings[i].max);
+        *settings[i].field = v;
+    }
+    return 0;
+}
+
 /* One setting by its file key name; the environment and flags go through here too. */
 static int apply(struct coved_config *cfg, const char *key, const char *value, const char *from,
                  struct cove_error **err)
 {
     char *end;
+    bool handled = false;
+    if (set_integer(cfg, key, value, from, err, &handled) < 0)
+        return -1;
+    if (handled)
+        return 0;
     if (strcmp(key, "listen") == 0) {
         snprintf(cfg->listen, sizeof(cfg->listen), "%s", value);
     } else if (strcmp(key, "state_dir") == 0) {
@@ -224,6 +280,12 @@ static const struct {
     {"COVE_DOMAIN", "domain"},
     {"COVE_RESUME_ON_ACCESS", "resume_on_access"},
     {"COVE_KERNEL_HELPER", "kernel_helper"},
+    {"COVE_HEAD_TIMEOUT", "head_timeout_seconds"},
+    {"COVE_IDLE_TIMEOUT", "idle_timeout_seconds"},
+    {"COVE_GATEWAY_IDLE_TIMEOUT", "gateway_idle_timeout_seconds"},
+    {"COVE_MAX_CONNECTIONS", "max_connections"},
+    {"COVE_MAX_CONNECTIONS_PER_PEER", "max_connections_per_peer"},
+    {"COVE_MAX_TUNNELS_PER_SANDBOX", "max_tunnels_per_sandbox"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -276,6 +338,12 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"kernel-helper", required_argument, NULL, 'H'},
         {"max-timeout", required_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'L'},
+        {"head-timeout", required_argument, NULL, 1000},
+        {"idle-timeout", required_argument, NULL, 1001},
+        {"gateway-idle-timeout", required_argument, NULL, 1002},
+        {"max-connections", required_argument, NULL, 1003},
+        {"max-connections-per-peer", required_argument, NULL, 1004},
+        {"max-tunnels-per-sandbox", required_argument, NULL, 1005},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -348,6 +416,24 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 'K':
             key = "api_key_file";
+            break;
+        case 1000:
+            key = "head_timeout_seconds";
+            break;
+        case 1001:
+            key = "idle_timeout_seconds";
+            break;
+        case 1002:
+            key = "gateway_idle_timeout_seconds";
+            break;
+        case 1003:
+            key = "max_connections";
+            break;
+        case 1004:
+            key = "max_connections_per_peer";
+            break;
+        case 1005:
+            key = "max_tunnels_per_sandbox";
             break;
         case 'i':
             cfg->insecure = true;

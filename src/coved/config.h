@@ -25,6 +25,13 @@ struct coved_config {
     bool resume_on_access; /* gateway traffic resumes a paused sandbox */
     int64_t max_timeout_s;
     int log_level; /* enum cove_log_level */
+    /* Connections (lib/http.c and the gateway); 0 means the built-in default. */
+    int64_t head_timeout_s;           /* a request head must be complete within this */
+    int64_t idle_timeout_s;           /* a connection between requests */
+    int64_t gateway_idle_timeout_s;   /* a gateway tunnel with no byte either way */
+    int64_t max_connections;          /* in all, gateway tunnels included */
+    int64_t max_connections_per_peer; /* from one client address */
+    int64_t max_tunnels_per_sandbox;  /* gateway connections open to one sandbox */
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,6 +58,25 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(base, NULL);
 }
 
+/* Every client connection and gateway tunnel holds descriptors: take all the hard limit
+ * allows (raising it needs CAP_SYS_RESOURCE) and say so if it is small. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            log_warn("cannot raise the descriptor limit to %llu: %s",
+                     (unsigned long long)rl.rlim_max, strerror(errno));
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 4096)
+        log_warn("the descriptor limit is %llu: coved serves about half as many connections "
+                 "less 512; raise the hard limit (ulimit -Hn, LimitNOFILE=) for more",
+                 (unsigned long long)rl.rlim_cur);
+}
+
 int main(int argc, char **argv)
 {
     cove_log_set_prefix("coved");
@@ -83,6 +103,7 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     umask(022);
+    raise_fd_limit();
 
     int rc = 1;
     struct cove_error *err = NULL;
@@ -129,6 +150,12 @@ int main(int argc, char **argv)
         .public_host = o.public_host,
         .domain = o.domain,
         .resume_on_access = o.resume_on_access,
+        .head_timeout_s = (int)o.head_timeout_s,
+        .idle_timeout_s = (int)o.idle_timeout_s,
+        .gateway_idle_timeout_s = (int)o.gateway_idle_timeout_s,
+        .max_connections = (size_t)o.max_connections,
+        .max_connections_per_peer = (size_t)o.max_connections_per_peer,
+        .max_tunnels_per_sandbox = (int)o.max_tunnels_per_sandbox,
     };
     if (route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;

@@ -10,34 +10,59 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "lib/log.h"
+#include "lib/utf8.h"
 
 #define MAX_TARGET 8192
 #define MAX_HEADERS 100
 #define MAX_LISTENERS 4
 #define IDLE_TIMEOUT_S 60
+#define HEAD_TIMEOUT_S 10
+#define PEER_BUCKETS 1024
 /* Stop reading from a client that sends faster than it is served. */
 #define READ_HIGH_WATERMARK (256 * 1024)
 /* A streamed body answered before its end is read on (and dropped) up to this much, so that
  * closing with unread input does not reset the connection before the client read the answer. */
 #define DISCARD_MAX (4 * 1024 * 1024)
 
+/* Connections counted per client address. */
+struct http_peer {
+    struct http_peer *next;
+    int family;
+    unsigned char addr[16];
+    size_t connections;
+};
+
 struct http_server {
     struct event_base *base;
     struct http_server_config config;
     struct evconnlistener *listeners[MAX_LISTENERS];
     size_t listener_count;
-    size_t connections;
+    size_t connections;      /* open ones, taken-over ones included */
     struct http_conn *conns; /* every open connection, freed with the server */
+    /* Connections still waiting for their first request head, oldest first. */
+    struct http_conn *waiting_first, *waiting_last;
+    size_t waiting;
+    struct http_peer *peers[PEER_BUCKETS];
+    int fd_limit; /* RLIMIT_NOFILE's soft limit when the server was made */
     int port;
 };
 
 struct http_conn {
     struct http_server *srv;
     struct http_conn *prev, *next;
+    struct http_conn *waiting_prev, *waiting_next; /* in srv's waiting list */
+    bool waiting;                                  /* no whole request head yet */
+    struct http_peer *peer;                        /* NULL for unix sockets */
+    struct event *head_timer;                      /* the head's deadline, while it is read */
     struct bufferevent *bev;
     http_parser parser;
     struct http_request *req;
@@ -51,6 +76,9 @@ struct http_conn {
 struct http_request {
     struct http_conn *conn;
     struct bufferevent *taken; /* set once taken over */
+    /* Once taken over, the connection's place in the server's counts, released with it. */
+    struct http_server *taken_srv;
+    struct http_peer *taken_peer;
     char method[16];
     char *target;
     size_t target_len;
@@ -84,6 +112,8 @@ struct http_request {
 
 static void conn_free(struct http_conn *conn);
 static void conn_process(struct http_conn *conn);
+static int conn_new(struct http_server *srv, struct bufferevent *bev, const struct sockaddr *addr,
+                    struct http_conn **out);
 
 /* A connection that is to close has nothing left to do: answered, flushed, and no body still
  * being read to be dropped. */
@@ -195,6 +225,163 @@ const char *http_status_reason(int status)
     }
 }
 
+/* Messages longer than this (before escaping) are cut: an error says what went wrong, it does
+ * not echo a client's whole input. */
+#define ERROR_MESSAGE_MAX 512
+
+size_t http_error_body(char *out, size_t size, const char *code, const char *message)
+{
+    char clean_code[64], clean_message[ERROR_MESSAGE_MAX];
+    utf8_sanitize(code ? code : "COVE::INTERNAL", clean_code, sizeof(clean_code));
+    utf8_sanitize(message ? message : "", clean_message, sizeof(clean_message));
+    json_t *body = json_pack("{s:s, s:s}", "code", clean_code, "message", clean_message);
+    /* JSON escaping at most sextuples a byte, so this fits unless out of memory. */
+    size_t n = body ? json_dumpb(body, out, size - 1, JSON_COMPACT) : 0;
+    json_decref(body);
+    if (n == 0 || n >= size) {
+        static const char fallback[] =
+            "{\"code\":\"COVE::INTERNAL\",\"message\":\"out of memory\"}";
+        n = snprintf(out, size, "%s", fallback);
+        return n < size ? n : size - 1;
+    }
+    out[n] = '\0';
+    return n;
+}
+
+void http_respond_error(struct http_request *req, int status, const char *code, const char *message)
+{
+    char body[HTTP_ERROR_BODY_MAX];
+    size_t len = http_error_body(body, sizeof(body), code, message);
+    http_respond(req, status, "application/json", body, len);
+}
+
+/* ---- who is connected ---- */
+
+static int peer_address(const struct sockaddr *sa, unsigned char addr[16])
+{
+    memset(addr, 0, 16);
+    if (sa->sa_family == AF_INET) {
+        memcpy(addr, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        return AF_INET;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a)) {
+            memcpy(addr, a->s6_addr + 12, 4);
+            return AF_INET;
+        }
+        memcpy(addr, a->s6_addr, 16);
+        return AF_INET6;
+    }
+    return 0;
+}
+
+static size_t peer_bucket(int family, const unsigned char addr[16])
+{
+    uint32_t h = 2166136261u ^ (uint32_t)family; /* FNV-1a */
+    for (int i = 0; i < 16; i++)
+        h = (h ^ addr[i]) * 16777619u;
+    return h % PEER_BUCKETS;
+}
+
+/* The record of a client address; with create, made if there is none. NULL for addresses
+ * that are not counted (unix sockets), or when out of memory. */
+static struct http_peer *peer_lookup(struct http_server *srv, const struct sockaddr *sa,
+                                     bool create)
+{
+    unsigned char addr[16];
+    int family = sa ? peer_address(sa, addr) : 0;
+    if (family == 0)
+        return NULL;
+    size_t b = peer_bucket(family, addr);
+    for (struct http_peer *p = srv->peers[b]; p; p = p->next)
+        if (p->family == family && memcmp(p->addr, addr, 16) == 0)
+            return p;
+    if (!create)
+        return NULL;
+    struct http_peer *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    p->family = family;
+    memcpy(p->addr, addr, 16);
+    p->next = srv->peers[b];
+    srv->peers[b] = p;
+    return p;
+}
+
+static void peer_release(struct http_server *srv, struct http_peer *peer)
+{
+    if (peer == NULL || --peer->connections > 0)
+        return;
+    struct http_peer **link = &srv->peers[peer_bucket(peer->family, peer->addr)];
+    while (*link != peer)
+        link = &(*link)->next;
+    *link = peer->next;
+    free(peer);
+}
+
+static void waiting_remove(struct http_conn *conn)
+{
+    struct http_server *srv = conn->srv;
+    if (!conn->waiting)
+        return;
+    if (conn->waiting_prev)
+        conn->waiting_prev->waiting_next = conn->waiting_next;
+    else
+        srv->waiting_first = conn->waiting_next;
+    if (conn->waiting_next)
+        conn->waiting_next->waiting_prev = conn->waiting_prev;
+    else
+        srv->waiting_last = conn->waiting_prev;
+    conn->waiting = false;
+    conn->waiting_prev = conn->waiting_next = NULL;
+    srv->waiting--;
+}
+
+static void waiting_add(struct http_conn *conn)
+{
+    struct http_server *srv = conn->srv;
+    conn->waiting = true;
+    conn->waiting_prev = srv->waiting_last;
+    if (srv->waiting_last)
+        srv->waiting_last->waiting_next = conn;
+    else
+        srv->waiting_first = conn;
+    srv->waiting_last = conn;
+    srv->waiting++;
+}
+
+/* Says why connections are refused, at most once every 10 s (a flood must not flood the log
+ * too), with how many were refused meanwhile. */
+static void log_refusal(const char *why)
+{
+    static time_t last;
+    static unsigned long refused;
+    refused++;
+    time_t now = time(NULL);
+    if (now - last < 10)
+        return;
+    log_warn("refusing connections: %s (%lu refused since the last such message)", why, refused);
+    last = now;
+    refused = 0;
+}
+
+/* A refused connection gets a short answer if its socket takes it at once, then is closed. */
+static void refuse(int fd, int status, const char *code, const char *message)
+{
+    char body[HTTP_ERROR_BODY_MAX], head[256];
+    size_t len = http_error_body(body, sizeof(body), code, message);
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
+                     "%zu\r\nConnection: close\r\n\r\n",
+                     status, http_status_reason(status), len);
+    struct iovec iov[2] = {{head, (size_t)n}, {body, len}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
+    ssize_t ignored = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)ignored;
+    close(fd);
+}
+
 /* ---- parsing ---- */
 
 static int append(char **dst, size_t *len, const char *at, size_t n, size_t limit)
@@ -219,7 +406,7 @@ static void server_error(struct http_request *req, int status, const char *code,
     if (srv->config.on_error)
         srv->config.on_error(req, status, code, msg, srv->config.arg);
     else
-        http_respond(req, status, "text/plain", msg, strlen(msg));
+        http_respond_error(req, status, code, msg);
 }
 
 static struct http_request *current(http_parser *p)
@@ -277,10 +464,50 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
+/* A read timeout: between requests, and between a body's bytes. It restarts with every read,
+ * so it cannot stop a client that trickles; the head's deadline does that. */
 static void set_idle(struct http_conn *conn, bool idle)
 {
-    struct timeval tv = {.tv_sec = IDLE_TIMEOUT_S};
+    int s =
+        conn->srv->config.idle_timeout_s > 0 ? conn->srv->config.idle_timeout_s : IDLE_TIMEOUT_S;
+    struct timeval tv = {.tv_sec = s};
     bufferevent_set_timeouts(conn->bev, idle ? &tv : NULL, NULL);
+}
+
+/* The deadline of a request head runs from the connection's accept (first request) or from
+ * the head's first byte (later ones), and reads do not extend it. */
+static void arm_head_deadline(struct http_conn *conn)
+{
+    if (conn->head_timer == NULL || evtimer_pending(conn->head_timer, NULL))
+        return;
+    int s =
+        conn->srv->config.head_timeout_s > 0 ? conn->srv->config.head_timeout_s : HEAD_TIMEOUT_S;
+    struct timeval tv = {.tv_sec = s};
+    evtimer_add(conn->head_timer, &tv);
+}
+
+static void on_head_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct http_conn *conn = arg;
+    struct http_request *req = conn->req;
+    if (req == NULL || req->responded || req->error) {
+        conn_free(conn); /* nothing but a few bytes of a method, or nothing at all */
+        return;
+    }
+    req->complete = true;
+    server_error(req, 408, "HTTP::REQUEST_TIMEOUT", "the request head was not complete in time");
+    conn->close_after = true;
+    bufferevent_disable(conn->bev, EV_READ);
+    if (conn_done(conn))
+        conn_free(conn);
+}
+
+static int on_message_begin(http_parser *p)
+{
+    arm_head_deadline(p->data);
+    return 0;
 }
 
 static int on_headers_complete(http_parser *p)
@@ -303,7 +530,13 @@ static int on_headers_complete(http_parser *p)
     req->upgrade = p->upgrade;
     req->keep_alive = http_should_keep_alive(p);
     req->head_only = p->method == HTTP_HEAD;
-    set_idle(conn, false);
+    if (conn->head_timer)
+        evtimer_del(conn->head_timer);
+    waiting_remove(conn);
+    /* While a body comes in, its bytes may not stall; once it is read, the handler takes as
+     * long as it takes. */
+    set_idle(conn,
+             (p->flags & F_CHUNKED) || (p->content_length > 0 && p->content_length != ULLONG_MAX));
 
     struct http_server *srv = conn->srv;
     if (srv->config.on_head && srv->config.on_head(req, srv->config.arg)) {
@@ -372,11 +605,13 @@ static int on_message_complete(http_parser *p)
     if (req == NULL)
         return -1;
     req->complete = true;
+    set_idle(conn, false);
     http_parser_pause(p, 1);
     return 0;
 }
 
 static const http_parser_settings parser_settings = {
+    .on_message_begin = on_message_begin,
     .on_url = on_url,
     .on_header_field = on_header_field,
     .on_header_value = on_header_value,
@@ -486,6 +721,7 @@ static void conn_process_loop(struct http_conn *conn)
 
 static void conn_free(struct http_conn *conn)
 {
+    struct http_server *srv = conn->srv;
     if (conn->req != NULL && conn->req->taken == NULL) {
         struct http_request *req = conn->req;
         conn->req = NULL;
@@ -493,15 +729,26 @@ static void conn_free(struct http_conn *conn)
             req->on_abort(req, req->abort_arg);
         request_free(req);
     }
+    if (conn->req != NULL && conn->req->taken != NULL) {
+        /* The new owner holds the connection, and its place in the counts until it frees
+         * the request. */
+        conn->req->taken_srv = srv;
+        conn->req->taken_peer = conn->peer;
+    } else {
+        srv->connections--;
+        peer_release(srv, conn->peer);
+    }
     if (conn->bev != NULL)
         bufferevent_free(conn->bev);
+    if (conn->head_timer)
+        event_free(conn->head_timer);
+    waiting_remove(conn);
     if (conn->prev)
         conn->prev->next = conn->next;
     else
-        conn->srv->conns = conn->next;
+        srv->conns = conn->next;
     if (conn->next)
         conn->next->prev = conn->prev;
-    conn->srv->connections--;
     free(conn);
 }
 
@@ -562,8 +809,28 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struc
     (void)listener;
     (void)socklen;
     struct http_server *srv = arg;
-    if (srv->config.max_connections && srv->connections >= srv->config.max_connections) {
-        close(fd);
+    const struct http_server_config *c = &srv->config;
+    /* The lowest free descriptor is returned: this one's number is a lower bound of those in
+     * use. The rest are kept for what serving needs (sandboxes, the database, upstreams). */
+    if (c->fd_reserve > 0 && srv->fd_limit > 0 && fd >= srv->fd_limit - c->fd_reserve) {
+        log_refusal("too few file descriptors left");
+        refuse(fd, 503, "COVE::OVERLOADED", "the server is out of connections; try again");
+        return;
+    }
+    struct http_peer *peer = peer_lookup(srv, addr, false);
+    if (c->max_connections_per_peer && peer && peer->connections >= c->max_connections_per_peer) {
+        log_refusal("too many connections from one address");
+        refuse(fd, 429, "HTTP::TOO_MANY_CONNECTIONS", "too many connections from your address");
+        return;
+    }
+    if (c->max_connections && srv->connections + c->reserved_connections >= c->max_connections &&
+        srv->waiting_first != NULL) {
+        log_refusal("connections full: closing the oldest still sending its first request");
+        conn_free(srv->waiting_first);
+    }
+    if (c->max_connections && srv->connections >= c->max_connections) {
+        log_refusal("connection limit reached");
+        refuse(fd, 503, "COVE::OVERLOADED", "the server is out of connections; try again");
         return;
     }
     if (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) {
@@ -575,17 +842,31 @@ static void on_accept(struct evconnlistener *listener, evutil_socket_t fd, struc
         close(fd);
         return;
     }
-    if (http_server_adopt(srv, bev) < 0)
+    struct http_conn *conn = NULL;
+    if (conn_new(srv, bev, addr, &conn) < 0) {
         bufferevent_free(bev);
+        return;
+    }
+    waiting_add(conn);
+    arm_head_deadline(conn);
 }
 
-int http_server_adopt(struct http_server *srv, struct bufferevent *bev)
+static int conn_new(struct http_server *srv, struct bufferevent *bev, const struct sockaddr *addr,
+                    struct http_conn **out)
 {
     struct http_conn *conn = calloc(1, sizeof(*conn));
     if (conn == NULL)
         return -1;
+    conn->head_timer = evtimer_new(srv->base, on_head_timeout, conn);
+    if (conn->head_timer == NULL) {
+        free(conn);
+        return -1;
+    }
     conn->srv = srv;
     conn->bev = bev;
+    conn->peer = peer_lookup(srv, addr, true);
+    if (conn->peer)
+        conn->peer->connections++;
     srv->connections++;
     conn->next = srv->conns;
     if (srv->conns)
@@ -601,6 +882,20 @@ int http_server_adopt(struct http_server *srv, struct bufferevent *bev)
     bufferevent_set_max_single_write(conn->bev, 256 * 1024);
     set_idle(conn, true);
     bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+    *out = conn;
+    return 0;
+}
+
+int http_server_adopt(struct http_server *srv, struct bufferevent *bev)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int fd = bufferevent_getfd(bev);
+    bool known = fd >= 0 && getpeername(fd, (struct sockaddr *)&ss, &len) == 0;
+    struct http_conn *conn = NULL;
+    if (conn_new(srv, bev, known ? (struct sockaddr *)&ss : NULL, &conn) < 0)
+        return -1;
+    arm_head_deadline(conn);
     /* An adopted connection may hold a request already: read it on the next loop turn. */
     if (evbuffer_get_length(bufferevent_get_input(bev)) > 0)
         bufferevent_trigger(bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
@@ -615,6 +910,9 @@ int http_server_new(struct event_base *base, const struct http_server_config *co
         return cove_error_sys(err, "calloc");
     srv->base = base;
     srv->config = *config;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < INT_MAX)
+        srv->fd_limit = (int)rl.rlim_cur;
     *out = srv;
     return 0;
 }
@@ -698,6 +996,11 @@ int http_server_port(struct http_server *srv)
     return srv->port;
 }
 
+size_t http_server_connections(const struct http_server *srv)
+{
+    return srv->connections;
+}
+
 void http_server_free(struct http_server *srv)
 {
     if (srv == NULL)
@@ -706,6 +1009,14 @@ void http_server_free(struct http_server *srv)
         evconnlistener_free(srv->listeners[i]);
     while (srv->conns)
         conn_free(srv->conns);
+    /* Taken-over connections must have been freed before: what is left is theirs alone. */
+    for (size_t b = 0; b < PEER_BUCKETS; b++) {
+        while (srv->peers[b]) {
+            struct http_peer *p = srv->peers[b];
+            srv->peers[b] = p->next;
+            free(p);
+        }
+    }
     free(srv);
 }
 
@@ -955,5 +1266,11 @@ struct bufferevent *http_request_take_over(struct http_request *req)
 
 void http_request_free_taken(struct http_request *req)
 {
+    if (req == NULL)
+        return;
+    if (req->taken_srv != NULL) {
+        req->taken_srv->connections--;
+        peer_release(req->taken_srv, req->taken_peer);
+    }
     request_free(req);
 }

@@ -27,6 +27,16 @@ struct http_header {
 struct http_server_config {
     size_t max_body;        /* bytes; larger bodies get 413 (streamed bodies: no limit) */
     size_t max_connections; /* further connections are refused at accept */
+    /* Connections from one address (unix sockets are not counted); 0: no cap. */
+    size_t max_connections_per_peer;
+    /* Of max_connections, this many are kept for connections that sent a whole request head:
+     * when the rest is full, a new connection pushes out the oldest one still waiting for its
+     * first head (a slowloris cannot lock out /health or clients that are being served). */
+    size_t reserved_connections;
+    int head_timeout_s; /* a request head must be complete this long after it began (10) */
+    int idle_timeout_s; /* between requests, or a body's bytes this far apart (60) */
+    /* Accept only while this many descriptors stay free below RLIMIT_NOFILE (0: none kept). */
+    int fd_reserve;
     /* After the head: return true to take the connection over (see http_request_take_over),
      * false to have the body read and on_request called, or streamed if the callback called
      * http_request_stream_body. May be NULL. */
@@ -51,6 +61,8 @@ void http_server_free(struct http_server *srv);
 int http_server_adopt(struct http_server *srv, struct bufferevent *bev);
 /* The port of the first TCP listener (useful with port 0). */
 int http_server_port(struct http_server *srv);
+/* Open connections, taken-over ones included. */
+size_t http_server_connections(const struct http_server *srv);
 
 const char *http_request_method(const struct http_request *req);
 const char *http_request_target(const struct http_request *req); /* raw request target */
@@ -113,8 +125,19 @@ void http_request_on_abort(struct http_request *req, void (*cb)(struct http_requ
 
 /* From on_head only: hands the client connection to the caller, whose bufferevent then holds
  * every byte after the head (body, further requests, upgraded protocol). The request stays
- * valid until http_request_free_taken. */
+ * valid until http_request_free_taken, and the connection counts against the server's caps
+ * (in all and per peer) until then. */
 struct bufferevent *http_request_take_over(struct http_request *req);
 void http_request_free_taken(struct http_request *req);
 
 const char *http_status_reason(int status);
+
+/* The one writer of Cove's error bodies, {"code","message"}, for coved's API, the gateway and
+ * the agent: the message is made valid UTF-8 (invalid bytes become U+FFFD; it may quote a
+ * client's path or id) and cut on a character boundary, so there is always a body. Writes a
+ * terminated string into out and returns its length. */
+#define HTTP_ERROR_BODY_MAX 4096
+size_t http_error_body(char *out, size_t size, const char *code, const char *message);
+/* A whole JSON error response with that body. */
+void http_respond_error(struct http_request *req, int status, const char *code,
+                        const char *message);

@@ -242,3 +242,71 @@ def test_huge_bodies_are_413_on_every_route(coved, target, method, path):
         conn.close()
     assert_error(status, body, 413)
     assert coved.get(target)["metadata"] == {"keep": "me"}
+
+
+def raw_exchange(coved, data):
+    """One raw request on its own connection: (status, parsed JSON body) of the answer."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", coved.port), timeout=10)
+    try:
+        s.sendall(data)
+        reply = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+            head, _, body = reply.partition(b"\r\n\r\n")
+            length = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")]
+            if length and len(body) >= length[0]:
+                break
+    finally:
+        s.close()
+    assert reply, "the connection closed without an answer"
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), json.loads(body)
+
+
+@pytest.mark.parametrize("path", [
+    b"/v1/sandboxes/\xff\xfe", b"/v1/sandboxes/\xc3", b"/sandboxes/\xff\xfe/proxy/44772/ping",
+    b"/v1/sandboxes/\xed\xa0\x80/pause",
+])
+def test_invalid_utf8_in_ids_gets_a_body(coved, path):
+    """Issue 8 item 15: an id that is not UTF-8 is quoted in the message: the body is still
+    valid JSON (invalid bytes replaced), never empty."""
+    method = b"POST" if path.endswith(b"pause") else b"GET"
+    status, body = raw_exchange(coved, method + b" " + path + b" HTTP/1.1\r\nHost: x\r\n"
+                                b"OPEN-SANDBOX-API-KEY: test-key\r\nContent-Length: 0\r\n"
+                                b"Connection: close\r\n\r\n")
+    assert_error(status, body, 404)
+
+
+def test_unknown_transfer_encoding_is_400_with_a_body(coved, target):
+    """Issue 8 item 15: `Transfer-Encoding: xchunked` is a 400 with a body, on the API and
+    through the gateway (first request and pipelined after another)."""
+    api = (b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nOPEN-SANDBOX-API-KEY: test-key\r\n"
+           b"Transfer-Encoding: xchunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    assert_error(*raw_exchange(coved, api), 400)
+    gw = (f"POST /sandboxes/{target}/proxy/44772/command HTTP/1.1\r\nHost: x\r\n"
+          f"OPEN-SANDBOX-API-KEY: test-key\r\nTransfer-Encoding: xchunked\r\n\r\n"
+          f"5\r\nhello\r\n0\r\n\r\n").encode()
+    assert_error(*raw_exchange(coved, gw), 400)
+    ping = (f"GET /sandboxes/{target}/proxy/44772/ping HTTP/1.1\r\nHost: x\r\n"
+            f"OPEN-SANDBOX-API-KEY: test-key\r\n\r\n").encode()
+    import socket
+    s = socket.create_connection(("127.0.0.1", coved.port), timeout=10)
+    try:
+        s.sendall(ping + gw)
+        reply = b""
+        while reply.count(b"HTTP/1.1 ") < 2 or not reply.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    finally:
+        s.close()
+    second = reply[reply.index(b"HTTP/1.1 ", 1):]
+    assert second.startswith(b"HTTP/1.1 400"), reply
+    assert json.loads(second.partition(b"\r\n\r\n")[2])["code"] == "HTTP::MALFORMED"
+    assert coved.get(target)["status"]["state"] == "Running"

@@ -6,12 +6,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/random.h>
 
 #include "lib/log.h"
 
 #define API_MAX_BODY (1024 * 1024)
-#define API_MAX_CONNECTIONS 4096
+#define API_MAX_CONNECTIONS 16384
+#define API_MAX_CONNECTIONS_PER_PEER 512
+/* Descriptors never given to client connections: sandboxes' set-up, the database, logs. */
+#define API_FD_RESERVE 512
 #define REQUEST_ID_MAX 128
 
 void api_respond_json(struct http_request *req, int status, json_t *body)
@@ -35,7 +39,7 @@ void api_respond_errorf(struct http_request *req, int status, const char *code, 
     va_start(ap, fmt);
     vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
-    api_respond_json(req, status, json_pack("{s:s, s:s}", "code", code, "message", message));
+    http_respond_error(req, status, code, message);
 }
 
 void api_respond_error(struct http_request *req, const struct cove_error *err)
@@ -43,8 +47,7 @@ void api_respond_error(struct http_request *req, const struct cove_error *err)
     int status = err->http_status >= 400 && err->http_status < 600 ? err->http_status : 500;
     if (status >= 500)
         log_error("%s %s: %s", http_request_method(req), http_request_path(req), err->message);
-    api_respond_json(req, status,
-                     json_pack("{s:s, s:s}", "code", err->code, "message", err->message));
+    http_respond_error(req, status, err->code, err->message);
 }
 
 static void owner_of_key(const char *key, char out[65])
@@ -269,14 +272,29 @@ static void on_error(struct http_request *req, int status, const char *code, con
 {
     (void)arg;
     add_request_id(req);
-    api_respond_json(req, status, json_pack("{s:s, s:s}", "code", code, "message", message));
+    http_respond_error(req, status, code, message);
 }
 
 int api_start(struct api *api, struct cove_error **err)
 {
+    /* Every connection may be a gateway tunnel, which holds a second descriptor upstream. */
+    size_t max = api->config.max_connections;
+    struct rlimit rl;
+    if (max == 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t usable = rl.rlim_cur > API_FD_RESERVE * 2 ? (rl.rlim_cur - API_FD_RESERVE) / 2 : 64;
+        max = usable < API_MAX_CONNECTIONS ? (size_t)usable : API_MAX_CONNECTIONS;
+    }
+    size_t reserved = max / 10 < 256 ? max / 10 : 256;
     struct http_server_config config = {
         .max_body = API_MAX_BODY,
-        .max_connections = API_MAX_CONNECTIONS,
+        .max_connections = max,
+        .max_connections_per_peer = api->config.max_connections_per_peer
+                                        ? api->config.max_connections_per_peer
+                                        : API_MAX_CONNECTIONS_PER_PEER,
+        .reserved_connections = reserved,
+        .head_timeout_s = api->config.head_timeout_s,
+        .idle_timeout_s = api->config.idle_timeout_s,
+        .fd_reserve = API_FD_RESERVE,
         .on_head = on_head,
         .on_request = on_request,
         .on_error = on_error,

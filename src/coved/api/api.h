@@ -21,6 +21,13 @@ struct api_config {
     const char *public_host; /* host[:port] for endpoints; "" means the listen address */
     const char *domain;      /* {port}-{id}.DOMAIN host routing when set */
     bool resume_on_access;   /* the gateway resumes a paused sandbox instead of a 409 */
+    /* Connections; 0 takes the default. */
+    int head_timeout_s;
+    int idle_timeout_s;
+    int gateway_idle_timeout_s;
+    size_t max_connections;
+    size_t max_connections_per_peer;
+    int max_tunnels_per_sandbox;
 };
 
 struct api {

@@ -30,14 +30,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "coved/api/api.h"
 #include "lib/log.h"
 
 #define TUNNEL_HIGH_WATER (1024 * 1024)
+/* What is read ahead from either side while the other is not ready for it (a client's
+ * pipelined requests while a response is pending, a sandbox's bytes sent out of turn): past
+ * it, reading stops until the tunnel has consumed them. */
+#define TUNNEL_READ_AHEAD (256 * 1024)
+#define TUNNEL_DEFAULT_IDLE_S 300
+#define TUNNEL_DEFAULT_HEAD_S 10
+#define TUNNEL_DEFAULT_PER_SANDBOX 1024
+/* Descriptors kept free when a tunnel opens its upstream socket (sandbox set-up, database). */
+#define TUNNEL_FD_RESERVE 256
 /* What is read and dropped of a body answered before its end (so that the connection can
  * serve the next request); past it the connection is closed instead. */
 #define SKIP_BODY_MAX (8 * 1024 * 1024)
@@ -115,10 +126,16 @@ struct tunnel {
     bool closing;            /* flush what is queued for the client, then close */
     bool client_eof;         /* the client sent its FIN: it goes upstream after its bytes */
     bool upstream_shut;      /* that FIN was passed on (shutdown SHUT_WR) */
-    char prefix[512];        /* route part of the current request path, for X-Forwarded-Prefix */
+    bool head_begun;         /* a request head is being read: its deadline runs */
+    int64_t head_deadline_ms;
+    int64_t last_activity_ms; /* bytes read from either side */
+    struct event *timer;      /* idle timeout and head deadline */
+    char prefix[512];         /* route part of the current request path, for X-Forwarded-Prefix */
 };
 
 static struct tunnel *tunnels; /* open tunnels, closed when coved stops */
+/* Upstream connections per sandbox id, for max_tunnels_per_sandbox. */
+static json_t *tunnels_per_sandbox;
 
 static void process_client(struct tunnel *t);
 static void process_upstream(struct tunnel *t);
@@ -248,6 +265,9 @@ static bool dropped(const char *name, const char *const *list, size_t n)
 
 /* ---- the tunnel ---- */
 
+static void drop_upstream(struct tunnel *t);
+static void respond_error(struct tunnel *t, int status, const char *code, const char *message);
+
 static void tunnel_free(struct tunnel *t)
 {
     if (t->prev)
@@ -258,8 +278,9 @@ static void tunnel_free(struct tunnel *t)
         t->next->prev = t->prev;
     if (t->client)
         bufferevent_free(t->client);
-    if (t->upstream)
-        bufferevent_free(t->upstream);
+    drop_upstream(t);
+    if (t->timer)
+        event_free(t->timer);
     head_clear(&t->request);
     head_clear(&t->response);
     if (t->replay)
@@ -268,38 +289,111 @@ static void tunnel_free(struct tunnel *t)
     free(t);
 }
 
+static void count_upstream(const char *id, int delta)
+{
+    if (tunnels_per_sandbox == NULL && (tunnels_per_sandbox = json_object()) == NULL)
+        return;
+    json_int_t n = json_integer_value(json_object_get(tunnels_per_sandbox, id)) + delta;
+    if (n > 0)
+        json_object_set_new(tunnels_per_sandbox, id, json_integer(n));
+    else
+        json_object_del(tunnels_per_sandbox, id);
+}
+
 static void drop_upstream(struct tunnel *t)
 {
-    if (t->upstream)
+    if (t->upstream) {
         bufferevent_free(t->upstream);
+        count_upstream(t->upstream_id, -1);
+    }
     t->upstream = NULL;
     t->upstream_connected = false;
     t->upstream_reusable = false;
     t->upstream_id[0] = '\0';
 }
 
-/* Closes the client once everything queued for it is written. */
+/* How long a closing tunnel waits for its client to read what is queued for it. */
+#define TUNNEL_LINGER_S 10
+
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void arm_timer(struct tunnel *t, int64_t at_ms)
+{
+    int64_t wait = at_ms - monotonic_ms();
+    if (wait < 0)
+        wait = 0;
+    struct timeval tv = {.tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000};
+    evtimer_add(t->timer, &tv);
+}
+
+static int idle_timeout_ms(const struct tunnel *t)
+{
+    int s = t->api->config.gateway_idle_timeout_s;
+    return (s > 0 ? s : TUNNEL_DEFAULT_IDLE_S) * 1000;
+}
+
+/* Closes the client once everything queued for it is written, or after a linger if it does
+ * not read. */
 static void tunnel_close(struct tunnel *t)
 {
     t->closing = true;
     drop_upstream(t);
     bufferevent_disable(t->client, EV_READ);
-    if (evbuffer_get_length(bufferevent_get_output(t->client)) == 0)
+    if (evbuffer_get_length(bufferevent_get_output(t->client)) == 0) {
         tunnel_free(t);
+        return;
+    }
+    arm_timer(t, monotonic_ms() + TUNNEL_LINGER_S * 1000);
+}
+
+/* The idle timeout (no byte either way), the head deadline (a request head trickled in),
+ * and the linger of a closing tunnel. */
+static void on_tunnel_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct tunnel *t = arg;
+    int64_t now = monotonic_ms();
+    if (t->closing) {
+        tunnel_free(t);
+        return;
+    }
+    if (t->head_begun && now >= t->head_deadline_ms) {
+        t->client_keep_alive = false;
+        respond_error(t, 408, "HTTP::REQUEST_TIMEOUT", "the request head was not complete in time");
+        tunnel_close(t);
+        return;
+    }
+    int64_t idle_until = t->last_activity_ms + idle_timeout_ms(t);
+    if (now >= idle_until) {
+        if ((t->state == AWAIT_RESPONSE || t->state == FORWARD_BODY) && t->upstream &&
+            !t->response_head_done) {
+            t->client_keep_alive = false;
+            respond_error(t, 504, "GATEWAY::TIMEOUT",
+                          "the sandbox's server sent nothing for the gateway's idle timeout");
+        }
+        tunnel_close(t);
+        return;
+    }
+    arm_timer(t,
+              t->head_begun && t->head_deadline_ms < idle_until ? t->head_deadline_ms : idle_until);
 }
 
 /* A response the gateway writes itself: JSON {code, message}. */
 static void respond_error(struct tunnel *t, int status, const char *code, const char *message)
 {
-    json_t *body = json_pack("{s:s, s:s}", "code", code, "message", message);
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
+    char body[HTTP_ERROR_BODY_MAX];
+    size_t len = http_error_body(body, sizeof(body), code, message);
     evbuffer_add_printf(bufferevent_get_output(t->client),
                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
                         "Content-Length: %zu\r\nConnection: %s\r\n\r\n%s",
-                        status, http_status_reason(status), text ? strlen(text) : 0,
-                        t->client_keep_alive ? "keep-alive" : "close", text ? text : "");
-    free(text);
+                        status, http_status_reason(status), len,
+                        t->client_keep_alive ? "keep-alive" : "close", body);
 }
 
 /* ---- routes and authorization ---- */
@@ -382,12 +476,28 @@ static void on_upstream_write(struct bufferevent *bev, void *arg);
 static void on_upstream_event(struct bufferevent *bev, short what, void *arg);
 static void pass_half_close(struct tunnel *t);
 
+/* True when fd's number leaves fewer than TUNNEL_FD_RESERVE descriptors below the limit: the
+ * kernel hands out the lowest free number, so at least that many are in use. */
+static bool fd_too_high(int fd)
+{
+    struct rlimit rl;
+    return getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+           (rlim_t)fd + TUNNEL_FD_RESERVE >= rl.rlim_cur;
+}
+
 static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port,
                             struct cove_error **err)
 {
     struct sockaddr_storage ss;
     socklen_t len;
     int fd;
+    int cap = t->api->config.max_tunnels_per_sandbox > 0 ? t->api->config.max_tunnels_per_sandbox
+                                                         : TUNNEL_DEFAULT_PER_SANDBOX;
+    if (tunnels_per_sandbox != NULL &&
+        json_integer_value(json_object_get(tunnels_per_sandbox, sb->id)) >= cap)
+        return cove_error_set(err, 0, 429, "GATEWAY::TOO_MANY_CONNECTIONS",
+                              "sandbox %s has %d open gateway connections, the most allowed",
+                              sb->id, cap);
     memset(&ss, 0, sizeof(ss));
     if (port == RUNTIME_AGENT_PORT) {
         struct sockaddr_un *un = (struct sockaddr_un *)&ss;
@@ -409,6 +519,11 @@ static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
+    if (fd_too_high(fd)) {
+        close(fd);
+        return cove_error_set(err, 0, 503, "COVE::OVERLOADED",
+                              "coved is out of file descriptors; try again");
+    }
     /* Deferred callbacks: the connect may finish at once, before the head is queued. */
     t->upstream = bufferevent_socket_new(bufferevent_get_base(t->client), fd,
                                          BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
@@ -417,8 +532,12 @@ static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port
         return cove_error_sys(err, "bufferevent");
     }
     t->upstream_shut = false;
+    snprintf(t->upstream_id, sizeof(t->upstream_id), "%s", sb->id);
+    t->upstream_port = port;
+    count_upstream(sb->id, +1); /* drop_upstream takes it back */
     bufferevent_setcb(t->upstream, on_upstream_read, on_upstream_write, on_upstream_event, t);
     bufferevent_setwatermark(t->upstream, EV_WRITE, TUNNEL_LOW_WATER, 0);
+    bufferevent_setwatermark(t->upstream, EV_READ, 0, TUNNEL_READ_AHEAD);
     bufferevent_set_max_single_read(t->upstream, TUNNEL_IO_CHUNK);
     bufferevent_set_max_single_write(t->upstream, TUNNEL_IO_CHUNK);
     if (bufferevent_socket_connect(t->upstream, (struct sockaddr *)&ss, (int)len) < 0) {
@@ -427,8 +546,6 @@ static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port
                               "cannot connect to port %d in sandbox %s", port, sb->id);
     }
     bufferevent_enable(t->upstream, EV_READ | EV_WRITE);
-    snprintf(t->upstream_id, sizeof(t->upstream_id), "%s", sb->id);
-    t->upstream_port = port;
     return 0;
 }
 
@@ -574,7 +691,7 @@ static bool accept_request(struct tunnel *t)
         }
     }
     if (err != NULL) {
-        if (err->http_status >= 500 && err->http_status != 502)
+        if (err->http_status >= 500 && err->http_status != 502 && err->http_status != 503)
             err->http_status = 502;
         respond_error(t, err->http_status, err->code, err->message);
         cove_error_free(err);
@@ -624,6 +741,13 @@ static void process_client(struct tunnel *t)
             return;
         char *data = (char *)evbuffer_pullup(in, len);
         bool head_before = t->request_head_done;
+        if (t->state == READ_HEAD && !t->head_begun) {
+            /* Reads do not extend a head's deadline: a trickled head is cut off. */
+            int s = t->api->config.head_timeout_s;
+            t->head_begun = true;
+            t->head_deadline_ms = monotonic_ms() + (s > 0 ? s : TUNNEL_DEFAULT_HEAD_S) * 1000;
+            arm_timer(t, t->head_deadline_ms);
+        }
         http_parser_pause(&t->request_parser, 0);
         size_t n = http_parser_execute(&t->request_parser, &request_settings, data, len);
         enum http_errno e = HTTP_PARSER_ERRNO(&t->request_parser);
@@ -641,7 +765,9 @@ static void process_client(struct tunnel *t)
             return;
         }
         if (e != HPE_OK && e != HPE_PAUSED) {
-            if (t->state == READ_HEAD) {
+            /* Some faults (an unknown Transfer-Encoding) show only after the head was passed
+             * on: the client still gets an answer unless a response has begun. */
+            if (t->state == READ_HEAD || (t->state == FORWARD_BODY && !t->response_head_done)) {
                 t->client_keep_alive = false;
                 respond_error(t, 400, "HTTP::MALFORMED", http_errno_description(e));
             }
@@ -649,6 +775,7 @@ static void process_client(struct tunnel *t)
             return;
         }
         if (t->state == READ_HEAD && t->request_head_done && !head_before) {
+            t->head_begun = false;
             t->request_lf_pending = e == HPE_PAUSED && !t->request_done;
             if (accept_request(t) || t->closing)
                 return;
@@ -772,6 +899,7 @@ static void process_upstream(struct tunnel *t)
 static void on_client_read(struct bufferevent *bev, void *arg)
 {
     struct tunnel *t = arg;
+    t->last_activity_ms = monotonic_ms();
     if (t->replay != NULL) {
         /* First turn after the take-over: the server has drained the head it parsed. */
         evbuffer_prepend_buffer(bufferevent_get_input(bev), t->replay);
@@ -785,6 +913,7 @@ static void on_client_write(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct tunnel *t = arg;
+    t->last_activity_ms = monotonic_ms();
     if (t->closing) {
         if (evbuffer_get_length(bufferevent_get_output(t->client)) == 0)
             tunnel_free(t);
@@ -816,7 +945,9 @@ static void on_client_event(struct bufferevent *bev, short what, void *arg)
 static void on_upstream_read(struct bufferevent *bev, void *arg)
 {
     (void)bev;
-    process_upstream(arg);
+    struct tunnel *t = arg;
+    t->last_activity_ms = monotonic_ms();
+    process_upstream(t);
 }
 
 /* A client's FIN goes on to the sandbox's server once everything it sent before has, as a
@@ -836,6 +967,7 @@ static void on_upstream_write(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct tunnel *t = arg;
+    t->last_activity_ms = monotonic_ms();
     pass_half_close(t);
     bufferevent_enable(t->client, EV_READ);
     process_client(t);
@@ -909,6 +1041,12 @@ bool gateway_handle(struct api *api, struct http_request *req)
         return false;
     }
     t->api = api;
+    t->timer = evtimer_new(http_request_event_base(req), on_tunnel_timer, t);
+    if (t->timer == NULL) {
+        free(t);
+        api_respond_errorf(req, 503, "COVE::OVERLOADED", "out of memory");
+        return false;
+    }
     t->taken = req;
     t->next = tunnels;
     if (tunnels)
@@ -919,9 +1057,12 @@ bool gateway_handle(struct api *api, struct http_request *req)
     t->client = http_request_take_over(req);
     bufferevent_setcb(t->client, on_client_read, on_client_write, on_client_event, t);
     bufferevent_setwatermark(t->client, EV_WRITE, TUNNEL_LOW_WATER, 0);
+    bufferevent_setwatermark(t->client, EV_READ, 0, TUNNEL_READ_AHEAD);
     bufferevent_set_max_single_read(t->client, TUNNEL_IO_CHUNK);
     bufferevent_set_max_single_write(t->client, TUNNEL_IO_CHUNK);
     bufferevent_enable(t->client, EV_READ | EV_WRITE);
+    t->last_activity_ms = monotonic_ms();
+    arm_timer(t, t->last_activity_ms + idle_timeout_ms(t));
     start_request(t);
     /* The server drains the head it parsed once this returns: a copy goes in front of the
      * bytes still to come on the next loop turn, and the tunnel parses it all itself. */
@@ -939,4 +1080,6 @@ void gateway_close_all(void)
 {
     while (tunnels)
         tunnel_free(tunnels);
+    json_decref(tunnels_per_sandbox);
+    tunnels_per_sandbox = NULL;
 }

@@ -1,4 +1,4 @@
-#include "agent/utf8.h"
+#include "lib/utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -56,4 +56,22 @@ json_t *utf8_json_string(const char *text, size_t len)
     json_t *str = json_stringn_nocheck(clean, out);
     free(clean);
     return str;
+}
+
+size_t utf8_sanitize(const char *text, char *out, size_t size)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t len = strlen(text), o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_sequence_length(s + i, len - i);
+        const char *piece = n ? text + i : "\xef\xbf\xbd";
+        size_t piece_len = n ? n : 3;
+        if (o + piece_len >= size)
+            break;
+        memcpy(out + o, piece, piece_len);
+        o += piece_len;
+        i += n ? n : 1;
+    }
+    out[o] = '\0';
+    return o;
 }
