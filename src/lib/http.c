@@ -1027,6 +1027,12 @@ const char *http_request_method(const struct http_request *req)
     return req->method;
 }
 
+const char *http_request_version(const struct http_request *req)
+{
+    const http_parser *p = &req->conn->parser;
+    return p->http_major == 1 && p->http_minor == 0 ? "1.0" : "1.1";
+}
+
 const char *http_request_target(const struct http_request *req)
 {
     return req->target ? req->target : "";

@@ -65,9 +65,10 @@ int http_server_port(struct http_server *srv);
 size_t http_server_connections(const struct http_server *srv);
 
 const char *http_request_method(const struct http_request *req);
-const char *http_request_target(const struct http_request *req); /* raw request target */
-const char *http_request_path(const struct http_request *req);   /* target before '?' */
-const char *http_request_query(const struct http_request *req);  /* after '?', or "" */
+const char *http_request_version(const struct http_request *req); /* "1.0" or "1.1" */
+const char *http_request_target(const struct http_request *req);  /* raw request target */
+const char *http_request_path(const struct http_request *req);    /* target before '?' */
+const char *http_request_query(const struct http_request *req);   /* after '?', or "" */
 /* First header of that name (case-insensitive), or NULL. */
 const char *http_request_header(const struct http_request *req, const char *name);
 const struct http_header *http_request_headers(const struct http_request *req, size_t *count);

@@ -381,3 +381,29 @@ def test_paused_sandbox_is_409_or_resumed_on_access(gw):
         d.delete(sid)
     finally:
         d.cleanup()
+
+
+def test_api_request_pipelined_behind_a_proxied_one(coved, sandbox):
+    """A keep-alive client pipelines an API request right behind a proxied one: the proxied
+    response comes first, then the connection goes back to the API for the second (the
+    tunnel fuzzer found the tunnel freed under its own feet here)."""
+    import socket
+    body = json.dumps({"command": "sleep 0.5; echo late"}).encode()
+    s = socket.create_connection(("127.0.0.1", coved.port), timeout=20)
+    try:
+        s.sendall(f"POST /sandboxes/{sandbox}/proxy/44772/command HTTP/1.1\r\nHost: x\r\n"
+                  f"OPEN-SANDBOX-API-KEY: test-key\r\nContent-Length: {len(body)}\r\n\r\n"
+                  .encode() + body +
+                  b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    finally:
+        s.close()
+    first, _, rest = reply.partition(b"HTTP/1.1 200 OK\r\nContent-Type: application/json")
+    assert b"late" in first
+    assert b'"healthy"' in rest
+    assert coved.health()["status"] == "healthy"

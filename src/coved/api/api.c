@@ -264,7 +264,7 @@ static void on_request(struct http_request *req, void *arg)
 static bool on_head(struct http_request *req, void *arg)
 {
     struct api *api = arg;
-    return gateway_handle(api, req);
+    return gateway_handle(api->gateway, req);
 }
 
 static void on_error(struct http_request *req, int status, const char *code, const char *message,
@@ -300,7 +300,8 @@ int api_start(struct api *api, struct cove_error **err)
         .on_error = on_error,
         .arg = api,
     };
-    if (http_server_new(api->base, &config, &api->http, err) < 0)
+    if (gateway_new(api, &api->gateway, err) < 0 ||
+        http_server_new(api->base, &config, &api->http, err) < 0)
         return -1;
     if (http_server_listen(api->http, api->config.listen_host, api->config.listen_port, err) < 0)
         return -1;
@@ -309,7 +310,8 @@ int api_start(struct api *api, struct cove_error **err)
 
 void api_stop(struct api *api)
 {
-    gateway_close_all();
+    gateway_free(api->gateway); /* its tunnels hold connections of the server */
+    api->gateway = NULL;
     http_server_free(api->http);
     api->http = NULL;
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "coved/sandbox/sandbox.h"
+#include "coved/gateway/gateway.h"
 #include "coved/gateway/route_token.h"
 #include "coved/sandbox/template.h"
 #include "lib/error.h"
@@ -36,6 +37,7 @@ struct api {
     struct sandbox_manager *sandboxes;
     struct template_registry *templates;
     struct http_server *http;
+    struct gateway *gateway;
     struct route_signer signer;
 };
 
@@ -82,8 +84,4 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
                           const char *id, const char *port);
 void api_templates_list(struct api *api, struct http_request *req, const struct api_caller *c);
 
-/* The gateway (gateway/gateway.c): takes over a proxy request's connection. Returns false when
- * the path is not a proxy route. */
-bool gateway_handle(struct api *api, struct http_request *req);
-/* Closes every open tunnel (the daemon is stopping). */
-void gateway_close_all(void);
+

@@ -9,19 +9,14 @@
  * sandbox's network namespace (setns there and back), so only the sandbox's loopback is
  * reached.
  *
- * A gateway connection is taken over from the HTTP server after its first request head. From
- * then on the tunnel parses each request head (http-parser), checks it, rewrites it (route
- * prefix and coved's credentials removed) and forwards the body bytes as they come, framing
- * untouched; it parses each response head the same way and forwards the body raw. So client
- * keep-alive works across requests (even to other sandboxes), bodies of any size stream with
- * backpressure, SSE arrives as it is written, and after a 101 both directions are raw bytes
- * (WebSocket). One request is in flight at a time per client connection. */
+ * A gateway connection is taken over from the HTTP server after its first request head and
+ * relayed by a tunnel (tunnel.c); this file decides, per request, who may go where. */
+#include "coved/gateway/gateway.h"
+
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <fcntl.h>
-#include <http_parser.h>
-#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/crypto.h>
@@ -29,378 +24,34 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "coved/api/api.h"
+#include "coved/gateway/route_token.h"
+#include "coved/gateway/tunnel.h"
 #include "lib/log.h"
 
-#define TUNNEL_HIGH_WATER (1024 * 1024)
-/* What is read ahead from either side while the other is not ready for it (a client's
- * pipelined requests while a response is pending, a sandbox's bytes sent out of turn): past
- * it, reading stops until the tunnel has consumed them. */
-#define TUNNEL_READ_AHEAD (256 * 1024)
-#define TUNNEL_DEFAULT_IDLE_S 300
-#define TUNNEL_DEFAULT_HEAD_S 10
-#define TUNNEL_DEFAULT_PER_SANDBOX 1024
 /* Descriptors kept free when a tunnel opens its upstream socket (sandbox set-up, database). */
-#define TUNNEL_FD_RESERVE 256
-/* What is read and dropped of a body answered before its end (so that the connection can
- * serve the next request); past it the connection is closed instead. */
-#define SKIP_BODY_MAX (8 * 1024 * 1024)
-#define TUNNEL_LOW_WATER (256 * 1024)
-/* libevent moves 4 KiB per read by default: far too little for bulk transfers. */
-#define TUNNEL_IO_CHUNK (256 * 1024)
-#define MAX_HEADERS 100
-#define MAX_HEAD_BYTES (64 * 1024)
-#define MAX_TARGET 8192
+#define GATEWAY_FD_RESERVE 256
+#define GATEWAY_DEFAULT_PER_SANDBOX 1024
 
-/* Credentials for coved never reach the sandbox; hop-by-hop headers are the gateway's. */
-static const char *const dropped_request_headers[] = {
-    "OPEN-SANDBOX-API-KEY",
-    GATEWAY_TOKEN_HEADER,
-    "Connection",
-    "Keep-Alive",
-    "Proxy-Connection",
-    "Proxy-Authorization",
-    "TE",
-    "Trailer",
-    "Upgrade",
-};
-static const char *const dropped_response_headers[] = {
-    "Connection",
-    "Keep-Alive",
-    "Proxy-Connection",
-    "Upgrade",
-};
+/* Credentials for coved never reach the sandbox. */
+static const char *const private_headers[] = {"OPEN-SANDBOX-API-KEY", GATEWAY_TOKEN_HEADER, NULL};
 
-struct header {
-    char *name;
-    char *value;
-};
-
-/* One parsed head, request or response. */
-struct head {
-    char *target; /* request target, or the response's reason phrase */
-    size_t target_len;
-    struct header headers[MAX_HEADERS];
-    size_t count;
-    bool in_value;
-    size_t bytes;
-};
-
-enum tunnel_state {
-    READ_HEAD,      /* parsing the next request head */
-    FORWARD_BODY,   /* request accepted: its body bytes go upstream */
-    SKIP_BODY,      /* request refused: its body is read and dropped */
-    AWAIT_RESPONSE, /* request sent, response not complete yet */
-    RAW,            /* upgraded: bytes both ways */
-};
-
-struct tunnel {
-    struct tunnel *prev, *next;
+struct gateway {
     struct api *api;
-    struct http_request *taken; /* the server's record of the first request */
-    struct bufferevent *client;
-    struct bufferevent *upstream;
-    char upstream_id[SANDBOX_ID_SIZE + 1];
-    int upstream_port;
-    bool upstream_connected;
-    bool upstream_reusable; /* kept open by the sandbox's server after its last response */
-    enum tunnel_state state;
-    uint64_t skipped; /* body bytes dropped in SKIP_BODY */
-    http_parser request_parser, response_parser;
-    struct head request, response;
-    bool request_head_done, request_done;
-    bool response_head_done, response_done;
-    bool request_is_head, request_upgrade;
-    bool client_keep_alive;
-    /* Paused in on_headers_complete, http-parser stops *on* the head's final LF and consumes
-     * it when resumed: that byte is head, never to be forwarded as body. */
-    bool request_lf_pending, response_lf_pending;
-    struct evbuffer *replay; /* the first head, put back in front of the client's bytes */
-    bool closing;            /* flush what is queued for the client, then close */
-    bool client_eof;         /* the client sent its FIN: it goes upstream after its bytes */
-    bool upstream_shut;      /* that FIN was passed on (shutdown SHUT_WR) */
-    bool head_begun;         /* a request head is being read: its deadline runs */
-    int64_t head_deadline_ms;
-    int64_t last_activity_ms; /* bytes read from either side */
-    struct event *timer;      /* idle timeout and head deadline */
-    char prefix[512];         /* route part of the current request path, for X-Forwarded-Prefix */
+    struct tunnel_set *tunnels;
+    json_t *per_sandbox; /* open upstream connections per sandbox id */
 };
-
-static struct tunnel *tunnels; /* open tunnels, closed when coved stops */
-/* Upstream connections per sandbox id, for max_tunnels_per_sandbox. */
-static json_t *tunnels_per_sandbox;
-
-static void process_client(struct tunnel *t);
-static void process_upstream(struct tunnel *t);
-
-/* ---- heads ---- */
-
-static void head_clear(struct head *h)
-{
-    free(h->target);
-    for (size_t i = 0; i < h->count; i++) {
-        free(h->headers[i].name);
-        free(h->headers[i].value);
-    }
-    memset(h, 0, sizeof(*h));
-}
-
-static int append(char **dst, const char *at, size_t n, size_t *len, size_t limit)
-{
-    size_t cur = *dst ? strlen(*dst) : 0;
-    if (cur + n > limit)
-        return -1;
-    char *grown = realloc(*dst, cur + n + 1);
-    if (grown == NULL)
-        return -1;
-    memcpy(grown + cur, at, n);
-    grown[cur + n] = '\0';
-    *dst = grown;
-    if (len)
-        *len = cur + n;
-    return 0;
-}
-
-static struct head *head_of(http_parser *p)
-{
-    struct tunnel *t = p->data;
-    return p == &t->request_parser ? &t->request : &t->response;
-}
-
-static int on_target(http_parser *p, const char *at, size_t n)
-{
-    struct head *h = head_of(p);
-    return append(&h->target, at, n, &h->target_len, MAX_TARGET);
-}
-
-static int on_header_field(http_parser *p, const char *at, size_t n)
-{
-    struct head *h = head_of(p);
-    if ((h->bytes += n) > MAX_HEAD_BYTES)
-        return -1;
-    if (h->in_value || h->count == 0) {
-        if (h->count == MAX_HEADERS)
-            return -1;
-        h->count++;
-        h->in_value = false;
-    }
-    return append(&h->headers[h->count - 1].name, at, n, NULL, MAX_HEAD_BYTES);
-}
-
-static int on_header_value(http_parser *p, const char *at, size_t n)
-{
-    struct head *h = head_of(p);
-    if ((h->bytes += n) > MAX_HEAD_BYTES || h->count == 0)
-        return -1;
-    h->in_value = true;
-    return append(&h->headers[h->count - 1].value, at, n, NULL, MAX_HEAD_BYTES);
-}
-
-static int on_headers_complete(http_parser *p)
-{
-    struct tunnel *t = p->data;
-    struct head *h = head_of(p);
-    for (size_t i = 0; i < h->count; i++)
-        if (h->headers[i].value == NULL)
-            h->headers[i].value = strdup("");
-    http_parser_pause(p, 1);
-    if (p == &t->request_parser) {
-        t->request_head_done = true;
-        return 0;
-    }
-    t->response_head_done = true;
-    /* A response to HEAD has no body whatever its headers say. */
-    return t->request_is_head ? 1 : 0;
-}
-
-static int on_message_complete(http_parser *p)
-{
-    struct tunnel *t = p->data;
-    if (p == &t->request_parser)
-        t->request_done = true;
-    else
-        t->response_done = true;
-    http_parser_pause(p, 1);
-    return 0;
-}
-
-static const http_parser_settings request_settings = {
-    .on_url = on_target,
-    .on_header_field = on_header_field,
-    .on_header_value = on_header_value,
-    .on_headers_complete = on_headers_complete,
-    .on_message_complete = on_message_complete,
-};
-
-static const http_parser_settings response_settings = {
-    .on_status = on_target,
-    .on_header_field = on_header_field,
-    .on_header_value = on_header_value,
-    .on_headers_complete = on_headers_complete,
-    .on_message_complete = on_message_complete,
-};
-
-static const char *head_header(const struct head *h, const char *name)
-{
-    for (size_t i = 0; i < h->count; i++)
-        if (h->headers[i].name && strcasecmp(h->headers[i].name, name) == 0)
-            return h->headers[i].value;
-    return NULL;
-}
-
-static bool dropped(const char *name, const char *const *list, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcasecmp(name, list[i]) == 0)
-            return true;
-    return false;
-}
-
-/* ---- the tunnel ---- */
-
-static void drop_upstream(struct tunnel *t);
-static void respond_error(struct tunnel *t, int status, const char *code, const char *message);
-
-static void tunnel_free(struct tunnel *t)
-{
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        tunnels = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    if (t->client)
-        bufferevent_free(t->client);
-    drop_upstream(t);
-    if (t->timer)
-        event_free(t->timer);
-    head_clear(&t->request);
-    head_clear(&t->response);
-    if (t->replay)
-        evbuffer_free(t->replay);
-    http_request_free_taken(t->taken);
-    free(t);
-}
-
-static void count_upstream(const char *id, int delta)
-{
-    if (tunnels_per_sandbox == NULL && (tunnels_per_sandbox = json_object()) == NULL)
-        return;
-    json_int_t n = json_integer_value(json_object_get(tunnels_per_sandbox, id)) + delta;
-    if (n > 0)
-        json_object_set_new(tunnels_per_sandbox, id, json_integer(n));
-    else
-        json_object_del(tunnels_per_sandbox, id);
-}
-
-static void drop_upstream(struct tunnel *t)
-{
-    if (t->upstream) {
-        bufferevent_free(t->upstream);
-        count_upstream(t->upstream_id, -1);
-    }
-    t->upstream = NULL;
-    t->upstream_connected = false;
-    t->upstream_reusable = false;
-    t->upstream_id[0] = '\0';
-}
-
-/* How long a closing tunnel waits for its client to read what is queued for it. */
-#define TUNNEL_LINGER_S 10
-
-static int64_t monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void arm_timer(struct tunnel *t, int64_t at_ms)
-{
-    int64_t wait = at_ms - monotonic_ms();
-    if (wait < 0)
-        wait = 0;
-    struct timeval tv = {.tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000};
-    evtimer_add(t->timer, &tv);
-}
-
-static int idle_timeout_ms(const struct tunnel *t)
-{
-    int s = t->api->config.gateway_idle_timeout_s;
-    return (s > 0 ? s : TUNNEL_DEFAULT_IDLE_S) * 1000;
-}
-
-/* Closes the client once everything queued for it is written, or after a linger if it does
- * not read. */
-static void tunnel_close(struct tunnel *t)
-{
-    t->closing = true;
-    drop_upstream(t);
-    bufferevent_disable(t->client, EV_READ);
-    if (evbuffer_get_length(bufferevent_get_output(t->client)) == 0) {
-        tunnel_free(t);
-        return;
-    }
-    arm_timer(t, monotonic_ms() + TUNNEL_LINGER_S * 1000);
-}
-
-/* The idle timeout (no byte either way), the head deadline (a request head trickled in),
- * and the linger of a closing tunnel. */
-static void on_tunnel_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct tunnel *t = arg;
-    int64_t now = monotonic_ms();
-    if (t->closing) {
-        tunnel_free(t);
-        return;
-    }
-    if (t->head_begun && now >= t->head_deadline_ms) {
-        t->client_keep_alive = false;
-        respond_error(t, 408, "HTTP::REQUEST_TIMEOUT", "the request head was not complete in time");
-        tunnel_close(t);
-        return;
-    }
-    int64_t idle_until = t->last_activity_ms + idle_timeout_ms(t);
-    if (now >= idle_until) {
-        if ((t->state == AWAIT_RESPONSE || t->state == FORWARD_BODY) && t->upstream &&
-            !t->response_head_done) {
-            t->client_keep_alive = false;
-            respond_error(t, 504, "GATEWAY::TIMEOUT",
-                          "the sandbox's server sent nothing for the gateway's idle timeout");
-        }
-        tunnel_close(t);
-        return;
-    }
-    arm_timer(t,
-              t->head_begun && t->head_deadline_ms < idle_until ? t->head_deadline_ms : idle_until);
-}
-
-/* A response the gateway writes itself: JSON {code, message}. */
-static void respond_error(struct tunnel *t, int status, const char *code, const char *message)
-{
-    char body[HTTP_ERROR_BODY_MAX];
-    size_t len = http_error_body(body, sizeof(body), code, message);
-    evbuffer_add_printf(bufferevent_get_output(t->client),
-                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-                        "Content-Length: %zu\r\nConnection: %s\r\n\r\n%s",
-                        status, http_status_reason(status), len,
-                        t->client_keep_alive ? "keep-alive" : "close", body);
-}
 
 /* ---- routes and authorization ---- */
 
 /* Who may use a route: the owner's API key, the sandbox's access token, or a valid signed
  * route. NULL with err set otherwise. */
-static struct sandbox *authorize(struct api *api, const struct head *h, const struct route *r,
+static struct sandbox *authorize(struct api *api, const struct tunnel *t, const struct route *r,
                                  struct cove_error **err)
 {
     if (r->signed_route) {
@@ -419,8 +70,8 @@ static struct sandbox *authorize(struct api *api, const struct head *h, const st
             cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %s not found", r->id);
         return sb;
     }
-    const char *key = head_header(h, "OPEN-SANDBOX-API-KEY");
-    const char *token = head_header(h, GATEWAY_TOKEN_HEADER);
+    const char *key = tunnel_request_header(t, "OPEN-SANDBOX-API-KEY");
+    const char *token = tunnel_request_header(t, GATEWAY_TOKEN_HEADER);
     if (token != NULL && key == NULL) {
         struct sandbox *sb = sandbox_find_any(api->sandboxes, r->id);
         /* The same answer for an unknown sandbox and a wrong token. */
@@ -471,48 +122,64 @@ static int socket_in_sandbox(const struct sandbox *sb, struct cove_error **err)
     return fd;
 }
 
-static void on_upstream_read(struct bufferevent *bev, void *arg);
-static void on_upstream_write(struct bufferevent *bev, void *arg);
-static void on_upstream_event(struct bufferevent *bev, short what, void *arg);
-static void pass_half_close(struct tunnel *t);
-
-/* True when fd's number leaves fewer than TUNNEL_FD_RESERVE descriptors below the limit: the
+/* True when fd's number leaves fewer than GATEWAY_FD_RESERVE descriptors below the limit: the
  * kernel hands out the lowest free number, so at least that many are in use. */
 static bool fd_too_high(int fd)
 {
     struct rlimit rl;
     return getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-           (rlim_t)fd + TUNNEL_FD_RESERVE >= rl.rlim_cur;
+           (rlim_t)fd + GATEWAY_FD_RESERVE >= rl.rlim_cur;
 }
 
-static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port,
-                            struct cove_error **err)
+/* Upstream names are "{id}:{port}". */
+static void upstream_name(char *out, size_t size, const char *id, int port)
 {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int fd;
-    int cap = t->api->config.max_tunnels_per_sandbox > 0 ? t->api->config.max_tunnels_per_sandbox
-                                                         : TUNNEL_DEFAULT_PER_SANDBOX;
-    if (tunnels_per_sandbox != NULL &&
-        json_integer_value(json_object_get(tunnels_per_sandbox, sb->id)) >= cap)
+    snprintf(out, size, "%s:%d", id, port);
+}
+
+static void count_upstream(struct gateway *gw, const char *name, int delta)
+{
+    char id[SANDBOX_ID_SIZE + 1];
+    snprintf(id, sizeof(id), "%.*s", (int)strcspn(name, ":"), name);
+    json_int_t n = json_integer_value(json_object_get(gw->per_sandbox, id)) + delta;
+    if (n > 0)
+        json_object_set_new(gw->per_sandbox, id, json_integer(n));
+    else
+        json_object_del(gw->per_sandbox, id);
+}
+
+static int gateway_connect(void *arg, const struct tunnel_target *target, struct sockaddr *addr,
+                           socklen_t *addr_len, struct cove_error **err)
+{
+    struct gateway *gw = arg;
+    char id[SANDBOX_ID_SIZE + 1];
+    snprintf(id, sizeof(id), "%.*s", (int)strcspn(target->upstream, ":"), target->upstream);
+    int port = atoi(target->upstream + strcspn(target->upstream, ":") + 1);
+    struct sandbox *sb = sandbox_find_any(gw->api->sandboxes, id);
+    if (sb == NULL)
+        return cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %s not found", id);
+    int cap = gw->api->config.max_tunnels_per_sandbox > 0 ? gw->api->config.max_tunnels_per_sandbox
+                                                          : GATEWAY_DEFAULT_PER_SANDBOX;
+    if (json_integer_value(json_object_get(gw->per_sandbox, id)) >= cap)
         return cove_error_set(err, 0, 429, "GATEWAY::TOO_MANY_CONNECTIONS",
-                              "sandbox %s has %d open gateway connections, the most allowed",
-                              sb->id, cap);
-    memset(&ss, 0, sizeof(ss));
+                              "sandbox %s has %d open gateway connections, the most allowed", id,
+                              cap);
+    int fd;
+    memset(addr, 0, *addr_len);
     if (port == RUNTIME_AGENT_PORT) {
-        struct sockaddr_un *un = (struct sockaddr_un *)&ss;
+        struct sockaddr_un *un = (struct sockaddr_un *)addr;
         un->sun_family = AF_UNIX;
         sandbox_agent_socket(sb, un->sun_path, sizeof(un->sun_path));
-        len = sizeof(*un);
+        *addr_len = sizeof(*un);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)
             return cove_error_sys(err, "socket");
     } else {
-        struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+        struct sockaddr_in *in = (struct sockaddr_in *)addr;
         in->sin_family = AF_INET;
         in->sin_port = htons((uint16_t)port);
         in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        len = sizeof(*in);
+        *addr_len = sizeof(*in);
         fd = socket_in_sandbox(sb, err);
         if (fd < 0)
             return -1;
@@ -524,502 +191,107 @@ static int connect_upstream(struct tunnel *t, const struct sandbox *sb, int port
         return cove_error_set(err, 0, 503, "COVE::OVERLOADED",
                               "coved is out of file descriptors; try again");
     }
-    /* Deferred callbacks: the connect may finish at once, before the head is queued. */
-    t->upstream = bufferevent_socket_new(bufferevent_get_base(t->client), fd,
-                                         BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-    if (t->upstream == NULL) {
-        close(fd);
-        return cove_error_sys(err, "bufferevent");
-    }
-    t->upstream_shut = false;
-    snprintf(t->upstream_id, sizeof(t->upstream_id), "%s", sb->id);
-    t->upstream_port = port;
-    count_upstream(sb->id, +1); /* drop_upstream takes it back */
-    bufferevent_setcb(t->upstream, on_upstream_read, on_upstream_write, on_upstream_event, t);
-    bufferevent_setwatermark(t->upstream, EV_WRITE, TUNNEL_LOW_WATER, 0);
-    bufferevent_setwatermark(t->upstream, EV_READ, 0, TUNNEL_READ_AHEAD);
-    bufferevent_set_max_single_read(t->upstream, TUNNEL_IO_CHUNK);
-    bufferevent_set_max_single_write(t->upstream, TUNNEL_IO_CHUNK);
-    if (bufferevent_socket_connect(t->upstream, (struct sockaddr *)&ss, (int)len) < 0) {
-        drop_upstream(t);
-        return cove_error_set(err, 0, 502, "GATEWAY::UPSTREAM_UNREACHABLE",
-                              "cannot connect to port %d in sandbox %s", port, sb->id);
-    }
-    bufferevent_enable(t->upstream, EV_READ | EV_WRITE);
-    return 0;
+    count_upstream(gw, target->upstream, +1);
+    return fd;
 }
 
-/* The request head as the sandbox sees it. */
-static void write_request_head(struct tunnel *t, const char *rest)
+static void gateway_release(void *arg, const char *upstream)
 {
-    struct evbuffer *out = bufferevent_get_output(t->upstream);
-    evbuffer_add_printf(out, "%s %s%s HTTP/1.1\r\n",
-                        http_method_str((enum http_method)t->request_parser.method),
-                        rest[0] == '/' ? "" : "/", rest);
-    for (size_t i = 0; i < t->request.count; i++) {
-        const struct header *h = &t->request.headers[i];
-        if (!dropped(h->name, dropped_request_headers,
-                     sizeof(dropped_request_headers) / sizeof(dropped_request_headers[0])))
-            evbuffer_add_printf(out, "%s: %s\r\n", h->name, h->value);
-    }
-    if (t->request_upgrade)
-        evbuffer_add_printf(out, "Connection: Upgrade\r\nUpgrade: %s\r\n",
-                            head_header(&t->request, "Upgrade"));
-    else
-        evbuffer_add_printf(out, "Connection: keep-alive\r\n");
-    if (t->prefix[0])
-        evbuffer_add_printf(out, "X-Forwarded-Prefix: %s\r\n", t->prefix);
-    evbuffer_add(out, "\r\n", 2);
+    count_upstream(arg, upstream, -1);
 }
 
-/* A response whose body ends only when the connection does (no length, not chunked). */
-static bool response_needs_eof(const struct tunnel *t)
-{
-    const http_parser *p = &t->response_parser;
-    if (t->request_is_head || p->status_code / 100 == 1 || p->status_code == 204 ||
-        p->status_code == 304)
-        return false;
-    return !(p->flags & F_CHUNKED) && p->content_length == ULLONG_MAX;
-}
+/* ---- requests ---- */
 
-/* The response head as the client sees it. */
-static void write_response_head(struct tunnel *t)
+static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tunnel_target *target,
+                                         struct cove_error **err)
 {
-    struct evbuffer *out = bufferevent_get_output(t->client);
-    http_parser *p = &t->response_parser;
-    evbuffer_add_printf(out, "HTTP/1.1 %u %s\r\n", p->status_code,
-                        t->response.target ? t->response.target : "");
-    for (size_t i = 0; i < t->response.count; i++) {
-        const struct header *h = &t->response.headers[i];
-        if (!dropped(h->name, dropped_response_headers,
-                     sizeof(dropped_response_headers) / sizeof(dropped_response_headers[0])))
-            evbuffer_add_printf(out, "%s: %s\r\n", h->name, h->value);
-    }
-    if (p->status_code == 101)
-        evbuffer_add_printf(out, "Connection: Upgrade\r\nUpgrade: %s\r\n",
-                            head_header(&t->response, "Upgrade"));
-    else if (p->status_code >= 200 && (!t->client_keep_alive || response_needs_eof(t)))
-        evbuffer_add_printf(out, "Connection: close\r\n");
-    evbuffer_add(out, "\r\n", 2);
-}
-
-/* ---- the request side ---- */
-
-static void start_request(struct tunnel *t)
-{
-    head_clear(&t->request);
-    t->request_head_done = t->request_done = false;
-    t->state = READ_HEAD;
-}
-
-/* A request for the API on a connection the gateway holds (clients keep connections alive
- * across both): the connection goes back to the HTTP server, this head put back in front. */
-static void hand_back(struct tunnel *t)
-{
-    struct bufferevent *bev = t->client;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    if (t->request_lf_pending && evbuffer_get_length(in) > 0)
-        evbuffer_drain(in, 1);
-    struct evbuffer *head = evbuffer_new();
-    if (head == NULL) {
-        tunnel_close(t);
-        return;
-    }
-    evbuffer_add_printf(
-        head, "%s %s HTTP/%u.%u\r\n", http_method_str((enum http_method)t->request_parser.method),
-        t->request.target, t->request_parser.http_major, t->request_parser.http_minor);
-    for (size_t i = 0; i < t->request.count; i++)
-        evbuffer_add_printf(head, "%s: %s\r\n", t->request.headers[i].name,
-                            t->request.headers[i].value);
-    evbuffer_add(head, "\r\n", 2);
-    evbuffer_prepend_buffer(in, head);
-    evbuffer_free(head);
-    bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-    t->client = NULL;
-    t->closing = true;
-    struct api *api = t->api;
-    tunnel_free(t);
-    if (http_server_adopt(api->http, bev) < 0)
-        bufferevent_free(bev);
-}
-
-/* Checks and routes a complete request head; on refusal answers it and skips its body.
- * Returns true when the connection went back to the API server (the tunnel is gone). */
-static bool accept_request(struct tunnel *t)
-{
-    http_parser *p = &t->request_parser;
-    struct api *api = t->api;
-    t->client_keep_alive = http_should_keep_alive(p);
-    t->request_is_head = p->method == HTTP_HEAD;
-    t->request_upgrade = p->upgrade && head_header(&t->request, "Upgrade") != NULL;
-    char target[MAX_TARGET + 1];
-    snprintf(target, sizeof(target), "%s", t->request.target ? t->request.target : "");
+    struct gateway *gw = arg;
+    struct api *api = gw->api;
+    const char *target_text = tunnel_request_target(t);
     struct route r;
-    struct cove_error *err = NULL;
     struct sandbox *sb = NULL;
     bool routed =
-        route_match_host(api->config.domain, head_header(&t->request, "Host"), target, &r) ||
-        route_match_path(target, &r);
+        route_match_host(api->config.domain, tunnel_request_header(t, "Host"), target_text, &r) ||
+        route_match_path(target_text, &r);
     if (!routed) {
-        hand_back(t);
-        return true;
-    } else if ((sb = authorize(api, &t->request, &r, &err)) == NULL) {
+        return TUNNEL_HAND_BACK;
+    } else if ((sb = authorize(api, t, &r, err)) == NULL) {
         /* err is set */
     } else if (r.port < 0) {
-        cove_error_set(&err, 0, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
+        cove_error_set(err, 0, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
     } else if (sb->state == SANDBOX_PAUSED && api->config.resume_on_access &&
-               sandbox_resume(api->sandboxes, sb, &err) < 0) {
+               sandbox_resume(api->sandboxes, sb, err) < 0) {
         /* err is set */
     } else if (sb->state == SANDBOX_PAUSED || sb->state == SANDBOX_PAUSING) {
-        cove_error_set(&err, 0, 409, "SANDBOX::NOT_RUNNING",
+        cove_error_set(err, 0, 409, "SANDBOX::NOT_RUNNING",
                        "sandbox %s is %s: resume it before reaching its ports", sb->id,
                        sandbox_state_name(sb->state));
     } else if (sb->state != SANDBOX_RUNNING) {
-        cove_error_set(&err, 0, 409, "SANDBOX::NOT_RUNNING", "sandbox %s is %s%s%s%s", sb->id,
+        cove_error_set(err, 0, 409, "SANDBOX::NOT_RUNNING", "sandbox %s is %s%s%s%s", sb->id,
                        sandbox_state_name(sb->state), sb->message[0] ? " (" : "", sb->message,
                        sb->message[0] ? ")" : "");
     }
-    if (err == NULL) {
-        snprintf(t->prefix, sizeof(t->prefix), "%.*s", (int)(r.rest - target), target);
-        sandbox_touch(api->sandboxes, sb);
-        bool same = t->upstream && t->upstream_reusable && strcmp(t->upstream_id, sb->id) == 0 &&
-                    t->upstream_port == r.port;
-        if (!same) {
-            drop_upstream(t);
-            if (connect_upstream(t, sb, r.port, &err) < 0)
-                log_warn("gateway to %s:%d: %s", sb->id, r.port, err->message);
-        }
-    }
-    if (err != NULL) {
-        if (err->http_status >= 500 && err->http_status != 502 && err->http_status != 503)
-            err->http_status = 502;
-        respond_error(t, err->http_status, err->code, err->message);
-        cove_error_free(err);
-        t->request_upgrade = false;
-        t->state = SKIP_BODY;
-        t->skipped = 0;
-        return false;
-    }
-    t->upstream_reusable = false;
-    http_parser_init(&t->response_parser, HTTP_RESPONSE);
-    t->response_parser.data = t;
-    head_clear(&t->response);
-    t->response_head_done = t->response_done = false;
-    t->response_lf_pending = false;
-    write_request_head(t, r.rest[0] ? r.rest : "/");
-    t->state = FORWARD_BODY;
-    return false;
+    if (*err != NULL)
+        return TUNNEL_REFUSE;
+    snprintf(target->prefix, sizeof(target->prefix), "%.*s", (int)(r.rest - target_text),
+             target_text);
+    snprintf(target->path, sizeof(target->path), "%s", r.rest);
+    upstream_name(target->upstream, sizeof(target->upstream), sb->id, r.port);
+    sandbox_touch(api->sandboxes, sb);
+    return TUNNEL_FORWARD;
 }
 
-/* Feeds client bytes to the request parser, forwarding or dropping body bytes. */
-static void process_client(struct tunnel *t)
+/* A request for the API on a connection the gateway holds (clients keep connections alive
+ * across both): the connection goes back to the HTTP server. */
+static void gateway_hand_back(void *arg, struct bufferevent *bev)
 {
-    struct evbuffer *in = bufferevent_get_input(t->client);
-    while (!t->closing) {
-        if (t->state == RAW) {
-            if (t->request_lf_pending && evbuffer_get_length(in) > 0) {
-                evbuffer_drain(in, 1);
-                t->request_lf_pending = false;
-            }
-            if (t->upstream) {
-                struct evbuffer *out = bufferevent_get_output(t->upstream);
-                evbuffer_add_buffer(out, in);
-                if (evbuffer_get_length(out) >= TUNNEL_HIGH_WATER)
-                    bufferevent_disable(t->client, EV_READ);
-            }
-            return;
-        }
-        if (t->state == AWAIT_RESPONSE)
-            return; /* the next request waits for this response */
-        if (t->state == FORWARD_BODY && t->upstream &&
-            evbuffer_get_length(bufferevent_get_output(t->upstream)) >= TUNNEL_HIGH_WATER) {
-            bufferevent_disable(t->client, EV_READ); /* resumed when the sandbox drains it */
-            return;
-        }
-        size_t len = evbuffer_get_contiguous_space(in);
-        if (len == 0)
-            return;
-        char *data = (char *)evbuffer_pullup(in, len);
-        bool head_before = t->request_head_done;
-        if (t->state == READ_HEAD && !t->head_begun) {
-            /* Reads do not extend a head's deadline: a trickled head is cut off. */
-            int s = t->api->config.head_timeout_s;
-            t->head_begun = true;
-            t->head_deadline_ms = monotonic_ms() + (s > 0 ? s : TUNNEL_DEFAULT_HEAD_S) * 1000;
-            arm_timer(t, t->head_deadline_ms);
-        }
-        http_parser_pause(&t->request_parser, 0);
-        size_t n = http_parser_execute(&t->request_parser, &request_settings, data, len);
-        enum http_errno e = HTTP_PARSER_ERRNO(&t->request_parser);
-        size_t from = 0;
-        if (t->request_lf_pending && n > 0) {
-            from = 1;
-            t->request_lf_pending = false;
-        }
-        if (t->state == FORWARD_BODY && t->upstream && n > from)
-            evbuffer_add(bufferevent_get_output(t->upstream), data + from, n - from);
-        evbuffer_drain(in, n);
-        if (t->state == SKIP_BODY && (t->skipped += n - from) > SKIP_BODY_MAX) {
-            t->client_keep_alive = false; /* the answer is out; the rest is not worth reading */
-            tunnel_close(t);
-            return;
-        }
-        if (e != HPE_OK && e != HPE_PAUSED) {
-            /* Some faults (an unknown Transfer-Encoding) show only after the head was passed
-             * on: the client still gets an answer unless a response has begun. */
-            if (t->state == READ_HEAD || (t->state == FORWARD_BODY && !t->response_head_done)) {
-                t->client_keep_alive = false;
-                respond_error(t, 400, "HTTP::MALFORMED", http_errno_description(e));
-            }
-            tunnel_close(t);
-            return;
-        }
-        if (t->state == READ_HEAD && t->request_head_done && !head_before) {
-            t->head_begun = false;
-            t->request_lf_pending = e == HPE_PAUSED && !t->request_done;
-            if (accept_request(t) || t->closing)
-                return;
-            if (t->request_upgrade && t->state == FORWARD_BODY) {
-                /* An upgrade request has no body: what follows is for after the 101. */
-                t->state = AWAIT_RESPONSE;
-                return;
-            }
-            continue;
-        }
-        if (t->request_done && (t->state == FORWARD_BODY || t->state == SKIP_BODY)) {
-            if (t->state == SKIP_BODY) {
-                if (!t->client_keep_alive) {
-                    tunnel_close(t);
-                    return;
-                }
-                start_request(t);
-                continue;
-            }
-            t->state = AWAIT_RESPONSE;
-            process_upstream(t); /* a response may already be waiting */
-            return;
-        }
-    }
-}
-
-/* ---- the response side ---- */
-
-static void response_finished(struct tunnel *t)
-{
-    http_parser *p = &t->response_parser;
-    if (p->status_code == 101 && t->request_upgrade) {
-        t->state = RAW;
-        evbuffer_add_buffer(bufferevent_get_output(t->client), bufferevent_get_input(t->upstream));
-        process_client(t); /* bytes the client sent right after its upgrade request */
-        return;
-    }
-    if (p->status_code >= 100 && p->status_code < 200) {
-        /* 100 Continue and friends: the real response follows on the same connection. */
-        head_clear(&t->response);
-        t->response_head_done = t->response_done = false;
-        t->response_lf_pending = false;
-        http_parser_init(p, HTTP_RESPONSE);
-        p->data = t;
-        return;
-    }
-    t->upstream_reusable = http_should_keep_alive(p);
-    if (!t->client_keep_alive || response_needs_eof(t)) {
-        tunnel_close(t);
-        return;
-    }
-    if (!t->request_done) {
-        /* Answered before the end of its body (an early refusal): the rest of the body is
-         * read and dropped before the next request, and the sandbox's connection, which
-         * got only part of it, is closed (the next request gets a new one). */
-        drop_upstream(t);
-        t->state = SKIP_BODY;
-        t->skipped = 0;
-    } else {
-        start_request(t);
-    }
-    bufferevent_enable(t->client, EV_READ);
-    process_client(t);
-}
-
-static void process_upstream(struct tunnel *t)
-{
-    if (t->upstream == NULL)
-        return;
-    struct evbuffer *in = bufferevent_get_input(t->upstream);
-    struct evbuffer *out = bufferevent_get_output(t->client);
-    while (!t->closing && t->upstream) {
-        if (t->state == RAW) {
-            evbuffer_add_buffer(out, in);
-            if (evbuffer_get_length(out) >= TUNNEL_HIGH_WATER)
-                bufferevent_disable(t->upstream, EV_READ);
-            return;
-        }
-        if (t->state != AWAIT_RESPONSE && t->state != FORWARD_BODY)
-            return; /* nothing was asked: the sandbox's server talks out of turn */
-        if (evbuffer_get_length(out) >= TUNNEL_HIGH_WATER) {
-            bufferevent_disable(t->upstream, EV_READ); /* resumed when the client drains */
-            return;
-        }
-        size_t len = evbuffer_get_contiguous_space(in);
-        if (len == 0)
-            return;
-        char *data = (char *)evbuffer_pullup(in, len);
-        bool in_body = t->response_head_done;
-        http_parser_pause(&t->response_parser, 0);
-        size_t n = http_parser_execute(&t->response_parser, &response_settings, data, len);
-        enum http_errno e = HTTP_PARSER_ERRNO(&t->response_parser);
-        size_t from = 0;
-        if (t->response_lf_pending && n > 0) {
-            from = 1;
-            t->response_lf_pending = false;
-        }
-        if (in_body && n > from)
-            evbuffer_add(out, data + from, n - from);
-        evbuffer_drain(in, n);
-        if (e != HPE_OK && e != HPE_PAUSED) {
-            log_warn("gateway: malformed response from sandbox %s port %d: %s", t->upstream_id,
-                     t->upstream_port, http_errno_description(e));
-            if (!in_body)
-                respond_error(t, 502, "GATEWAY::BAD_UPSTREAM_RESPONSE",
-                              "the sandbox's server sent a malformed response");
-            tunnel_close(t);
-            return;
-        }
-        if (!in_body && t->response_head_done) {
-            t->response_lf_pending = e == HPE_PAUSED && !t->response_done;
-            write_response_head(t);
-        }
-        if (t->response_done)
-            response_finished(t);
-    }
-}
-
-/* ---- events ---- */
-
-static void on_client_read(struct bufferevent *bev, void *arg)
-{
-    struct tunnel *t = arg;
-    t->last_activity_ms = monotonic_ms();
-    if (t->replay != NULL) {
-        /* First turn after the take-over: the server has drained the head it parsed. */
-        evbuffer_prepend_buffer(bufferevent_get_input(bev), t->replay);
-        evbuffer_free(t->replay);
-        t->replay = NULL;
-    }
-    process_client(t);
-}
-
-static void on_client_write(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    struct tunnel *t = arg;
-    t->last_activity_ms = monotonic_ms();
-    if (t->closing) {
-        if (evbuffer_get_length(bufferevent_get_output(t->client)) == 0)
-            tunnel_free(t);
-        return;
-    }
-    if (t->upstream) {
-        bufferevent_enable(t->upstream, EV_READ);
-        process_upstream(t);
-    }
-}
-
-static void on_client_event(struct bufferevent *bev, short what, void *arg)
-{
-    (void)bev;
-    struct tunnel *t = arg;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        /* A client that half-closes after its request still gets the answer. */
-        if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) &&
-            (t->state == AWAIT_RESPONSE || t->state == RAW) && t->upstream) {
-            t->client_keep_alive = false;
-            t->client_eof = true;
-            pass_half_close(t);
-            return;
-        }
-        tunnel_free(t);
-    }
-}
-
-static void on_upstream_read(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    struct tunnel *t = arg;
-    t->last_activity_ms = monotonic_ms();
-    process_upstream(t);
-}
-
-/* A client's FIN goes on to the sandbox's server once everything it sent before has, as a
- * TCP proxy would: a server streaming to a client that left learns it at once (the agent
- * then interrupts the command or code it was streaming) instead of at its next write. */
-static void pass_half_close(struct tunnel *t)
-{
-    if (!t->client_eof || t->upstream == NULL || !t->upstream_connected || t->upstream_shut ||
-        evbuffer_get_length(bufferevent_get_output(t->upstream)) > 0)
-        return;
-    shutdown(bufferevent_getfd(t->upstream), SHUT_WR);
-    t->upstream_shut = true;
-    t->upstream_reusable = false;
-}
-
-static void on_upstream_write(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    struct tunnel *t = arg;
-    t->last_activity_ms = monotonic_ms();
-    pass_half_close(t);
-    bufferevent_enable(t->client, EV_READ);
-    process_client(t);
-}
-
-static void on_upstream_event(struct bufferevent *bev, short what, void *arg)
-{
-    (void)bev;
-    struct tunnel *t = arg;
-    if (what & BEV_EVENT_CONNECTED) {
-        t->upstream_connected = true;
-        pass_half_close(t);
-        return;
-    }
-    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
-        return;
-    process_upstream(t);
-    if (t->closing || t->upstream == NULL)
-        return;
-    if (t->state == RAW) {
-        tunnel_close(t);
-        return;
-    }
-    if (t->state == AWAIT_RESPONSE || t->state == FORWARD_BODY) {
-        /* The end of the connection may be the end of the response (no length given). */
-        http_parser_pause(&t->response_parser, 0);
-        http_parser_execute(&t->response_parser, &response_settings, NULL, 0);
-        if (t->response_done) {
-            t->client_keep_alive = false;
-            response_finished(t);
-            return;
-        }
-        if (!t->response_head_done) {
-            t->client_keep_alive = false;
-            respond_error(t, 502, "GATEWAY::UPSTREAM_UNREACHABLE",
-                          t->upstream_connected
-                              ? "the sandbox's server closed the connection without answering"
-                              : "nothing is listening on that port in the sandbox");
-        }
-        tunnel_close(t);
-        return;
-    }
-    drop_upstream(t); /* idle keep-alive connection closed by the sandbox: fine */
+    struct gateway *gw = arg;
+    if (http_server_adopt(gw->api->http, bev) < 0)
+        bufferevent_free(bev);
 }
 
 /* ---- entry ---- */
 
+int gateway_new(struct api *api, struct gateway **out, struct cove_error **err)
+{
+    struct gateway *gw = calloc(1, sizeof(*gw));
+    if (gw == NULL)
+        return cove_error_sys(err, "calloc");
+    gw->api = api;
+    gw->per_sandbox = json_object();
+    struct tunnel_ops ops = {
+        .route = gateway_route,
+        .connect = gateway_connect,
+        .release = gateway_release,
+        .hand_back = gateway_hand_back,
+        .arg = gw,
+        .private_headers = private_headers,
+        .idle_timeout_s = api->config.gateway_idle_timeout_s,
+        .head_timeout_s = api->config.head_timeout_s,
+    };
+    gw->tunnels = tunnel_set_new(api->base, &ops);
+    if (gw->per_sandbox == NULL || gw->tunnels == NULL) {
+        gateway_free(gw);
+        return cove_error_sys(err, "gateway");
+    }
+    *out = gw;
+    return 0;
+}
+
+void gateway_free(struct gateway *gw)
+{
+    if (gw == NULL)
+        return;
+    tunnel_set_free(gw->tunnels);
+    json_decref(gw->per_sandbox);
+    free(gw);
+}
+
 /* Serializes the head the HTTP server already parsed, so the tunnel's parser starts there. */
 static void replay_first_head(struct evbuffer *buf, struct http_request *req)
 {
-    evbuffer_add_printf(buf, "%s %s HTTP/1.1\r\n", http_request_method(req),
-                        http_request_target(req));
+    evbuffer_add_printf(buf, "%s %s HTTP/%s\r\n", http_request_method(req),
+                        http_request_target(req), http_request_version(req));
     size_t count;
     const struct http_header *h = http_request_headers(req, &count);
     for (size_t i = 0; i < count; i++)
@@ -1027,59 +299,26 @@ static void replay_first_head(struct evbuffer *buf, struct http_request *req)
     evbuffer_add(buf, "\r\n", 2);
 }
 
-bool gateway_handle(struct api *api, struct http_request *req)
+static void free_taken(void *req)
 {
-    struct route r;
-    char target[MAX_TARGET + 1];
-    snprintf(target, sizeof(target), "%s", http_request_target(req));
-    if (!route_match_host(api->config.domain, http_request_header(req, "Host"), target, &r) &&
-        !route_match_path(http_request_path(req), &r))
-        return false;
-    struct tunnel *t = calloc(1, sizeof(*t));
-    if (t == NULL) {
-        api_respond_errorf(req, 503, "COVE::OVERLOADED", "out of memory");
-        return false;
-    }
-    t->api = api;
-    t->timer = evtimer_new(http_request_event_base(req), on_tunnel_timer, t);
-    if (t->timer == NULL) {
-        free(t);
-        api_respond_errorf(req, 503, "COVE::OVERLOADED", "out of memory");
-        return false;
-    }
-    t->taken = req;
-    t->next = tunnels;
-    if (tunnels)
-        tunnels->prev = t;
-    tunnels = t;
-    http_parser_init(&t->request_parser, HTTP_REQUEST);
-    t->request_parser.data = t;
-    t->client = http_request_take_over(req);
-    bufferevent_setcb(t->client, on_client_read, on_client_write, on_client_event, t);
-    bufferevent_setwatermark(t->client, EV_WRITE, TUNNEL_LOW_WATER, 0);
-    bufferevent_setwatermark(t->client, EV_READ, 0, TUNNEL_READ_AHEAD);
-    bufferevent_set_max_single_read(t->client, TUNNEL_IO_CHUNK);
-    bufferevent_set_max_single_write(t->client, TUNNEL_IO_CHUNK);
-    bufferevent_enable(t->client, EV_READ | EV_WRITE);
-    t->last_activity_ms = monotonic_ms();
-    arm_timer(t, t->last_activity_ms + idle_timeout_ms(t));
-    start_request(t);
-    /* The server drains the head it parsed once this returns: a copy goes in front of the
-     * bytes still to come on the next loop turn, and the tunnel parses it all itself. */
-    t->replay = evbuffer_new();
-    if (t->replay == NULL) {
-        tunnel_close(t);
-        return true;
-    }
-    replay_first_head(t->replay, req);
-    bufferevent_trigger(t->client, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
-    return true;
+    http_request_free_taken(req);
 }
 
-void gateway_close_all(void)
+bool gateway_handle(struct gateway *gw, struct http_request *req)
 {
-    while (tunnels)
-        tunnel_free(tunnels);
-    json_decref(tunnels_per_sandbox);
-    tunnels_per_sandbox = NULL;
+    struct route r;
+    const char *domain = gw->api->config.domain;
+    if (!route_match_host(domain, http_request_header(req, "Host"), http_request_target(req), &r) &&
+        !route_match_path(http_request_path(req), &r))
+        return false;
+    struct evbuffer *head = evbuffer_new();
+    if (head == NULL) {
+        api_respond_errorf(req, 503, "COVE::OVERLOADED", "out of memory");
+        return false;
+    }
+    replay_first_head(head, req);
+    struct bufferevent *client = http_request_take_over(req);
+    if (tunnel_start(gw->tunnels, client, head, free_taken, req) < 0)
+        evbuffer_free(head);
+    return true;
 }

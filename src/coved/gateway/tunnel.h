@@ -1,0 +1,77 @@
+/* The gateway's HTTP relay: a client connection taken over from the HTTP server, whose
+ * requests go, one at a time, to upstream connections that the owner chooses per request.
+ *
+ * Each request head is parsed (http-parser), given to the owner's `route`, rewritten (the
+ * route's prefix and coved's credentials removed) and sent upstream; body bytes follow as they
+ * come, framing untouched. Each response head is parsed the same way and its body forwarded
+ * raw. So client keep-alive works across requests (even to other upstreams), bodies of any
+ * size stream with backpressure, SSE arrives as it is written, and after a 101 both directions
+ * are raw bytes (WebSocket). What is read ahead of either side is bounded; a trickled request
+ * head is cut off at its deadline and a tunnel with no byte either way at the idle timeout.
+ *
+ * It knows nothing of sandboxes: routing, authorization and how an upstream is reached are
+ * the owner's (gateway.c), which is also what lets a fuzzer drive it over socket pairs. */
+#pragma once
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "lib/error.h"
+
+struct tunnel;
+struct tunnel_set;
+
+/* Where a request goes, filled in by `route`. */
+struct tunnel_target {
+    char upstream[64]; /* names the upstream: its open connection is reused for the same name */
+    char prefix[512];  /* route part of the path, sent as X-Forwarded-Prefix ("" for none) */
+    char path[8192];   /* the target as the upstream sees it */
+};
+
+enum tunnel_verdict {
+    TUNNEL_FORWARD,   /* to target (connect is called unless its upstream is open) */
+    TUNNEL_REFUSE,    /* answered with *err ({"code","message"}), its body dropped */
+    TUNNEL_HAND_BACK, /* not the tunnel's: the connection goes back with this head first */
+};
+
+struct tunnel_ops {
+    /* A whole request head. May set *err only with TUNNEL_REFUSE. */
+    enum tunnel_verdict (*route)(void *arg, struct tunnel *t, struct tunnel_target *target,
+                                 struct cove_error **err);
+    /* A non-blocking stream socket for target's upstream, connected or connecting; the tunnel
+     * owns it afterwards, until it calls release with the same name. -1 with *err set. */
+    int (*connect)(void *arg, const struct tunnel_target *target, struct sockaddr *addr,
+                   socklen_t *addr_len, struct cove_error **err);
+    void (*release)(void *arg, const char *upstream);
+    /* The client's connection, with the request head put back in front of its input. */
+    void (*hand_back)(void *arg, struct bufferevent *bev);
+    void *arg;
+    /* NULL-terminated: request headers never sent upstream (credentials for the owner). */
+    const char *const *private_headers;
+    int idle_timeout_s; /* 0: 300 */
+    int head_timeout_s; /* 0: 10 */
+};
+
+/* The tunnels of one owner: freed with it. ops is copied. */
+struct tunnel_set *tunnel_set_new(struct event_base *base, const struct tunnel_ops *ops);
+void tunnel_set_free(struct tunnel_set *set);
+size_t tunnel_set_count(const struct tunnel_set *set);
+
+/* Starts a tunnel on client, whose input holds the bytes after a first head already parsed;
+ * first_head is that head serialized again (prepended to the input on the first turn). The
+ * tunnel owns client and first_head, and calls on_free(free_arg) when it ends (e.g. to
+ * release the HTTP server's record of the connection). -1 if out of memory: client is freed
+ * and on_free called, first_head is still the caller's. */
+int tunnel_start(struct tunnel_set *set, struct bufferevent *client, struct evbuffer *first_head,
+                 void (*on_free)(void *), void *free_arg);
+
+/* The current request head, for route. */
+const char *tunnel_request_method(const struct tunnel *t);
+const char *tunnel_request_target(const struct tunnel *t);
+/* First header of that name (case-insensitive), or NULL. */
+const char *tunnel_request_header(const struct tunnel *t, const char *name);
+/* The client's descriptor (for its peer address). */
+int tunnel_client_fd(const struct tunnel *t);
