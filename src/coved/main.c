@@ -129,7 +129,12 @@ int main(int argc, char **argv)
         .public_host = o.public_host,
         .domain = o.domain,
         .resume_on_access = o.resume_on_access,
+        .admin_keys = o.admin_keys,
+        .memory_overcommit = o.memory_overcommit,
+        .cpu_overcommit = o.cpu_overcommit,
     };
+    api.store = store;
+    memcpy(api.config.default_quota.v, o.quota, sizeof(api.config.default_quota.v));
     if (route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
