@@ -8,6 +8,8 @@ import os
 import signal
 import sqlite3
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -445,3 +447,41 @@ def test_bad_admission_settings_refuse_to_start(tmp_path, args):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and r.stderr.startswith("coved: "), (args, r.stderr)
     assert args[0].lstrip("-").replace("-", "_") in r.stderr
+
+
+def test_a_stopping_sandbox_counts_until_it_is_gone(coved):
+    """A sandbox holding 1.5 GiB takes a while to die: while it is Stopping its memory is
+    still the host's, and still counted."""
+    d = coved
+    hold = ("import time; b = b'x' * (1536 << 20); open('/tmp/ready', 'w').close(); "
+            "time.sleep(1e6)")
+    status, body, _ = call(d, "POST", "/v1/sandboxes", TENANT_A, {
+        "image": {"uri": "base"}, "entrypoint": ["python3", "-c", hold],
+        "resourceLimits": {"cpu": "1", "memory": "2Gi"}})
+    assert status == 202, body
+    sid = body["id"]
+    for _ in range(600):
+        if d.exec(sid, "test -f /tmp/ready", key=TENANT_A).exit_code == 0:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the sandbox never allocated its memory")
+    result = {}
+    t = threading.Thread(target=lambda: result.update(
+        r=call(d, "DELETE", f"/v1/sandboxes/{sid}", TENANT_A)))
+    t.start()
+    during = []
+    while t.is_alive():
+        # A usage read between two reads that both see Stopping was made while Stopping.
+        before = call(d, "GET", f"/v1/sandboxes/{sid}", TENANT_A)[1]
+        used = call(d, "GET", "/v1/quota", TENANT_A)[1]["used"]
+        after = call(d, "GET", f"/v1/sandboxes/{sid}", TENANT_A)[1]
+        if all(isinstance(s, dict) and s.get("status", {}).get("state") == "Stopping"
+               for s in (before, after)):
+            during.append(used)
+    t.join()
+    assert result["r"][0] == 204
+    assert during, "never saw the sandbox Stopping"
+    assert all(u["sandboxes"] == 1 and u["memory"] == "2Gi" for u in during), during
+    assert call(d, "GET", "/v1/quota", TENANT_A)[1]["used"]["sandboxes"] == 0
+    assert sandbox_leftovers(d, sid) == []
