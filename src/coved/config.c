@@ -10,12 +10,20 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "coved/api/quota_policy.h"
 #include "lib/log.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
 #define DEFAULT_STATE_DIR "/var/lib/cove"
 #define DEFAULT_CONFIG_FILE "/etc/cove/coved.ini"
 #define DEFAULT_MAX_TIMEOUT_S (7 * 24 * 3600)
+/* Memory limits are ceilings, and idle agent sandboxes use a small part of theirs: half
+ * again the RAM leaves room for that, while sandboxes that all fill up cannot take the host
+ * more than that far into reclaim and the OOM killer. */
+#define DEFAULT_MEMORY_OVERCOMMIT 1.5
+/* CPU is shared, never exhausted: an overcommit only slows sandboxes down, so the limit is
+ * there against absurd promises (40 sandboxes of every CPU), not against sharing. */
+#define DEFAULT_CPU_OVERCOMMIT 16.0
 
 static const char usage[] =
     "Usage: coved [OPTIONS]\n"
@@ -38,6 +46,25 @@ static const char usage[] =
     "      --insecure is given\n"
     "  --api-key-file FILE    api_key_file                COVE_API_KEY_FILE\n"
     "      read accepted keys from FILE, one per line (adds to the keys above)\n"
+    "  --admin-api-key KEY    admin_api_keys (comma-sep.) COVE_ADMIN_API_KEYS (comma-sep.)\n"
+    "      admin keys: valid API keys (seeing their own sandboxes) that may also use\n"
+    "      /v1/admin/* (per-key quotas); the flag is repeatable\n"
+    "  --quota-sandboxes N    quota_sandboxes             COVE_QUOTA_SANDBOXES\n"
+    "  --quota-cpu CPUS       quota_cpu                   COVE_QUOTA_CPU\n"
+    "  --quota-memory BYTES   quota_memory                COVE_QUOTA_MEMORY\n"
+    "  --quota-disk BYTES     quota_disk                  COVE_QUOTA_DISK\n"
+    "      default quota of every key over its live sandboxes (Pending to Stopping): how\n"
+    "      many, and the sum of their cpu, memory and writable-layer (ephemeral-storage)\n"
+    "      limits, as resourceLimits writes them (\"4\", \"500m\", \"16Gi\"); a sandbox\n"
+    "      without a cpu limit counts as all CPUs. 0 allows nothing; default unlimited.\n"
+    "      An admin key sets per-key overrides (PUT /v1/admin/quotas/OWNER); a create\n"
+    "      beyond the quota gets a 429 QUOTA::EXCEEDED\n"
+    "  --memory-overcommit R  memory_overcommit           COVE_MEMORY_OVERCOMMIT\n"
+    "      the memory limits of all live sandboxes may add up to R x the host's RAM\n"
+    "      (default 1.5; the writable layer is in that memory)\n"
+    "  --cpu-overcommit R     cpu_overcommit              COVE_CPU_OVERCOMMIT\n"
+    "      their cpu limits may add up to R x the host's CPUs (default 16). A create\n"
+    "      beyond either gets a 409 HOST::OVERCOMMITTED\n"
     "  --insecure             insecure = true             COVE_INSECURE=1\n"
     "      accept requests without any key (only on a loopback address)\n"
     "  --public-host HOST     public_host                 COVE_PUBLIC_HOST\n"
@@ -84,6 +111,9 @@ static const char usage[] =
     "  state_dir = /var/lib/cove\n"
     "  api_keys = key-of-team-a, key-of-team-b\n"
     "  max_sandbox_timeout_seconds = 86400\n"
+    "  admin_api_keys = key-of-the-operator\n"
+    "  quota_sandboxes = 20\n"
+    "  quota_memory = 16Gi\n"
     "\n"
     "Sandboxes outlive coved: a restarted coved re-adopts them from STATE_DIR/cove.db.\n";
 
@@ -97,12 +127,12 @@ static char *trim(char *s)
     return s;
 }
 
-static int set_keys(struct coved_config *cfg, const char *list, struct cove_error **err)
+static int set_key_list(char **keys, size_t *count, const char *list, struct cove_error **err)
 {
-    for (size_t i = 0; i < cfg->key_count; i++)
-        free(cfg->keys[i]);
-    cfg->key_count = 0;
-    cfg->keys[0] = NULL;
+    for (size_t i = 0; i < *count; i++)
+        free(keys[i]);
+    *count = 0;
+    keys[0] = NULL;
     char *copy = strdup(list);
     if (copy == NULL)
         return cove_error_sys(err, "strdup");
@@ -111,15 +141,53 @@ static int set_keys(struct coved_config *cfg, const char *list, struct cove_erro
         k = trim(k);
         if (*k == '\0')
             continue;
-        if (cfg->key_count == CONFIG_MAX_KEYS) {
+        if (*count == CONFIG_MAX_KEYS) {
             free(copy);
             return cove_error_set(err, 0, 2, "CONFIG::INVALID", "at most %d API keys",
                                   CONFIG_MAX_KEYS);
         }
-        cfg->keys[cfg->key_count++] = strdup(k);
-        cfg->keys[cfg->key_count] = NULL;
+        keys[(*count)++] = strdup(k);
+        keys[*count] = NULL;
     }
     free(copy);
+    return 0;
+}
+
+static int set_keys(struct coved_config *cfg, const char *list, struct cove_error **err)
+{
+    return set_key_list(cfg->keys, &cfg->key_count, list, err);
+}
+
+/* quota_* and *_overcommit; 1 when key is none of them. */
+static int apply_admission(struct coved_config *cfg, const char *key, const char *value,
+                           const char *from, struct cove_error **err)
+{
+    if (strcmp(key, "admin_api_keys") == 0)
+        return set_key_list(cfg->admin_keys, &cfg->admin_key_count, value, err);
+    for (int r = 0; r < QUOTA_RESOURCES; r++) {
+        char name[32];
+        snprintf(name, sizeof(name), "quota_%s", quota_resource_name(r));
+        if (strcmp(key, name) != 0)
+            continue;
+        if (quota_parse_setting(r, value, &cfg->quota[r]) < 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: %s takes 'unlimited' or %s",
+                                  from, name,
+                                  r == QUOTA_SANDBOXES ? "a count from 0 to 1000000"
+                                  : r == QUOTA_CPU     ? "CPUs like 4 or 500m"
+                                                       : "bytes like 16Gi or 512Mi");
+        return 0;
+    }
+    double *ratio = strcmp(key, "memory_overcommit") == 0 ? &cfg->memory_overcommit
+                    : strcmp(key, "cpu_overcommit") == 0  ? &cfg->cpu_overcommit
+                                                          : NULL;
+    if (ratio == NULL)
+        return 1;
+    char *end;
+    double v = strtod(value, &end);
+    if (*value == '\0' || *end != '\0' || !(v >= 0.1 && v <= 1000))
+        return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                              "%s: %s must be a number from 0.1 to 1000", from, key);
+    *ratio = v;
     return 0;
 }
 
@@ -190,6 +258,7 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         return -1;
     if (handled)
         return 0;
+    int admission;
     if (strcmp(key, "listen") == 0) {
         snprintf(cfg->listen, sizeof(cfg->listen), "%s", value);
     } else if (strcmp(key, "state_dir") == 0) {
@@ -224,6 +293,8 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         if (parse_level(value, &cfg->log_level) < 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
                                   "%s: log_level is debug, info, warn or error", from);
+    } else if ((admission = apply_admission(cfg, key, value, from, err)) <= 0) {
+        return admission;
     } else {
         return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: unknown setting '%s'", from, key);
     }
@@ -264,6 +335,21 @@ static void default_path_near_coved(const char *name, const char *subdir, char *
     snprintf(out, size, "%s/../%s/%s", dir, subdir, name);
 }
 
+/* Long-only flags of admission control, in the order of admission_keys. */
+enum {
+    OPTION_QUOTA_SANDBOXES = 0x400,
+    OPTION_QUOTA_CPU,
+    OPTION_QUOTA_MEMORY,
+    OPTION_QUOTA_DISK,
+    OPTION_MEMORY_OVERCOMMIT,
+    OPTION_CPU_OVERCOMMIT,
+    OPTION_ADMIN_API_KEY,
+};
+static const char *const admission_keys[] = {
+    "quota_sandboxes", "quota_cpu",         "quota_memory",
+    "quota_disk",      "memory_overcommit", "cpu_overcommit",
+};
+
 static const struct {
     const char *env;
     const char *key;
@@ -286,6 +372,13 @@ static const struct {
     {"COVE_MAX_CONNECTIONS", "max_connections"},
     {"COVE_MAX_CONNECTIONS_PER_PEER", "max_connections_per_peer"},
     {"COVE_MAX_TUNNELS_PER_SANDBOX", "max_tunnels_per_sandbox"},
+    {"COVE_ADMIN_API_KEYS", "admin_api_keys"},
+    {"COVE_QUOTA_SANDBOXES", "quota_sandboxes"},
+    {"COVE_QUOTA_CPU", "quota_cpu"},
+    {"COVE_QUOTA_MEMORY", "quota_memory"},
+    {"COVE_QUOTA_DISK", "quota_disk"},
+    {"COVE_MEMORY_OVERCOMMIT", "memory_overcommit"},
+    {"COVE_CPU_OVERCOMMIT", "cpu_overcommit"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -323,6 +416,10 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
                             sizeof(cfg->kernel_helper));
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
     cfg->log_level = COVE_LOG_INFO;
+    for (int r = 0; r < QUOTA_RESOURCES; r++)
+        cfg->quota[r] = QUOTA_UNLIMITED;
+    cfg->memory_overcommit = DEFAULT_MEMORY_OVERCOMMIT;
+    cfg->cpu_overcommit = DEFAULT_CPU_OVERCOMMIT;
 
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -344,6 +441,13 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"max-connections", required_argument, NULL, 1003},
         {"max-connections-per-peer", required_argument, NULL, 1004},
         {"max-tunnels-per-sandbox", required_argument, NULL, 1005},
+        {"admin-api-key", required_argument, NULL, OPTION_ADMIN_API_KEY},
+        {"quota-sandboxes", required_argument, NULL, OPTION_QUOTA_SANDBOXES},
+        {"quota-cpu", required_argument, NULL, OPTION_QUOTA_CPU},
+        {"quota-memory", required_argument, NULL, OPTION_QUOTA_MEMORY},
+        {"quota-disk", required_argument, NULL, OPTION_QUOTA_DISK},
+        {"memory-overcommit", required_argument, NULL, OPTION_MEMORY_OVERCOMMIT},
+        {"cpu-overcommit", required_argument, NULL, OPTION_CPU_OVERCOMMIT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -384,7 +488,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
      * only if given; then it replaces them. */
     optind = 1;
     opterr = 1;
-    bool flag_keys = false;
+    bool flag_keys = false, flag_admin_keys = false;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         const char *key = NULL;
         switch (c) {
@@ -451,6 +555,25 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             cfg->keys[cfg->key_count++] = strdup(optarg);
             cfg->keys[cfg->key_count] = NULL;
             continue;
+        case OPTION_ADMIN_API_KEY:
+            /* As --api-key: the flags replace the file's and environment's admin keys. */
+            if (!flag_admin_keys) {
+                set_key_list(cfg->admin_keys, &cfg->admin_key_count, "", err);
+                flag_admin_keys = true;
+            }
+            if (cfg->admin_key_count == CONFIG_MAX_KEYS)
+                return cove_error_set(err, 0, 2, "CONFIG::INVALID", "too many --admin-api-key");
+            cfg->admin_keys[cfg->admin_key_count++] = strdup(optarg);
+            cfg->admin_keys[cfg->admin_key_count] = NULL;
+            continue;
+        case OPTION_QUOTA_SANDBOXES:
+        case OPTION_QUOTA_CPU:
+        case OPTION_QUOTA_MEMORY:
+        case OPTION_QUOTA_DISK:
+        case OPTION_MEMORY_OVERCOMMIT:
+        case OPTION_CPU_OVERCOMMIT:
+            key = admission_keys[c - OPTION_QUOTA_SANDBOXES];
+            break;
         default:
             return cove_error_set(err, 0, 2, "CONFIG::USAGE", "see coved --help");
         }
@@ -461,7 +584,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         return cove_error_set(err, 0, 2, "CONFIG::USAGE", "unexpected argument '%s'", argv[optind]);
     if (cfg->api_key_file[0] != '\0' && read_key_file(cfg, err) < 0)
         return -1;
-    if (cfg->key_count == 0 && !cfg->insecure)
+    if (cfg->key_count == 0 && cfg->admin_key_count == 0 && !cfg->insecure)
         return cove_error_set(err, 0, 2, "CONFIG::NO_API_KEY",
                               "no API key configured: give --api-key, --api-key-file, "
                               "COVE_API_KEYS or api_keys in %s (or --insecure, loopback only)",
@@ -474,4 +597,7 @@ void config_free(struct coved_config *cfg)
     for (size_t i = 0; i < cfg->key_count; i++)
         free(cfg->keys[i]);
     cfg->key_count = 0;
+    for (size_t i = 0; i < cfg->admin_key_count; i++)
+        free(cfg->admin_keys[i]);
+    cfg->admin_key_count = 0;
 }

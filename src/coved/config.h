@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "coved/api/quota_policy.h"
 #include "lib/error.h"
 
 #define CONFIG_MAX_KEYS 64
@@ -21,6 +22,10 @@ struct coved_config {
     char domain[256]; /* host routing: {port}-{id}.DOMAIN */
     char *keys[CONFIG_MAX_KEYS + 1];
     size_t key_count;
+    char *admin_keys[CONFIG_MAX_KEYS + 1]; /* also valid as API keys */
+    size_t admin_key_count;
+    int64_t quota[QUOTA_RESOURCES]; /* default per-key quota; QUOTA_UNLIMITED or a limit */
+    double memory_overcommit, cpu_overcommit;
     bool insecure;
     bool resume_on_access; /* gateway traffic resumes a paused sandbox */
     int64_t max_timeout_s;

@@ -156,7 +156,12 @@ int main(int argc, char **argv)
         .max_connections = (size_t)o.max_connections,
         .max_connections_per_peer = (size_t)o.max_connections_per_peer,
         .max_tunnels_per_sandbox = (int)o.max_tunnels_per_sandbox,
+        .admin_keys = o.admin_keys,
+        .memory_overcommit = o.memory_overcommit,
+        .cpu_overcommit = o.cpu_overcommit,
     };
+    api.store = store;
+    memcpy(api.config.default_quota.v, o.quota, sizeof(api.config.default_quota.v));
     if (route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);

@@ -63,6 +63,7 @@ int api_check_key(struct api *api, const char *key, struct api_caller *caller,
                   struct cove_error **err)
 {
     memset(caller, 0, sizeof(*caller));
+    caller->admin = api->config.insecure; /* no keys at all: nothing to tell admins apart by */
     if (api->config.insecure)
         return 0;
     if (key == NULL || key[0] == '\0')
@@ -76,6 +77,11 @@ int api_check_key(struct api *api, const char *key, struct api_caller *caller,
         owner_of_key(*k, known);
         if (CRYPTO_memcmp(candidate, known, 64) == 0)
             found = true;
+    }
+    for (char **k = api->config.admin_keys; k && *k; k++) {
+        owner_of_key(*k, known);
+        if (CRYPTO_memcmp(candidate, known, 64) == 0)
+            found = caller->admin = true;
     }
     if (!found)
         return cove_error_set(err, 0, 401, "AUTH::INVALID_API_KEY", "invalid API key");
@@ -195,6 +201,8 @@ static void on_request(struct http_request *req, void *arg)
     bool known = (n >= 1 && n <= 4 && strcmp(segs[0], "sandboxes") == 0) ||
                  (n == 1 && strcmp(segs[0], "templates") == 0) ||
                  (n >= 1 && strcmp(segs[0], "snapshots") == 0);
+    known = known || (n == 1 && strcmp(segs[0], "quota") == 0) ||
+            (n >= 2 && n <= 3 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "quotas") == 0);
     if (!known) {
         api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
                            http_request_method(req), http_request_path(req));
@@ -206,6 +214,29 @@ static void on_request(struct http_request *req, void *arg)
         if (method_is(req, "GET"))
             return api_templates_list(api, req, &caller);
         return method_not_allowed(req, "GET");
+    }
+    if (strcmp(segs[0], "quota") == 0) {
+        if (method_is(req, "GET"))
+            return api_quota_get(api, req, &caller);
+        return method_not_allowed(req, "GET");
+    }
+    if (strcmp(segs[0], "admin") == 0) {
+        if (!caller.admin)
+            return api_respond_errorf(req, 403, "AUTH::FORBIDDEN",
+                                      "%s %.200s needs an admin key (admin_api_keys)",
+                                      http_request_method(req), http_request_path(req));
+        if (n == 2) {
+            if (method_is(req, "GET"))
+                return api_admin_quotas_list(api, req, &caller);
+            return method_not_allowed(req, "GET");
+        }
+        if (method_is(req, "GET"))
+            return api_admin_quota_get(api, req, &caller, segs[2]);
+        if (method_is(req, "PUT"))
+            return api_admin_quota_put(api, req, &caller, segs[2]);
+        if (method_is(req, "DELETE"))
+            return api_admin_quota_delete(api, req, &caller, segs[2]);
+        return method_not_allowed(req, "GET, PUT, DELETE");
     }
     if (strcmp(segs[0], "snapshots") == 0) {
         api_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
@@ -300,7 +331,7 @@ int api_start(struct api *api, struct cove_error **err)
         .on_error = on_error,
         .arg = api,
     };
-    if (gateway_new(api, &api->gateway, err) < 0 ||
+    if (gateway_new(api, &api->gateway, err) < 0 || api_quotas_open(api, err) < 0 ||
         http_server_new(api->base, &config, &api->http, err) < 0)
         return -1;
     if (http_server_listen(api->http, api->config.listen_host, api->config.listen_port, err) < 0)
@@ -314,4 +345,5 @@ void api_stop(struct api *api)
     api->gateway = NULL;
     http_server_free(api->http);
     api->http = NULL;
+    api_quotas_close(api);
 }

@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "coved/api/quota_policy.h"
 #include "coved/sandbox/sandbox.h"
 #include "coved/gateway/gateway.h"
 #include "coved/gateway/route_token.h"
@@ -29,7 +30,14 @@ struct api_config {
     size_t max_connections;
     size_t max_connections_per_peer;
     int max_tunnels_per_sandbox;
+    /* Admission control (api/quota.c). */
+    char **admin_keys;                  /* NULL-terminated; also valid as API keys */
+    struct quota_amounts default_quota; /* of every key without an override */
+    double memory_overcommit, cpu_overcommit;
 };
+
+struct api_quotas;
+struct store;
 
 struct api {
     struct event_base *base;
@@ -39,14 +47,18 @@ struct api {
     struct http_server *http;
     struct gateway *gateway;
     struct route_signer signer;
+    struct store *store;       /* quota overrides */
+    struct api_quotas *quotas; /* set up by api_start */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint). */
 #define GATEWAY_TOKEN_HEADER "X-Cove-Access-Token"
 
-/* The caller of a route: the owner id derived from its API key. */
+/* The caller of a route: the owner id derived from its API key, and whether that key is an
+ * admin key (every caller is, with --insecure). */
 struct api_caller {
     char owner[65];
+    bool admin;
 };
 
 int api_start(struct api *api, struct cove_error **err);
@@ -84,4 +96,22 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
                           const char *id, const char *port);
 void api_templates_list(struct api *api, struct http_request *req, const struct api_caller *c);
 
+/* Admission control (api/quota.c). Loads the overrides; called by api_start. */
+int api_quotas_open(struct api *api, struct cove_error **err);
+void api_quotas_close(struct api *api);
+/* 0 when the caller's quota and the host's budget leave room for this create; otherwise a
+ * 429 QUOTA::EXCEEDED or a 409 HOST::OVERCOMMITTED, and nothing changed. */
+int api_quota_admit(struct api *api, const struct api_caller *c, const struct sandbox_request *req,
+                    struct cove_error **err);
+/* What a live sandbox with these resourceLimits counts (api/sandboxes.c: what create
+ * enforced for them). */
+void api_limits_charge(json_t *limits, int64_t host_cpu_millicores, struct quota_amounts *out);
+void api_quota_get(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_admin_quotas_list(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_admin_quota_get(struct api *api, struct http_request *req, const struct api_caller *c,
+                         const char *owner);
+void api_admin_quota_put(struct api *api, struct http_request *req, const struct api_caller *c,
+                         const char *owner);
+void api_admin_quota_delete(struct api *api, struct http_request *req, const struct api_caller *c,
+                            const char *owner);
 

@@ -227,6 +227,23 @@ static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove
     return 0;
 }
 
+void api_limits_charge(json_t *limits, int64_t host_cpu_millicores, struct quota_amounts *out)
+{
+    struct sandbox_request r = {0};
+    struct cove_error *err = NULL;
+    if (parse_limits(limits, &r, &err) < 0) {
+        /* Valid when the sandbox was made, so the host shrank since: a limit beyond the
+         * host's is worth the whole host. */
+        struct sysinfo si;
+        r.cgroup.cpu_millicores = 0;
+        r.cgroup.memory_bytes = sysinfo(&si) == 0 ? (int64_t)si.totalram * si.mem_unit : 0;
+        r.disk_bytes = 0;
+        cove_error_free(err);
+    }
+    quota_charge(r.cgroup.cpu_millicores, r.cgroup.memory_bytes, r.disk_bytes, host_cpu_millicores,
+                 out);
+}
+
 static int parse_create(struct api *api, json_t *body, struct sandbox_request *req,
                         struct cove_error **err)
 {
@@ -426,7 +443,7 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
     struct cove_error *err = NULL;
     struct sandbox_request sreq = {.owner = c->owner};
     struct reply_wait *w = NULL;
-    if (parse_create(api, body, &sreq, &err) < 0) {
+    if (parse_create(api, body, &sreq, &err) < 0 || api_quota_admit(api, c, &sreq, &err) < 0) {
         api_respond_error(req, err);
     } else if ((w = reply_wait_new(req)) != NULL &&
                sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0) {

@@ -23,6 +23,12 @@ static const char schema[] =
     " pid INTEGER NOT NULL, start_time INTEGER NOT NULL, run_dir TEXT NOT NULL,"
     " access_token TEXT NOT NULL DEFAULT '', renew_on_access_s INTEGER NOT NULL DEFAULT 0);";
 
+/* Added after the sandboxes table: an older database gains it on open. */
+static const char quota_schema[] =
+    "CREATE TABLE IF NOT EXISTS quotas ("
+    " owner TEXT PRIMARY KEY, sandboxes INTEGER, cpu_millicores INTEGER,"
+    " memory_bytes INTEGER, disk_bytes INTEGER, updated_ms INTEGER NOT NULL);";
+
 static int db_error(struct store *store, struct cove_error **err, const char *what)
 {
     return cove_error_set(err, 0, 500, "COVE::STORE", "%s: %s", what, sqlite3_errmsg(store->db));
@@ -38,6 +44,7 @@ int store_open(const char *path, struct store **out, struct cove_error **err)
                         NULL) != SQLITE_OK ||
         sqlite3_busy_timeout(store->db, 5000) != SQLITE_OK ||
         sqlite3_exec(store->db, schema, NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_exec(store->db, quota_schema, NULL, NULL, NULL) != SQLITE_OK ||
         /* A database from before access tokens: add the column (fails harmlessly if there). */
         (sqlite3_exec(store->db,
                       "ALTER TABLE sandboxes ADD COLUMN access_token TEXT NOT NULL DEFAULT ''",
@@ -177,5 +184,73 @@ int store_load_all(struct store *store, void (*fn)(struct sandbox *sb, void *arg
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return db_error(store, err, "load sandboxes");
+    return 0;
+}
+
+int store_quota_save(struct store *store, const char *owner, const struct quota_amounts *limits,
+                     struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db,
+                           "INSERT OR REPLACE INTO quotas (owner, sandboxes, cpu_millicores,"
+                           " memory_bytes, disk_bytes, updated_ms) VALUES (?,?,?,?,?,?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "save quota");
+    sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+    for (int r = 0; r < QUOTA_RESOURCES; r++) {
+        if (limits->v[r] == QUOTA_INHERIT)
+            sqlite3_bind_null(st, 2 + r);
+        else
+            sqlite3_bind_int64(st, 2 + r, limits->v[r]);
+    }
+    sqlite3_bind_int64(st, 6, sandbox_now_ms());
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "save quota");
+    return 0;
+}
+
+int store_quota_delete(struct store *store, const char *owner, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db, "DELETE FROM quotas WHERE owner = ?", -1, &st, NULL) !=
+        SQLITE_OK)
+        return db_error(store, err, "delete quota");
+    sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "delete quota");
+    return 0;
+}
+
+int store_quota_load_all(struct store *store,
+                         void (*fn)(const char *owner, const struct quota_amounts *limits,
+                                    void *arg),
+                         void *arg, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db,
+                           "SELECT owner, sandboxes, cpu_millicores, memory_bytes, disk_bytes"
+                           " FROM quotas ORDER BY owner",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "load quotas");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char owner[65];
+        column_copy(st, 0, owner, sizeof(owner));
+        struct quota_amounts limits;
+        for (int r = 0; r < QUOTA_RESOURCES; r++) {
+            bool inherit = sqlite3_column_type(st, 1 + r) == SQLITE_NULL;
+            int64_t v = sqlite3_column_int64(st, 1 + r);
+            /* Anything but a limit or "unlimited" can only come from outside coved. */
+            limits.v[r] = inherit || v < QUOTA_UNLIMITED ? QUOTA_INHERIT : v;
+        }
+        fn(owner, &limits, arg);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "load quotas");
     return 0;
 }
