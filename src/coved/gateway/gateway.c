@@ -305,21 +305,13 @@ static void respond_error(struct tunnel *t, int status, const char *code, const 
 /* ---- routes and authorization ---- */
 
 /* Who may use a route: the owner's API key, the sandbox's access token, or a valid signed
- * route. NULL with err set otherwise. */
-static struct sandbox *authorize(struct api *api, const struct head *h, const struct route *r,
-                                 struct cove_error **err)
+ * route (checked and rate-limited per peer address of client). NULL with err set otherwise. */
+static struct sandbox *authorize(struct api *api, struct bufferevent *client, const struct head *h,
+                                 const struct route *r, struct cove_error **err)
 {
     if (r->signed_route) {
-        int64_t expires = route_parse_base36(r->expires_b36);
-        if (expires < 0 || r->port < 0 ||
-            route_verify(&api->signer, r->id, r->port, r->expires_b36, r->sig) < 0) {
-            cove_error_set(err, 0, 403, "GATEWAY::INVALID_SIGNATURE", "invalid signed route");
+        if (route_check_connection(&api->signer, r, bufferevent_getfd(client), err) < 0)
             return NULL;
-        }
-        if (expires <= sandbox_now_ms() / 1000) {
-            cove_error_set(err, 0, 403, "GATEWAY::ROUTE_EXPIRED", "this signed route expired");
-            return NULL;
-        }
         struct sandbox *sb = sandbox_find_any(api->sandboxes, r->id);
         if (sb == NULL)
             cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %s not found", r->id);
@@ -546,7 +538,7 @@ static bool accept_request(struct tunnel *t)
     if (!routed) {
         hand_back(t);
         return true;
-    } else if ((sb = authorize(api, &t->request, &r, &err)) == NULL) {
+    } else if ((sb = authorize(api, t->client, &t->request, &r, &err)) == NULL) {
         /* err is set */
     } else if (r.port < 0) {
         cove_error_set(&err, 0, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
