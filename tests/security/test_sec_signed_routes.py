@@ -11,6 +11,7 @@ import secrets
 import stat
 import struct
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -28,10 +29,9 @@ def legacy_secret():
 
 
 @pytest.fixture(scope="module")
-def coved(tmp_path_factory, legacy_secret):
+def coved(legacy_secret):
     """A daemon with host routing, started on a state dir an older coved left: its
     route_secret must become the ring's first key."""
-    import tempfile
     state = tempfile.mkdtemp(prefix="cove-test-")
     with open(os.path.join(state, "route_secret"), "wb") as f:
         f.write(legacy_secret)
@@ -117,11 +117,19 @@ def test_routes_from_the_api_work_in_path_and_host_form(coved, make_sandbox):
     assert through(coved, "/ping", host=host, source="127.77.0.4")[0] == 200
     # browsers lower-case host names; any case is the same name
     assert through(coved, "/ping", host=host.upper(), source="127.77.0.4")[0] == 200
+    # host=true without expires: the host form with the access token header
+    status, plain, _ = coved.request("GET", f"/v1/sandboxes/{sid}/endpoints/{AGENT_PORT}?host=true")
+    assert status == 200 and plain["endpoint"] == f"{AGENT_PORT}-{sid}.{DOMAIN}:{coved.port}"
+    conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=30)
+    conn.request("GET", "/ping", headers={"Host": plain["endpoint"], **plain["headers"]})
+    assert conn.getresponse().status == 200
+    conn.close()
     # the host form's signature is not valid in the path and the other way round
     b36, sig = label.split("-")[2:]
-    assert through(coved, f"/route/{sid}/{AGENT_PORT}/{b36}/{sig}/ping", source="127.77.0.4")[0] == 403
-    assert through(coved, "/ping", host=f"{sid}-{AGENT_PORT}-{m[1]}-{m[2]}{m[3]}.{DOMAIN}", source="127.77.0.4")[0] \
-        == 403
+    assert through(coved, f"/route/{sid}/{AGENT_PORT}/{b36}/{sig}/ping",
+                   source="127.77.0.4")[0] == 403
+    assert through(coved, "/ping", host=f"{sid}-{AGENT_PORT}-{m[1]}-{m[2]}{m[3]}.{DOMAIN}",
+                   source="127.77.0.4")[0] == 403
 
 
 def test_tampered_truncated_and_old_routes_are_403(coved, make_sandbox, legacy_secret):
@@ -169,7 +177,8 @@ def test_rotate_keeps_old_routes_and_retire_ends_them(coved, make_sandbox):
     assert until(lambda: path_of(endpoint(coved, sid)).rsplit("/", 1)[1][0] == new_id)
     after = path_of(endpoint(coved, sid))
     assert through(coved, after + "/ping", source="127.77.0.5")[0] == 200
-    assert through(coved, before + "/ping", source="127.77.0.5")[0] == 200  # old routes keep working
+    # old routes keep working
+    assert through(coved, before + "/ping", source="127.77.0.5")[0] == 200
     assert through(coved, "/ping", host=host_before, source="127.77.0.5")[0] == 200
     listed = route_key(coved, "list")
     assert listed.returncode == 0
