@@ -145,8 +145,12 @@ static void route_mac(const struct route_key *k, const char *id, int port, const
     char canonical[256];
     int len = snprintf(canonical, sizeof(canonical), "cove-route-v2\n%c\n%s\n%d\n%s\n", k->id, id,
                        port, expires_b36);
-    if (len < 0 || (size_t)len >= sizeof(canonical))
-        len = 0; /* cannot happen with the sizes of struct route; signs nothing usable */
+    if (len < 0 || (size_t)len >= sizeof(canonical)) {
+        /* cannot happen with the sizes of struct route; never a MAC anyone could give */
+        if (getrandom(mac, ROUTE_MAC_SIZE, 0) != ROUTE_MAC_SIZE)
+            abort();
+        return;
+    }
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int digest_len = 0;
     HMAC(EVP_sha256(), k->secret, sizeof(k->secret), (const unsigned char *)canonical, (size_t)len,
@@ -233,9 +237,14 @@ static bool log_allowed(struct route_log_budget *b, int64_t now_ms)
 static void log_bad_signature(struct route_signer *signer, const struct route_peer *peer,
                               const struct route *r, bool blocked, int64_t now_ms)
 {
-    char who[64] = "an unknown peer";
+    char who[64] = "an unknown peer", id[sizeof(r->id)];
     if (peer)
         route_peer_format(peer, who, sizeof(who));
+    /* the id is the client's text: nothing of it but letters and digits reaches the log */
+    size_t i = 0;
+    for (; r->id[i]; i++)
+        id[i] = isalnum((unsigned char)r->id[i]) ? r->id[i] : '?';
+    id[i] = '\0';
     struct route_log_budget *b = blocked ? &signer->block_log : &signer->bad_log;
     unsigned before = b->suppressed;
     if (!log_allowed(b, now_ms))
@@ -247,9 +256,9 @@ static void log_bad_signature(struct route_signer *signer, const struct route_pe
                  who, ROUTE_BAD_SIGNATURES_MAX, ROUTE_BAD_SIGNATURES_WINDOW_MS / 1000,
                  ROUTE_BAD_SIGNATURES_BLOCK_MS / 1000, before);
     else
-        log_warn("gateway: bad signed route from %s (sandbox %.32s, port %d; %u more since the "
+        log_warn("gateway: bad signed route from %s (sandbox %s, port %d; %u more since the "
                  "last such line)",
-                 who, r->id, r->port, before);
+                 who, id, r->port, before);
 }
 
 int route_check(struct route_signer *signer, const struct route *r, const struct route_peer *peer,
