@@ -207,6 +207,12 @@ static void test_rotation_and_retirement(void)
     CHECK(route_keyring_open(tmpdir, false, &other, &err) == -1);
     cove_error_cleanup(&err);
     CHECK(access(keys_path, F_OK) == -1);
+    char lock[512];
+    path_in(lock, sizeof(lock), "route_keys.lock");
+    unlink(lock); /* made by the signer of the test before */
+    CHECK(route_keyring_open(tmpdir, false, &other, &err) == -1);
+    cove_error_cleanup(&err);
+    CHECK(access(lock, F_OK) == -1); /* not even a lock file */
     char id = 0;
     CHECK(route_keyring_rotate(tmpdir, &id, &err) == -1);
     cove_error_cleanup(&err);

@@ -175,11 +175,24 @@ static int save(struct route_keyring *ring, struct cove_error **err)
     return 0;
 }
 
-/* Serialises changes between coved and `coved route-key` (a lock on a file of its own, so that
- * the rename of the keys file does not drop it). */
-static int lock_dir(const char *state_dir, struct cove_error **err)
+static int no_keys_error(const char *state_dir, struct cove_error **err)
 {
-    char path[PATH_MAX + 32];
+    return cove_error_set(err, ENOENT, 500, "COVE::CONFIG",
+                          "no route keys in %s (coved makes them when it first starts there; "
+                          "is --state-dir right?)",
+                          state_dir);
+}
+
+/* Serialises changes between coved and `coved route-key` (a lock on a file of its own, so that
+ * the rename of the keys file does not drop it). Without create, a dir with no keys at all is
+ * left as it is, not even locked. */
+static int lock_dir(const char *state_dir, bool create, struct cove_error **err)
+{
+    char path[PATH_MAX + 32], legacy[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/" KEYS_FILE, state_dir);
+    snprintf(legacy, sizeof(legacy), "%s/" LEGACY_SECRET_FILE, state_dir);
+    if (!create && access(path, F_OK) < 0 && access(legacy, F_OK) < 0)
+        return no_keys_error(state_dir, err);
     snprintf(path, sizeof(path), "%s/" LOCK_FILE, state_dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
@@ -244,10 +257,7 @@ static int open_locked(const char *state_dir, bool create, struct route_keyring 
     if (rc <= 0)
         return rc;
     if (!create)
-        return cove_error_set(err, ENOENT, 500, "COVE::CONFIG",
-                              "no route keys in %s (coved makes them when it first starts there; "
-                              "is --state-dir right?)",
-                              state_dir);
+        return no_keys_error(state_dir, err);
     if (new_key(&ring->keys[0], '0', err) < 0)
         return -1;
     ring->count = 1;
@@ -260,7 +270,7 @@ int route_keyring_open(const char *state_dir, bool create, struct route_keyring 
     struct route_keyring *ring = calloc(1, sizeof(*ring));
     if (ring == NULL)
         return cove_error_sys(err, "calloc");
-    int lock = lock_dir(state_dir, err);
+    int lock = lock_dir(state_dir, create, err);
     if (lock < 0) {
         free(ring);
         return -1;
@@ -341,7 +351,7 @@ static int modify(const char *state_dir,
     struct route_keyring *ring = calloc(1, sizeof(*ring));
     if (ring == NULL)
         return cove_error_sys(err, "calloc");
-    int lock = lock_dir(state_dir, err);
+    int lock = lock_dir(state_dir, false, err);
     if (lock < 0) {
         free(ring);
         return -1;
