@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
-#include <time.h>
 
 #include "coved/api/api.h"
 #include "coved/gateway/route_token.h"
@@ -43,13 +42,6 @@ static void host_endpoint(struct api *api, const char *public, const char *label
     const char *colon = strrchr(public, ':'), *bracket = strrchr(public, ']');
     const char *port = colon && (bracket == NULL || colon > bracket) ? colon : "";
     snprintf(out, size, "%s.%s%s", label, api->config.domain, port);
-}
-
-static int64_t monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int parse_flag(const char *v, bool *out)
@@ -142,7 +134,7 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
     char b36[16], sig[ROUTE_SIG_SIZE];
     route_base36(when, b36, sizeof(b36));
     route_sign(&api->signer, by_host ? ROUTE_FORM_HOST : ROUTE_FORM_PATH, sb->id, (int)port, b36,
-               monotonic_ms(), sig);
+               route_monotonic_ms(), sig);
     if (by_host) {
         snprintf(label, sizeof(label), "%s-%ld-%s-%s", sb->id, port, b36, sig);
         if (strlen(label) > 63) {

@@ -216,6 +216,13 @@ void route_signer_close(struct route_signer *signer)
     signer->limiter = NULL;
 }
 
+int64_t route_monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void route_sign(struct route_signer *signer, enum route_form form, const char *id, int port,
                 const char *expires_b36, int64_t now_ms, char out[ROUTE_SIG_SIZE])
 {
@@ -288,11 +295,8 @@ int route_check_connection(struct route_signer *signer, const struct route *r, i
     struct route_peer peer;
     bool known = getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
                  route_peer_from_sockaddr((struct sockaddr *)&ss, len, &peer) == 0;
-    struct timespec wall, mono;
-    clock_gettime(CLOCK_REALTIME, &wall);
-    clock_gettime(CLOCK_MONOTONIC, &mono);
-    return route_check(signer, r, known ? &peer : NULL, (int64_t)wall.tv_sec,
-                       (int64_t)mono.tv_sec * 1000 + mono.tv_nsec / 1000000, err);
+    return route_check(signer, r, known ? &peer : NULL, (int64_t)time(NULL), route_monotonic_ms(),
+                       err);
 }
 
 /* ---- routes in requests ---- */
