@@ -105,6 +105,12 @@ static const char usage[] =
     "      gateway connections open to one sandbox (default 1024)\n"
     "  -h, --help             this text\n"
     "\n"
+    "Route keys (the keys that sign ?expires= routes, in STATE_DIR/route_keys; a running\n"
+    "coved picks changes up within a second):\n"
+    "  coved route-key list [--state-dir DIR] [--config FILE]\n"
+    "  coved route-key rotate ...   a new key signs from now on; older keys still verify\n"
+    "  coved route-key retire ID ...  a verify-only key goes: routes it signed get 403\n"
+    "\n"
     "Example file:\n"
     "  [server]\n"
     "  listen = 127.0.0.1:8080\n"
@@ -600,4 +606,29 @@ void config_free(struct coved_config *cfg)
     for (size_t i = 0; i < cfg->admin_key_count; i++)
         free(cfg->admin_keys[i]);
     cfg->admin_key_count = 0;
+}
+
+static int on_ini_state_dir(void *user, const char *section, const char *name, const char *value)
+{
+    if (strcmp(section, "server") == 0 && strcmp(name, "state_dir") == 0)
+        snprintf(user, PATH_MAX, "%s", value);
+    return 1;
+}
+
+int config_state_dir(const char *flag_dir, const char *flag_config, char out[PATH_MAX],
+                     struct cove_error **err)
+{
+    snprintf(out, PATH_MAX, "%s", DEFAULT_STATE_DIR);
+    const char *file = flag_config ? flag_config : getenv("COVE_CONFIG");
+    bool file_given = file != NULL;
+    if (file == NULL)
+        file = DEFAULT_CONFIG_FILE;
+    if ((file_given || access(file, F_OK) == 0) && ini_parse(file, on_ini_state_dir, out) < 0)
+        return cove_error_set(err, errno, 2, "CONFIG::INVALID", "cannot read %s", file);
+    const char *env = getenv("COVE_STATE_DIR");
+    if (env != NULL)
+        snprintf(out, PATH_MAX, "%s", env);
+    if (flag_dir != NULL)
+        snprintf(out, PATH_MAX, "%s", flag_dir);
+    return 0;
 }

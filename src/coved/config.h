@@ -43,3 +43,7 @@ struct coved_config {
  * prints the help and exits. */
 int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_error **err);
 void config_free(struct coved_config *cfg);
+/* The state dir alone, as config_load would find it (the flag, COVE_STATE_DIR, the INI file's
+ * state_dir, the default), for subcommands that need nothing else. NULL: not given. */
+int config_state_dir(const char *flag_dir, const char *flag_config, char out[PATH_MAX],
+                     struct cove_error **err);

@@ -14,6 +14,7 @@
 
 #include "coved/api/api.h"
 #include "coved/config.h"
+#include "coved/route_key_command.h"
 #include "coved/runtime/runtime.h"
 #include "coved/sandbox/sandbox.h"
 #include "coved/sandbox/template.h"
@@ -80,6 +81,8 @@ static void raise_fd_limit(void)
 int main(int argc, char **argv)
 {
     cove_log_set_prefix("coved");
+    if (argc > 1 && strcmp(argv[1], "route-key") == 0)
+        return route_key_command(argc - 1, argv + 1);
     struct coved_config o;
     struct cove_error *cfg_err = NULL;
     if (config_load(argc, argv, &o, &cfg_err) < 0) {
@@ -185,6 +188,7 @@ out:
     if (sigint)
         event_free(sigint);
     api_stop(&api);
+    route_signer_close(&api.signer);
     sandbox_manager_free(sandboxes);
     template_registry_free(templates);
     store_close(store);

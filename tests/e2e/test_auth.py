@@ -121,8 +121,12 @@ def test_signed_routes(two_keys):
         assert "/route/" in good["endpoint"] and not good["headers"]
         assert get_through(d, good) == 200
         route = good["endpoint"]
+        sig = route.rsplit("/", 1)[1]
+        assert len(sig) == 23  # a key id and 128 bits of HMAC in base64url
         forged_sig = dict(good, endpoint=route[:-2] + ("0" if route[-2] != "0" else "1") + route[-1])
         assert get_through(d, forged_sig) == 403
+        old_format = dict(good, endpoint=route[:-len(sig)] + sig[1:9] + sig[0])
+        assert get_through(d, old_format) == 403  # 9 characters: the 32-bit routes of old
         parts = route.split("/")
         later = dict(good, endpoint="/".join(parts[:-2] + ["zzzzzz", parts[-1]]))
         assert get_through(d, later) == 403  # a longer expiry without a new signature

@@ -1,9 +1,11 @@
 /* The gateway's route matching (src/coved/gateway/route_token.c): which sandbox and port a
- * request names, by path or by Host, from any client that reaches coved. The input is the
- * Host header, a newline, then the request target. */
+ * request names, by path or by Host, from any client that reaches coved, and the check of
+ * a signed route's signature. The input is the Host header, a newline, then the request
+ * target. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "coved/gateway/route_token.h"
 #include "fuzz_input.h"
@@ -19,6 +21,28 @@ static void check(const struct route *r, const char *target, bool by_host)
     size_t len = strlen(target);
     if (by_host ? r->rest != target : r->rest < target || r->rest > target + len)
         __builtin_trap(); /* what is forwarded is the target, or a suffix of it */
+    if (r->signed_route && r->form != (by_host ? ROUTE_FORM_HOST : ROUTE_FORM_PATH))
+        __builtin_trap();
+}
+
+/* A ring of two keys, and a route each signed, so that verification runs to the MAC. */
+static struct route_keyring ring = {
+    .count = 2,
+    .keys = {{.id = '0', .current = false}, {.id = 'k', .current = true, .secret = {1}}},
+};
+
+static void verify(const struct route *r)
+{
+    if (!r->signed_route || r->port < 0)
+        return;
+    char sig[ROUTE_SIG_SIZE];
+    route_sign_with(&ring.keys[1], r->form, r->id, r->port, r->expires_b36, sig);
+    int valid = route_verify(&ring, r->form, r->id, r->port, r->expires_b36, r->sig);
+    /* only the signature made for this very route passes (any case, in the host form) */
+    if (valid == 0 && (r->form == ROUTE_FORM_PATH ? strcmp(sig, r->sig) : strcasecmp(sig, r->sig)))
+        __builtin_trap();
+    if (route_verify(&ring, r->form, r->id, r->port, r->expires_b36, sig) != 0)
+        __builtin_trap();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -33,10 +57,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     else
         target = text;
     struct route r;
-    if (route_match_host("sb.example.test", host, target, &r))
+    if (route_match_host("sb.example.test", host, target, &r)) {
         check(&r, target, true);
-    if (route_match_path(target, &r))
+        verify(&r);
+    }
+    if (route_match_path(target, &r)) {
         check(&r, target, false);
+        verify(&r);
+    }
     free(text);
     return 0;
 }

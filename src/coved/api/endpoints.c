@@ -1,6 +1,7 @@
 /* getSandboxEndpoint: how a client reaches port P of a sandbox. Every port is reached through
  * the gateway (a sandbox has no address of its own), so direct and server-proxy answers are
- * the same route; `expires` asks for a signed route that needs no key at all. */
+ * the same route; `expires` asks for a signed route that needs no key at all, and Cove's
+ * `host=true` for the host form under --domain instead of the path form. */
 #include <ctype.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -34,6 +35,15 @@ static void public_host(struct api *api, struct http_request *req, char *out, si
         snprintf(out, size, "%s:%d", api->config.listen_host, http_server_port(api->http));
 }
 
+/* LABEL.DOMAIN, with the port of the public host if it has one. */
+static void host_endpoint(struct api *api, const char *public, const char *label, char *out,
+                          size_t size)
+{
+    const char *colon = strrchr(public, ':'), *bracket = strrchr(public, ']');
+    const char *port = colon && (bracket == NULL || colon > bracket) ? colon : "";
+    snprintf(out, size, "%s.%s%s", label, api->config.domain, port);
+}
+
 static int parse_flag(const char *v, bool *out)
 {
     if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
@@ -63,7 +73,7 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
     }
     struct evkeyvalq query;
     TAILQ_INIT(&query);
-    bool use_proxy = false;
+    bool use_proxy = false, by_host = false;
     const char *expires = NULL;
     if (evhttp_parse_query_str(http_request_query(req), &query) < 0) {
         api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "malformed query string");
@@ -74,6 +84,8 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
     {
         if (strcmp(kv->key, "use_server_proxy") == 0 && parse_flag(kv->value, &use_proxy) == 0)
             continue;
+        if (strcmp(kv->key, "host") == 0 && parse_flag(kv->value, &by_host) == 0)
+            continue;
         if (strcmp(kv->key, "expires") == 0 && expires == NULL) {
             expires = kv->value;
             continue;
@@ -82,10 +94,20 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
                            "unexpected query parameter '%.64s'", kv->key);
         goto out;
     }
-    char host[300], endpoint[600];
+    if (by_host && (api->config.domain == NULL || api->config.domain[0] == '\0')) {
+        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                           "host=true needs a domain for host routing (coved --domain)");
+        goto out;
+    }
+    char host[300], endpoint[600], label[128];
     public_host(api, req, host, sizeof(host));
     if (expires == NULL) {
-        snprintf(endpoint, sizeof(endpoint), "%s/sandboxes/%s/proxy/%ld", host, sb->id, port);
+        if (by_host) {
+            snprintf(label, sizeof(label), "%ld-%s", port, sb->id);
+            host_endpoint(api, host, label, endpoint, sizeof(endpoint));
+        } else {
+            snprintf(endpoint, sizeof(endpoint), "%s/sandboxes/%s/proxy/%ld", host, sb->id, port);
+        }
         api_respond_json(req, 200,
                          json_pack("{s:s, s:{s:s}}", "endpoint", endpoint, "headers",
                                    GATEWAY_TOKEN_HEADER, sb->access_token));
@@ -109,11 +131,23 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
                            (long long)api->config.max_timeout_s);
         goto out;
     }
-    char b36[16], sig[10];
+    char b36[16], sig[ROUTE_SIG_SIZE];
     route_base36(when, b36, sizeof(b36));
-    route_sign(&api->signer, sb->id, (int)port, b36, sig);
-    snprintf(endpoint, sizeof(endpoint), "%s" GATEWAY_SIGNED_PREFIX "/%s/%ld/%s/%s", host, sb->id,
-             port, b36, sig);
+    route_sign(&api->signer, by_host ? ROUTE_FORM_HOST : ROUTE_FORM_PATH, sb->id, (int)port, b36,
+               route_monotonic_ms(), sig);
+    if (by_host) {
+        snprintf(label, sizeof(label), "%s-%ld-%s-%s", sb->id, port, b36, sig);
+        if (strlen(label) > 63) {
+            api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                               "the host form of this route would be longer than a DNS label "
+                               "(63 characters): use the path form");
+            goto out;
+        }
+        host_endpoint(api, host, label, endpoint, sizeof(endpoint));
+    } else {
+        snprintf(endpoint, sizeof(endpoint), "%s" GATEWAY_SIGNED_PREFIX "/%s/%ld/%s/%s", host,
+                 sb->id, port, b36, sig);
+    }
     api_respond_json(req, 200, json_pack("{s:s, s:{}}", "endpoint", endpoint, "headers"));
 out:
     evhttp_clear_headers(&query);

@@ -50,21 +50,14 @@ struct gateway {
 /* ---- routes and authorization ---- */
 
 /* Who may use a route: the owner's API key, the sandbox's access token, or a valid signed
- * route. NULL with err set otherwise. */
+ * route (checked and rate-limited per peer address of the client). NULL with err set
+ * otherwise. */
 static struct sandbox *authorize(struct api *api, const struct tunnel *t, const struct route *r,
                                  struct cove_error **err)
 {
     if (r->signed_route) {
-        int64_t expires = route_parse_base36(r->expires_b36);
-        if (expires < 0 || r->port < 0 ||
-            route_verify(&api->signer, r->id, r->port, r->expires_b36, r->sig) < 0) {
-            cove_error_set(err, 0, 403, "GATEWAY::INVALID_SIGNATURE", "invalid signed route");
+        if (route_check_connection(&api->signer, r, tunnel_client_fd(t), err) < 0)
             return NULL;
-        }
-        if (expires <= sandbox_now_ms() / 1000) {
-            cove_error_set(err, 0, 403, "GATEWAY::ROUTE_EXPIRED", "this signed route expired");
-            return NULL;
-        }
         struct sandbox *sb = sandbox_find_any(api->sandboxes, r->id);
         if (sb == NULL)
             cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %s not found", r->id);

@@ -1,44 +1,18 @@
 #include "coved/gateway/route_token.h"
 
-#include <errno.h>
-#include <fcntl.h>
+#include <ctype.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
-#include <strings.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
-#include <unistd.h>
+#include <sys/socket.h>
+#include <time.h>
 
-int route_signer_open(struct route_signer *signer, const char *state_dir, struct cove_error **err)
-{
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/route_secret", state_dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd >= 0) {
-        ssize_t n = read(fd, signer->secret, sizeof(signer->secret));
-        close(fd);
-        if (n == (ssize_t)sizeof(signer->secret))
-            return 0;
-        return cove_error_set(err, 0, 500, "COVE::CONFIG",
-                              "%s is damaged: remove it to make a "
-                              "new one (signed routes issued so far stop working)",
-                              path);
-    }
-    if (errno != ENOENT)
-        return cove_error_sys(err, "open %s", path);
-    if (getrandom(signer->secret, sizeof(signer->secret), 0) != (ssize_t)sizeof(signer->secret))
-        return cove_error_sys(err, "getrandom");
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return cove_error_sys(err, "create %s", path);
-    ssize_t n = write(fd, signer->secret, sizeof(signer->secret));
-    int rc = fsync(fd);
-    close(fd);
-    if (n != (ssize_t)sizeof(signer->secret) || rc < 0)
-        return cove_error_sys(err, "write %s", path);
-    return 0;
-}
+#include "lib/log.h"
 
 void route_base36(uint64_t value, char *out, size_t size)
 {
@@ -72,46 +46,257 @@ int64_t route_parse_base36(const char *text)
     return v;
 }
 
-static void put_be32(unsigned char out[4], size_t v)
+/* ---- encodings ---- */
+
+static const char base64url_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+static const char base32_alphabet[] = "abcdefghijklmnopqrstuvwxyz234567";
+
+/* bits per character: 6 or 5. */
+static void encode_bits(const unsigned char *in, size_t n, const char *alphabet, unsigned bits,
+                        char *out)
 {
-    out[0] = (unsigned char)(v >> 24);
-    out[1] = (unsigned char)(v >> 16);
-    out[2] = (unsigned char)(v >> 8);
-    out[3] = (unsigned char)v;
+    uint32_t acc = 0, mask = (1u << bits) - 1;
+    unsigned have = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        acc = acc << 8 | in[i];
+        have += 8;
+        while (have >= bits) {
+            have -= bits;
+            out[o++] = alphabet[(acc >> have) & mask];
+        }
+    }
+    if (have > 0)
+        out[o++] = alphabet[(acc << (bits - have)) & mask];
+    out[o] = '\0';
 }
 
-/* SHA-256(BE32(len secret) | secret | BE32(len canonical) | canonical), canonical being
- * "v1\nshort\n{id}\n{port}\n{expires_b36}\n": the lengths keep fields from sliding. */
-void route_sign(const struct route_signer *signer, const char *id, int port,
-                const char *expires_b36, char out[10])
+static int base64url_value(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '-' ? 62 : c == '_' ? 63 : -1;
+}
+
+static int base32_value(char c)
+{
+    if (c >= 'a' && c <= 'z')
+        return c - 'a';
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    return c >= '2' && c <= '7' ? c - '2' + 26 : -1;
+}
+
+static int decode_bits(const char *in, int (*value)(char), unsigned bits, unsigned char *out,
+                       size_t n)
+{
+    if (strlen(in) != (n * 8 + bits - 1) / bits)
+        return -1;
+    uint32_t acc = 0;
+    unsigned have = 0;
+    size_t o = 0;
+    for (const char *p = in; *p; p++) {
+        int v = value(*p);
+        if (v < 0)
+            return -1;
+        acc = acc << bits | (uint32_t)v;
+        have += bits;
+        if (have >= 8) {
+            have -= 8;
+            out[o++] = (unsigned char)(acc >> have);
+        }
+    }
+    return (acc & ((1u << have) - 1)) == 0 ? 0 : -1;
+}
+
+void route_base64url_encode(const unsigned char *in, size_t n, char *out)
+{
+    encode_bits(in, n, base64url_alphabet, 6, out);
+}
+
+int route_base64url_decode(const char *in, unsigned char *out, size_t n)
+{
+    return decode_bits(in, base64url_value, 6, out, n);
+}
+
+void route_base32_encode(const unsigned char *in, size_t n, char *out)
+{
+    encode_bits(in, n, base32_alphabet, 5, out);
+}
+
+int route_base32_decode(const char *in, unsigned char *out, size_t n)
+{
+    return decode_bits(in, base32_value, 5, out, n);
+}
+
+/* ---- signatures ---- */
+
+/* HMAC-SHA256 over the canonical text, cut to ROUTE_MAC_SIZE bytes. The id is the only field
+ * that could hold a newline, and it comes before the fixed number of fields that cannot, so
+ * no two routes share a text. */
+static void route_mac(const struct route_key *k, const char *id, int port, const char *expires_b36,
+                      unsigned char mac[ROUTE_MAC_SIZE])
 {
     char canonical[256];
-    int len =
-        snprintf(canonical, sizeof(canonical), "v1\nshort\n%s\n%d\n%s\n", id, port, expires_b36);
-    unsigned char be[4], digest[32];
+    int len = snprintf(canonical, sizeof(canonical), "cove-route-v2\n%c\n%s\n%d\n%s\n", k->id, id,
+                       port, expires_b36);
+    if (len < 0 || (size_t)len >= sizeof(canonical)) {
+        /* cannot happen with the sizes of struct route; never a MAC anyone could give */
+        if (getrandom(mac, ROUTE_MAC_SIZE, 0) != ROUTE_MAC_SIZE)
+            abort();
+        return;
+    }
+    unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int digest_len = 0;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    put_be32(be, sizeof(signer->secret));
-    EVP_DigestUpdate(ctx, be, 4);
-    EVP_DigestUpdate(ctx, signer->secret, sizeof(signer->secret));
-    put_be32(be, (size_t)len);
-    EVP_DigestUpdate(ctx, be, 4);
-    EVP_DigestUpdate(ctx, canonical, (size_t)len);
-    EVP_DigestFinal_ex(ctx, digest, &digest_len);
-    EVP_MD_CTX_free(ctx);
-    snprintf(out, 10, "%02x%02x%02x%02x%c", digest[0], digest[1], digest[2], digest[3],
-             ROUTE_KEY_ID);
+    HMAC(EVP_sha256(), k->secret, sizeof(k->secret), (const unsigned char *)canonical, (size_t)len,
+         digest, &digest_len);
+    memcpy(mac, digest, ROUTE_MAC_SIZE);
+    OPENSSL_cleanse(digest, sizeof(digest));
 }
 
-int route_verify(const struct route_signer *signer, const char *id, int port,
+void route_sign_with(const struct route_key *k, enum route_form form, const char *id, int port,
+                     const char *expires_b36, char out[ROUTE_SIG_SIZE])
+{
+    unsigned char mac[ROUTE_MAC_SIZE];
+    route_mac(k, id, port, expires_b36, mac);
+    out[0] = k->id;
+    if (form == ROUTE_FORM_HOST)
+        route_base32_encode(mac, sizeof(mac), out + 1);
+    else
+        route_base64url_encode(mac, sizeof(mac), out + 1);
+}
+
+int route_verify(const struct route_keyring *ring, enum route_form form, const char *id, int port,
                  const char *expires_b36, const char *sig)
 {
-    char expected[10];
-    route_sign(signer, id, port, expires_b36, expected);
-    if (strlen(sig) != 9)
+    size_t want = form == ROUTE_FORM_HOST ? ROUTE_SIG_HOST_LEN : ROUTE_SIG_PATH_LEN;
+    if (strlen(sig) != want)
+        return -1; /* the 9-character signatures of older coveds among them */
+    /* The path form is case-sensitive, key id included; the host form is not. */
+    if (form == ROUTE_FORM_PATH && (sig[0] < '0' || (sig[0] > '9' && sig[0] < 'a') || sig[0] > 'z'))
         return -1;
-    return CRYPTO_memcmp(expected, sig, 9) == 0 ? 0 : -1;
+    const struct route_key *k = route_keyring_find(ring, sig[0]);
+    unsigned char given[ROUTE_MAC_SIZE], expected[ROUTE_MAC_SIZE];
+    int decoded = form == ROUTE_FORM_HOST ? route_base32_decode(sig + 1, given, sizeof(given))
+                                          : route_base64url_decode(sig + 1, given, sizeof(given));
+    if (k == NULL || decoded < 0)
+        return -1;
+    route_mac(k, id, port, expires_b36, expected);
+    return CRYPTO_memcmp(given, expected, sizeof(expected)) == 0 ? 0 : -1;
+}
+
+int route_signer_open(struct route_signer *signer, const char *state_dir, struct cove_error **err)
+{
+    memset(signer, 0, sizeof(*signer));
+    uint64_t seed;
+    if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
+        return cove_error_sys(err, "getrandom");
+    signer->limiter = malloc(sizeof(*signer->limiter));
+    if (signer->limiter == NULL)
+        return cove_error_sys(err, "malloc");
+    route_limiter_init(signer->limiter, ROUTE_BAD_SIGNATURES_MAX, ROUTE_BAD_SIGNATURES_WINDOW_MS,
+                       ROUTE_BAD_SIGNATURES_BLOCK_MS, seed);
+    if (route_keyring_open(state_dir, true, &signer->keys, err) < 0) {
+        route_signer_close(signer);
+        return -1;
+    }
+    return 0;
+}
+
+void route_signer_close(struct route_signer *signer)
+{
+    route_keyring_free(signer->keys);
+    free(signer->limiter);
+    signer->keys = NULL;
+    signer->limiter = NULL;
+}
+
+int64_t route_monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void route_sign(struct route_signer *signer, enum route_form form, const char *id, int port,
+                const char *expires_b36, int64_t now_ms, char out[ROUTE_SIG_SIZE])
+{
+    route_keyring_refresh(signer->keys, now_ms);
+    route_sign_with(route_keyring_current(signer->keys), form, id, port, expires_b36, out);
+}
+
+/* One line a second at most, however many bad signatures or blocked peers there are. */
+static bool log_allowed(struct route_log_budget *b, int64_t now_ms)
+{
+    if (b->last_ms != 0 && now_ms - b->last_ms < 1000) {
+        b->suppressed++;
+        return false;
+    }
+    b->last_ms = now_ms;
+    return true;
+}
+
+static void log_bad_signature(struct route_signer *signer, const struct route_peer *peer,
+                              const struct route *r, bool blocked, int64_t now_ms)
+{
+    char who[64] = "an unknown peer", id[sizeof(r->id)];
+    if (peer)
+        route_peer_format(peer, who, sizeof(who));
+    /* the id is the client's text: nothing of it but letters and digits reaches the log */
+    size_t i = 0;
+    for (; r->id[i]; i++)
+        id[i] = isalnum((unsigned char)r->id[i]) ? r->id[i] : '?';
+    id[i] = '\0';
+    struct route_log_budget *b = blocked ? &signer->block_log : &signer->bad_log;
+    unsigned before = b->suppressed;
+    if (!log_allowed(b, now_ms))
+        return;
+    b->suppressed = 0;
+    if (blocked)
+        log_warn("gateway: %s sent %d bad signed routes within %d s: its signed routes get 429 "
+                 "for %d s (%u more peers blocked since the last such line)",
+                 who, ROUTE_BAD_SIGNATURES_MAX, ROUTE_BAD_SIGNATURES_WINDOW_MS / 1000,
+                 ROUTE_BAD_SIGNATURES_BLOCK_MS / 1000, before);
+    else
+        log_warn("gateway: bad signed route from %s (sandbox %s, port %d; %u more since the "
+                 "last such line)",
+                 who, id, r->port, before);
+}
+
+int route_check(struct route_signer *signer, const struct route *r, const struct route_peer *peer,
+                int64_t now_s, int64_t now_ms, struct cove_error **err)
+{
+    if (peer && route_limiter_blocked(signer->limiter, peer, now_ms))
+        return cove_error_set(err, 0, 429, "GATEWAY::TOO_MANY_BAD_SIGNATURES",
+                              "too many bad signed routes from this address: try again later");
+    route_keyring_refresh(signer->keys, now_ms);
+    int64_t expires = route_parse_base36(r->expires_b36);
+    if (expires < 0 || r->port < 0 ||
+        route_verify(signer->keys, r->form, r->id, r->port, r->expires_b36, r->sig) < 0) {
+        bool blocked = peer && route_limiter_fail(signer->limiter, peer, now_ms);
+        log_bad_signature(signer, peer, r, blocked, now_ms);
+        return cove_error_set(err, 0, 403, "GATEWAY::INVALID_SIGNATURE", "invalid signed route");
+    }
+    if (expires <= now_s)
+        return cove_error_set(err, 0, 403, "GATEWAY::ROUTE_EXPIRED", "this signed route expired");
+    return 0;
+}
+
+int route_check_connection(struct route_signer *signer, const struct route *r, int fd,
+                           struct cove_error **err)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    struct route_peer peer;
+    bool known = getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
+                 route_peer_from_sockaddr((struct sockaddr *)&ss, len, &peer) == 0;
+    return route_check(signer, r, known ? &peer : NULL, (int64_t)time(NULL), route_monotonic_ms(),
+                       err);
 }
 
 /* ---- routes in requests ---- */
@@ -146,6 +331,7 @@ bool route_match_path(const char *target, struct route *r)
     if (strncmp(p, GATEWAY_SIGNED_PREFIX "/", sizeof(GATEWAY_SIGNED_PREFIX)) == 0) {
         p += sizeof(GATEWAY_SIGNED_PREFIX) - 1;
         r->signed_route = true;
+        r->form = ROUTE_FORM_PATH;
         if (next_segment(&p, r->id, sizeof(r->id)) < 0 || next_segment(&p, seg, sizeof(seg)) < 0 ||
             next_segment(&p, r->expires_b36, sizeof(r->expires_b36)) < 0 ||
             next_segment(&p, r->sig, sizeof(r->sig)) < 0)
@@ -165,8 +351,18 @@ bool route_match_path(const char *target, struct route *r)
     return true;
 }
 
+static bool copy_part(char *out, size_t size, const char *part)
+{
+    size_t len = strlen(part);
+    if (len >= size)
+        return false;
+    memcpy(out, part, len + 1);
+    return true;
+}
+
 /* The host forms: {port}-{id}.DOMAIN or {id}-{port}-{b36}-{sig}.DOMAIN (an optional :port
- * after DOMAIN). Sandbox ids hold no '-', so the dashes split the label unambiguously. */
+ * after DOMAIN). Sandbox ids hold no '-', so the dashes split the label unambiguously; host
+ * names have no case, so the label is read in lowercase. */
 bool route_match_host(const char *domain, const char *host, const char *target, struct route *r)
 {
     if (domain == NULL || domain[0] == '\0' || host == NULL)
@@ -178,7 +374,8 @@ bool route_match_host(const char *domain, const char *host, const char *target, 
     size_t dlen = strlen(domain);
     if (strncasecmp(dot + 1, domain, dlen) != 0 || (dot[1 + dlen] != '\0' && dot[1 + dlen] != ':'))
         return false;
-    memcpy(label, host, dot - host);
+    for (size_t i = 0; i < (size_t)(dot - host); i++)
+        label[i] = (char)tolower((unsigned char)host[i]);
     label[dot - host] = '\0';
     char *parts[4];
     int n = 0;
@@ -190,13 +387,16 @@ bool route_match_host(const char *domain, const char *host, const char *target, 
     memset(r, 0, sizeof(*r));
     if (n == 2) {
         r->port = parse_port(parts[0]);
-        snprintf(r->id, sizeof(r->id), "%s", parts[1]);
+        if (!copy_part(r->id, sizeof(r->id), parts[1]))
+            return false;
     } else if (n == 4) {
         r->signed_route = true;
-        snprintf(r->id, sizeof(r->id), "%s", parts[0]);
+        r->form = ROUTE_FORM_HOST;
         r->port = parse_port(parts[1]);
-        snprintf(r->expires_b36, sizeof(r->expires_b36), "%s", parts[2]);
-        snprintf(r->sig, sizeof(r->sig), "%s", parts[3]);
+        if (!copy_part(r->id, sizeof(r->id), parts[0]) ||
+            !copy_part(r->expires_b36, sizeof(r->expires_b36), parts[2]) ||
+            !copy_part(r->sig, sizeof(r->sig), parts[3]))
+            return false;
     } else {
         return false;
     }

@@ -1,50 +1,108 @@
 /* Signed gateway routes (OpenSandbox OSEP-0011, "short" form): a route names a sandbox, a port
- * and an expiry, and carries a signature made with the installation's secret, so that it can
- * be handed to a browser or another service that holds no API key. */
+ * and an expiry, and carries a MAC made with one of the installation's route keys, so that it
+ * can be handed to a browser or another service that holds no API key.
+ *
+ *   path form  /route/{id}/{port}/{expires}/{K}{mac}   mac: base64url, no padding (22 chars)
+ *   host form  {id}-{port}-{expires}-{K}{mac}.DOMAIN   mac: base32 (RFC 4648), lowercase, no
+ *                                                      padding (26 chars), any case accepted
+ *
+ * {expires} is Unix seconds in lowercase base 36, K the id of the key (route_keyring.h), mac
+ * the first 128 bits of HMAC-SHA256(key, "cove-route-v2\n{K}\n{id}\n{port}\n{expires}\n").
+ * The host form needs an alphabet without case (browsers lower-case host names) and without
+ * '-' (the label's separator). With coved's 16-character ids its label is at most 57
+ * characters (58 after 2038, when expiries take 7 digits): within DNS's 63. */
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coved/gateway/route_keyring.h"
+#include "coved/gateway/route_limit.h"
 #include "coved/sandbox/sandbox.h"
 #include "lib/error.h"
 
-#define ROUTE_SECRET_SIZE 32
-#define ROUTE_KEY_ID '0'
 /* Path prefix of signed routes: /route/{id}/{port}/{expires}/{signature}/... */
 #define GATEWAY_SIGNED_PREFIX "/route"
+#define ROUTE_MAC_SIZE 16
+#define ROUTE_SIG_PATH_LEN 23 /* key id + 22 base64url characters */
+#define ROUTE_SIG_HOST_LEN 27 /* key id + 26 base32 characters */
+#define ROUTE_SIG_SIZE 32     /* room for either, and the NUL */
+/* After this many bad signatures from one peer within the window, its signed routes are
+ * answered 429 unchecked for the block time: a 128-bit MAC is not guessed either way, but a
+ * flood of guesses costs HMACs and log lines, and says who is trying. */
+#define ROUTE_BAD_SIGNATURES_MAX 20
+#define ROUTE_BAD_SIGNATURES_WINDOW_MS (60 * 1000)
+#define ROUTE_BAD_SIGNATURES_BLOCK_MS (300 * 1000)
 
-struct route_signer {
-    unsigned char secret[ROUTE_SECRET_SIZE];
+enum route_form { ROUTE_FORM_PATH, ROUTE_FORM_HOST };
+
+/* A log line a second at most: when the last went out, and how many were dropped since. */
+struct route_log_budget {
+    int64_t last_ms;
+    unsigned suppressed;
 };
 
-/* Loads STATE/route_secret, creating it (0600, random) on first use. */
+/* What signs and checks routes: the keyring, the per-peer limiter and the log's budgets. */
+struct route_signer {
+    struct route_keyring *keys;
+    struct route_limiter *limiter;
+    struct route_log_budget bad_log;   /* bad signatures */
+    struct route_log_budget block_log; /* peers blocked */
+};
+
+/* Opens STATE/route_keys (route_keyring_open with create). */
 int route_signer_open(struct route_signer *signer, const char *state_dir, struct cove_error **err);
+void route_signer_close(struct route_signer *signer);
+
 /* Lowercase base 36 without leading zeros ("0" for zero). */
 void route_base36(uint64_t value, char *out, size_t size);
-/* The 9-character signature: 8 hex digits of the digest and the key id. */
-void route_sign(const struct route_signer *signer, const char *id, int port,
-                const char *expires_b36, char out[10]);
-/* 0 when sig is the valid signature (constant-time compare), -1 otherwise. */
-int route_verify(const struct route_signer *signer, const char *id, int port,
-                 const char *expires_b36, const char *sig);
 /* Parses base 36; -1 if malformed. */
 int64_t route_parse_base36(const char *text);
+/* base64url (RFC 4648 §5) and base32 (§6, lowercase) without padding; out must hold the text
+ * and a NUL. The decoders take exactly n bytes' worth of characters, refuse any other
+ * character and non-zero unused bits (one text per value); base32 ignores case. */
+void route_base64url_encode(const unsigned char *in, size_t n, char *out);
+int route_base64url_decode(const char *in, unsigned char *out, size_t n);
+void route_base32_encode(const unsigned char *in, size_t n, char *out);
+int route_base32_decode(const char *in, unsigned char *out, size_t n);
+
+/* The signature (key id, then the MAC in form's encoding) of a route by key k. */
+void route_sign_with(const struct route_key *k, enum route_form form, const char *id, int port,
+                     const char *expires_b36, char out[ROUTE_SIG_SIZE]);
+/* 0 when sig is a valid signature by one of ring's keys (constant-time compare), else -1. */
+int route_verify(const struct route_keyring *ring, enum route_form form, const char *id, int port,
+                 const char *expires_b36, const char *sig);
+/* Milliseconds of the monotonic clock: the time the keyring and the limiter go by. */
+int64_t route_monotonic_ms(void);
+/* Signs with the current key, after looking for a new keyring (now_ms: monotonic). */
+void route_sign(struct route_signer *signer, enum route_form form, const char *id, int port,
+                const char *expires_b36, int64_t now_ms, char out[ROUTE_SIG_SIZE]);
 
 /* A gateway route, as read from a request: which sandbox and port, and how it is signed. */
 struct route {
     char id[SANDBOX_ID_SIZE + 1];
     int port;
     bool signed_route;
+    enum route_form form;
     char expires_b36[16];
-    char sig[16];
+    char sig[ROUTE_SIG_SIZE];
     const char *rest; /* path to forward */
 };
+
+/* Checks a signed route from peer (NULL: unknown): 0 if it is valid and unexpired; else -1
+ * and err 403 (bad or expired) or 429 (peer blocked, route not checked). Bad signatures are
+ * counted per peer and logged, at most a line a second. now_s: Unix seconds; now_ms:
+ * monotonic milliseconds. */
+int route_check(struct route_signer *signer, const struct route *r, const struct route_peer *peer,
+                int64_t now_s, int64_t now_ms, struct cove_error **err);
+/* route_check for a request on connected socket fd, at the current time. */
+int route_check_connection(struct route_signer *signer, const struct route *r, int fd,
+                           struct cove_error **err);
 
 /* The path forms (/sandboxes/{id}/proxy/{port}/..., /v1/ too, and the signed /route/...);
  * false if target is none of them. A port that is not 1-65535 is -1. */
 bool route_match_path(const char *target, struct route *r);
-/* The host forms under domain ({port}-{id}.DOMAIN, {id}-{port}-{b36}-{sig}.DOMAIN); false if
- * host is not one (or no domain is configured). */
+/* The host forms under domain ({port}-{id}.DOMAIN, {id}-{port}-{b36}-{sig}.DOMAIN), read
+ * without case; false if host is not one (or no domain is configured). */
 bool route_match_host(const char *domain, const char *host, const char *target, struct route *r);
