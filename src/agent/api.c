@@ -16,7 +16,9 @@
 #include "agent/session.h"
 
 /* Clients are coved (one socket per sandbox) and, under OCI runtimes, the gateway: few. */
-#define API_MAX_CONNECTIONS 256
+/* Above coved's default cap of gateway connections to one sandbox (1024): a flood meets the
+ * gateway's clear 429 first, and coved's own calls still get in. */
+#define API_MAX_CONNECTIONS 1152
 
 /* Health (operation ping): 200 with an empty body, as execd. */
 static void handle_ping(struct http_request *req, const struct api_params *params)

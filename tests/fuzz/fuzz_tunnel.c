@@ -49,8 +49,8 @@ static enum tunnel_verdict route(void *arg, struct tunnel *t, struct tunnel_targ
     return TUNNEL_FORWARD;
 }
 
-static int connect_upstream(void *arg, const struct tunnel_target *target, struct sockaddr *addr,
-                            socklen_t *addr_len, struct cove_error **err)
+static int connect_upstream(void *arg, const struct tunnel *t, const struct tunnel_target *target,
+                            struct sockaddr *addr, socklen_t *addr_len, struct cove_error **err)
 {
     int sv[2];
     if (upstreams == MAX_UPSTREAMS)
@@ -62,8 +62,9 @@ static int connect_upstream(void *arg, const struct tunnel_target *target, struc
     return sv[0];
 }
 
-static void release(void *arg, const char *upstream)
+static void release(void *arg, const struct tunnel *t, const char *upstream)
 {
+    (void)tunnel_peer(t);
     released++;
 }
 

@@ -326,3 +326,33 @@ def test_trickled_head_inside_a_tunnel_is_cut_off(guarded):
         assert json.loads(got.split(b"\r\n\r\n", 1)[1])["code"] == "HTTP::REQUEST_TIMEOUT"
     finally:
         guarded.delete(sid)
+
+
+def test_one_address_holds_a_quarter_of_a_sandboxs_tunnels(guarded):
+    """Item 4: one client address may hold a quarter of max_tunnels_per_sandbox (5 of 20
+    here): its next tunnel is a 429, while another address still reaches the sandbox."""
+    sid = guarded.create()
+    held = []
+    try:
+        for _ in range(5):
+            s = connect(guarded.port, ATTACKERS[3])
+            s.sendall(proxy_head(sid, "/ping"))
+            s.settimeout(5)
+            assert b"200" in s.recv(65536).split(b"\r\n")[0]
+            held.append(s)
+        s = connect(guarded.port, ATTACKERS[3])
+        s.sendall(proxy_head(sid, "/ping"))
+        answer = read_response(s, 3)
+        s.close()
+        assert b" 429 " in answer.split(b"\r\n")[0], answer
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["code"] == \
+            "GATEWAY::TOO_MANY_CONNECTIONS"
+        other = connect(guarded.port, ATTACKERS[4])
+        other.sendall(proxy_head(sid, "/ping"))
+        other.settimeout(5)
+        assert b"200" in other.recv(65536).split(b"\r\n")[0]
+        other.close()
+    finally:
+        for s in held:
+            s.close()
+        guarded.delete(sid)

@@ -130,33 +130,55 @@ static void upstream_name(char *out, size_t size, const char *id, int port)
     snprintf(out, size, "%s:%d", id, port);
 }
 
-static void count_upstream(struct gateway *gw, const char *name, int delta)
+/* Counts are kept per sandbox id, and per sandbox and client address ("{id}@{peer}"). */
+static json_int_t count_of(struct gateway *gw, const char *key)
 {
-    char id[SANDBOX_ID_SIZE + 1];
-    snprintf(id, sizeof(id), "%.*s", (int)strcspn(name, ":"), name);
-    json_int_t n = json_integer_value(json_object_get(gw->per_sandbox, id)) + delta;
-    if (n > 0)
-        json_object_set_new(gw->per_sandbox, id, json_integer(n));
-    else
-        json_object_del(gw->per_sandbox, id);
+    return json_integer_value(json_object_get(gw->per_sandbox, key));
 }
 
-static int gateway_connect(void *arg, const struct tunnel_target *target, struct sockaddr *addr,
-                           socklen_t *addr_len, struct cove_error **err)
+static void count_add(struct gateway *gw, const char *key, int delta)
+{
+    json_int_t n = count_of(gw, key) + delta;
+    if (n > 0)
+        json_object_set_new(gw->per_sandbox, key, json_integer(n));
+    else
+        json_object_del(gw->per_sandbox, key);
+}
+
+static void count_upstream(struct gateway *gw, const struct tunnel *t, const char *name, int delta)
+{
+    char id[SANDBOX_ID_SIZE + 1], pair[SANDBOX_ID_SIZE + 80];
+    snprintf(id, sizeof(id), "%.*s", (int)strcspn(name, ":"), name);
+    snprintf(pair, sizeof(pair), "%s@%s", id, tunnel_peer(t));
+    count_add(gw, id, delta);
+    count_add(gw, pair, delta);
+}
+
+static int gateway_connect(void *arg, const struct tunnel *t, const struct tunnel_target *target,
+                           struct sockaddr *addr, socklen_t *addr_len, struct cove_error **err)
 {
     struct gateway *gw = arg;
-    char id[SANDBOX_ID_SIZE + 1];
+    char id[SANDBOX_ID_SIZE + 1], pair[SANDBOX_ID_SIZE + 80];
     snprintf(id, sizeof(id), "%.*s", (int)strcspn(target->upstream, ":"), target->upstream);
+    snprintf(pair, sizeof(pair), "%s@%s", id, tunnel_peer(t));
     int port = atoi(target->upstream + strcspn(target->upstream, ":") + 1);
     struct sandbox *sb = sandbox_find_any(gw->api->sandboxes, id);
     if (sb == NULL)
         return cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %s not found", id);
     int cap = gw->api->config.max_tunnels_per_sandbox > 0 ? gw->api->config.max_tunnels_per_sandbox
                                                           : GATEWAY_DEFAULT_PER_SANDBOX;
-    if (json_integer_value(json_object_get(gw->per_sandbox, id)) >= cap)
+    /* One client address may hold a quarter of them: a flood from one place leaves the
+     * sandbox reachable from others. */
+    int peer_cap = cap / 4 > 0 ? cap / 4 : 1;
+    if (count_of(gw, id) >= cap)
         return cove_error_set(err, 0, 429, "GATEWAY::TOO_MANY_CONNECTIONS",
                               "sandbox %s has %d open gateway connections, the most allowed", id,
                               cap);
+    if (count_of(gw, pair) >= peer_cap)
+        return cove_error_set(err, 0, 429, "GATEWAY::TOO_MANY_CONNECTIONS",
+                              "your address has %d open gateway connections to sandbox %s, the "
+                              "most allowed",
+                              peer_cap, id);
     int fd;
     memset(addr, 0, *addr_len);
     if (port == RUNTIME_AGENT_PORT) {
@@ -184,13 +206,13 @@ static int gateway_connect(void *arg, const struct tunnel_target *target, struct
         return cove_error_set(err, 0, 503, "COVE::OVERLOADED",
                               "coved is out of file descriptors; try again");
     }
-    count_upstream(gw, target->upstream, +1);
+    count_upstream(gw, t, target->upstream, +1);
     return fd;
 }
 
-static void gateway_release(void *arg, const char *upstream)
+static void gateway_release(void *arg, const struct tunnel *t, const char *upstream)
 {
-    count_upstream(arg, upstream, -1);
+    count_upstream(arg, t, upstream, -1);
 }
 
 /* ---- requests ---- */

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,6 +105,7 @@ struct tunnel {
     char prefix[512];         /* route part of the current request path, for X-Forwarded-Prefix */
     struct tunnel_target target; /* where the current request goes */
     int depth;                   /* callbacks of this tunnel running (nested) */
+    char peer[INET6_ADDRSTRLEN]; /* the client's address */
     bool dead;                   /* ended inside one: freed when the outermost returns */
 };
 
@@ -307,7 +310,7 @@ static void drop_upstream(struct tunnel *t)
     if (t->upstream) {
         bufferevent_free(t->upstream);
         if (t->set->ops.release)
-            t->set->ops.release(t->set->ops.arg, t->upstream_name);
+            t->set->ops.release(t->set->ops.arg, t, t->upstream_name);
     }
     t->upstream = NULL;
     t->upstream_connected = false;
@@ -507,7 +510,7 @@ static int open_upstream(struct tunnel *t, const struct tunnel_target *target,
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     memset(&ss, 0, sizeof(ss));
-    int fd = t->set->ops.connect(t->set->ops.arg, target, (struct sockaddr *)&ss, &len, err);
+    int fd = t->set->ops.connect(t->set->ops.arg, t, target, (struct sockaddr *)&ss, &len, err);
     if (fd < 0)
         return -1;
     /* Deferred callbacks: the connect may finish at once, before the head is queued. */
@@ -516,7 +519,7 @@ static int open_upstream(struct tunnel *t, const struct tunnel_target *target,
     if (t->upstream == NULL) {
         close(fd);
         if (t->set->ops.release)
-            t->set->ops.release(t->set->ops.arg, target->upstream);
+            t->set->ops.release(t->set->ops.arg, t, target->upstream);
         return cove_error_sys(err, "bufferevent");
     }
     t->upstream_shut = false;
@@ -966,6 +969,19 @@ size_t tunnel_set_count(const struct tunnel_set *set)
     return set->count;
 }
 
+static void describe_peer(int fd, char *out, size_t size)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    snprintf(out, size, "local");
+    if (fd < 0 || getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
+        return;
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, size);
+    else if (ss.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, size);
+}
+
 int tunnel_start(struct tunnel_set *set, struct bufferevent *client, struct evbuffer *first_head,
                  void (*on_free)(void *), void *free_arg)
 {
@@ -980,6 +996,7 @@ int tunnel_start(struct tunnel_set *set, struct bufferevent *client, struct evbu
         return -1;
     }
     t->set = set;
+    describe_peer(bufferevent_getfd(client), t->peer, sizeof(t->peer));
     t->on_free = on_free;
     t->free_arg = free_arg;
     t->next = set->first;
@@ -1019,6 +1036,11 @@ const char *tunnel_request_target(const struct tunnel *t)
 const char *tunnel_request_header(const struct tunnel *t, const char *name)
 {
     return head_header(&t->request, name);
+}
+
+const char *tunnel_peer(const struct tunnel *t)
+{
+    return t->peer;
 }
 
 int tunnel_client_fd(const struct tunnel *t)

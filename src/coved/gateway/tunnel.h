@@ -43,9 +43,9 @@ struct tunnel_ops {
                                  struct cove_error **err);
     /* A non-blocking stream socket for target's upstream, connected or connecting; the tunnel
      * owns it afterwards, until it calls release with the same name. -1 with *err set. */
-    int (*connect)(void *arg, const struct tunnel_target *target, struct sockaddr *addr,
-                   socklen_t *addr_len, struct cove_error **err);
-    void (*release)(void *arg, const char *upstream);
+    int (*connect)(void *arg, const struct tunnel *t, const struct tunnel_target *target,
+                   struct sockaddr *addr, socklen_t *addr_len, struct cove_error **err);
+    void (*release)(void *arg, const struct tunnel *t, const char *upstream);
     /* The client's connection, with the request head put back in front of its input. */
     void (*hand_back)(void *arg, struct bufferevent *bev);
     void *arg;
@@ -75,3 +75,5 @@ const char *tunnel_request_target(const struct tunnel *t);
 const char *tunnel_request_header(const struct tunnel *t, const char *name);
 /* The client's descriptor (for its peer address). */
 int tunnel_client_fd(const struct tunnel *t);
+/* The client's address as text ("local" for a unix socket), fixed for the tunnel's life. */
+const char *tunnel_peer(const struct tunnel *t);

@@ -23,7 +23,13 @@ static int write_file(const char *path, const char *value, struct cove_error **e
     if (fd < 0)
         return cove_error_sys(err, "open %s", path);
     size_t len = strlen(value);
-    ssize_t n = write(fd, value, len);
+    /* The memory controller gives up setting a limit when a signal is pending (EINTR): coved
+     * gets SIGCHLD whenever a sandbox's set-up child ends, so under load it does happen. */
+    ssize_t n;
+    int tries = 0;
+    do {
+        n = write(fd, value, len);
+    } while (n < 0 && errno == EINTR && ++tries < 100);
     int saved = errno;
     close(fd);
     if (n != (ssize_t)len) {
