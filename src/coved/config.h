@@ -25,6 +25,8 @@ struct coved_config {
     bool resume_on_access; /* gateway traffic resumes a paused sandbox */
     int64_t max_timeout_s;
     int log_level; /* enum cove_log_level */
+    /* Probe Running sandboxes this often (0: never); see sandbox/health.h. */
+    int64_t health_interval_s;
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

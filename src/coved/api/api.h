@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
+#include "coved/sandbox/health.h"
 #include "coved/sandbox/sandbox.h"
 #include "coved/gateway/route_token.h"
 #include "coved/sandbox/template.h"
@@ -27,6 +28,7 @@ struct api {
     struct event_base *base;
     struct api_config config;
     struct sandbox_manager *sandboxes;
+    struct sandbox_health *health;
     struct template_registry *templates;
     struct http_server *http;
     struct route_signer signer;
