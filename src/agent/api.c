@@ -11,6 +11,7 @@
 #include "agent/code.h"
 #include "agent/command.h"
 #include "agent/files.h"
+#include "agent/health.h"
 #include "agent/metrics.h"
 #include "agent/pty.h"
 #include "agent/session.h"
@@ -34,6 +35,7 @@ struct route {
 
 static const struct route routes[] = {
     {"GET", "/ping", handle_ping},                               /* ping */
+    {"GET", "/cove/health", health_handle_check},                /* Cove's: health.h */
     {"POST", "/command", command_handle_run},                    /* runCommand */
     {"DELETE", "/command", command_handle_interrupt},            /* interruptCommand */
     {"GET", "/command/status/{id}", command_handle_status},      /* getCommandStatus */

@@ -27,6 +27,7 @@
 #include "agent/api.h"
 #include "agent/code.h"
 #include "agent/command.h"
+#include "agent/health.h"
 #include "agent/process.h"
 #include "agent/metrics.h"
 #include "agent/pty.h"
@@ -293,6 +294,7 @@ int main(int argc, char **argv)
     code_init(agent.base, kernel_helper_fd(kernel_helper));
     pty_init(agent.base);
     metrics_init(agent.base);
+    health_init(agent.base);
     for (size_t n = 0; n < fds_len + specs_len; n++) {
         const char *spec = n < fds_len ? listen_fds[n] : listen_specs[n - fds_len];
         int fd = n < fds_len                      ? listen_inherited(spec, &err)

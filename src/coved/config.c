@@ -24,6 +24,7 @@
 /* CPU is shared, never exhausted: an overcommit only slows sandboxes down, so the limit is
  * there against absurd promises (40 sandboxes of every CPU), not against sharing. */
 #define DEFAULT_CPU_OVERCOMMIT 16.0
+#define DEFAULT_HEALTH_INTERVAL_S 30
 
 static const char usage[] =
     "Usage: coved [OPTIONS]\n"
@@ -77,6 +78,10 @@ static const char usage[] =
     "      wildcard DNS name at coved)\n"
     "  --max-timeout SECONDS  max_sandbox_timeout_seconds COVE_MAX_TIMEOUT\n"
     "      longest sandbox timeout accepted (default 604800)\n"
+    "  --health-interval SECONDS\n"
+    "                         health_interval             COVE_HEALTH_INTERVAL\n"
+    "      how often to check that each Running sandbox can still run a command; one that\n"
+    "      cannot stays Running with reason \"unhealthy\" (default 30; 0: no checks)\n"
     "  --agent PATH           agent                       COVE_AGENT\n"
     "      the static cove-agent binary (default: next to coved)\n"
     "  --kernel-helper PATH   kernel_helper               COVE_KERNEL_HELPER\n"
@@ -295,6 +300,12 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
                                   "%s: max_sandbox_timeout_seconds must be an integer >= 60", from);
         cfg->max_timeout_s = v;
+    } else if (strcmp(key, "health_interval") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 0 || v > 86400)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: health_interval must be seconds from 0 to 86400", from);
+        cfg->health_interval_s = v;
     } else if (strcmp(key, "log_level") == 0) {
         if (parse_level(value, &cfg->log_level) < 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
@@ -385,6 +396,7 @@ static const struct {
     {"COVE_QUOTA_DISK", "quota_disk"},
     {"COVE_MEMORY_OVERCOMMIT", "memory_overcommit"},
     {"COVE_CPU_OVERCOMMIT", "cpu_overcommit"},
+    {"COVE_HEALTH_INTERVAL", "health_interval"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -421,6 +433,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     default_path_near_coved("cove-kernel", "kernel", cfg->kernel_helper,
                             sizeof(cfg->kernel_helper));
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
+    cfg->health_interval_s = DEFAULT_HEALTH_INTERVAL_S;
     cfg->log_level = COVE_LOG_INFO;
     for (int r = 0; r < QUOTA_RESOURCES; r++)
         cfg->quota[r] = QUOTA_UNLIMITED;
@@ -454,6 +467,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"quota-disk", required_argument, NULL, OPTION_QUOTA_DISK},
         {"memory-overcommit", required_argument, NULL, OPTION_MEMORY_OVERCOMMIT},
         {"cpu-overcommit", required_argument, NULL, OPTION_CPU_OVERCOMMIT},
+        {"health-interval", required_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -544,6 +558,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 1005:
             key = "max_tunnels_per_sandbox";
+            break;
+        case 'I':
+            key = "health_interval";
             break;
         case 'i':
             cfg->insecure = true;

@@ -37,6 +37,8 @@ struct coved_config {
     int64_t max_connections;          /* in all, gateway tunnels included */
     int64_t max_connections_per_peer; /* from one client address */
     int64_t max_tunnels_per_sandbox;  /* gateway connections open to one sandbox */
+    /* Probe Running sandboxes this often (0: never); see sandbox/health.h. */
+    int64_t health_interval_s;
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

@@ -114,6 +114,7 @@ int main(int argc, char **argv)
     struct store *store = NULL;
     struct template_registry *templates = NULL;
     struct sandbox_manager *sandboxes = NULL;
+    struct sandbox_health *health = NULL;
     struct runtime rt = {.agent_fd = -1, .kernel_fd = -1};
     struct api api = {0};
     struct event *sigterm = NULL, *sigint = NULL;
@@ -138,11 +139,13 @@ int main(int argc, char **argv)
         store_open(path, &store, &err) < 0 ||
         template_registry_open(o.state_dir, &templates, &err) < 0 ||
         sandbox_manager_new(base, store, &rt, o.state_dir, &sandboxes, &err) < 0 ||
-        sandbox_manager_restore(sandboxes, &err) < 0)
+        sandbox_manager_restore(sandboxes, &err) < 0 ||
+        sandbox_health_start(base, sandboxes, o.health_interval_s, &health, &err) < 0)
         goto out;
 
     api.base = base;
     api.sandboxes = sandboxes;
+    api.health = health;
     api.templates = templates;
     api.config = (struct api_config){
         .listen_host = host,
@@ -190,6 +193,7 @@ out:
     api_stop(&api);
     route_signer_close(&api.signer);
     sandbox_manager_free(sandboxes);
+    sandbox_health_free(health); /* after the sandboxes, which drop their probes */
     template_registry_free(templates);
     store_close(store);
     runtime_fini(&rt);

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "coved/api/quota_policy.h"
+#include "coved/sandbox/health.h"
 #include "coved/sandbox/sandbox.h"
 #include "coved/gateway/gateway.h"
 #include "coved/gateway/route_token.h"
@@ -43,6 +44,7 @@ struct api {
     struct event_base *base;
     struct api_config config;
     struct sandbox_manager *sandboxes;
+    struct sandbox_health *health;
     struct template_registry *templates;
     struct http_server *http;
     struct gateway *gateway;

@@ -584,6 +584,8 @@ void api_sandbox_get(struct api *api, struct http_request *req, const struct api
     struct sandbox *sb = find_or_respond(api, req, c, id);
     if (sb != NULL)
         api_respond_json(req, 200, sandbox_to_json(sb, true));
+    if (sb != NULL)
+        sandbox_health_kick(api->health, sb); /* its verdict shows in the next answer */
 }
 
 void api_sandbox_delete(struct api *api, struct http_request *req, const struct api_caller *c,

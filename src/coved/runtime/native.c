@@ -243,6 +243,32 @@ static void bring_up_loopback(int status_fd)
     close(sock);
 }
 
+/* The host OS's merged-/usr links in a template's root (/bin -> usr/bin, /lib64 -> usr/lib64,
+ * ...) live in the writable layer: `rm -rf /` inside removes them, and without /lib64 (the
+ * dynamic loader) no program starts any more. Each becomes a read-only bind mount of the
+ * directory it points to: a mount point cannot be removed or renamed inside (EBUSY, and root
+ * there cannot unmount), and what is below is as read-only as /usr. */
+static void bind_merged_usr_links(int status_fd)
+{
+    static const char *const links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+    char target[256];
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+        ssize_t n = readlink(links[i], target, sizeof(target) - 1);
+        if (n < 0)
+            continue; /* absent, or a real directory of the template */
+        target[n] = '\0';
+        const char *in_usr = target[0] == '/' ? target + 1 : target;
+        struct stat st;
+        if (strncmp(in_usr, "usr/", 4) != 0 || strstr(in_usr, "..") != NULL ||
+            stat(in_usr, &st) < 0 || !S_ISDIR(st.st_mode))
+            continue;
+        if (unlink(links[i]) < 0)
+            child_fail(status_fd, "unlink %s", links[i]);
+        child_mkdir(status_fd, links[i], 0755);
+        child_bind_ro(status_fd, in_usr, links[i], MS_NOSUID | MS_NODEV);
+    }
+}
+
 static void build_root(int status_fd, const struct runtime_spec *spec)
 {
     char path[4096], opts[8192];
@@ -272,6 +298,7 @@ static void build_root(int status_fd, const struct runtime_spec *spec)
     if (spec->host_os) {
         child_mkdir(status_fd, "usr", 0755);
         child_bind_ro(status_fd, "/usr", "usr", MS_NOSUID | MS_NODEV);
+        bind_merged_usr_links(status_fd);
     }
     mount_proc_and_sys(status_fd);
     mount_dev(status_fd);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coved/sandbox/health.h"
 #include "coved/store/store.h"
 #include "lib/log.h"
 
@@ -82,9 +83,12 @@ json_t *sandbox_to_json(const struct sandbox *sb, bool full)
     char created[40], transition[40], expires[40];
     sandbox_format_time(sb->created_ms, created, sizeof(created));
     sandbox_format_time(sb->transition_ms, transition, sizeof(transition));
+    /* Running but unable to run commands: the state stays, the reason says so (health.h). */
+    bool unhealthy = sb->state == SANDBOX_RUNNING && sb->unhealthy;
     json_t *status =
         json_pack("{s:s, s:s, s:s, s:s}", "state", sandbox_state_name(sb->state), "reason",
-                  sb->reason, "message", sb->message, "lastTransitionAt", transition);
+                  unhealthy ? SANDBOX_HEALTH_REASON : sb->reason, "message",
+                  unhealthy ? sb->health_message : sb->message, "lastTransitionAt", transition);
     json_t *metadata = json_is_object(sb->metadata) ? json_incref(sb->metadata) : json_object();
     json_t *j = json_pack("{s:s, s:o, s:o, s:O, s:s}", "id", sb->id, "status", status, "metadata",
                           metadata, "entrypoint", sb->entrypoint, "createdAt", created);
@@ -105,6 +109,7 @@ static void sandbox_free(struct sandbox *sb)
 {
     if (sb == NULL)
         return;
+    sandbox_health_forget(sb);
     if (sb->agent_log)
         event_free(sb->agent_log);
     if (sb->proc.log_fd >= 0)

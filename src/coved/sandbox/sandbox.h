@@ -56,6 +56,12 @@ struct sandbox {
     int stop_fd;
     void (*on_deleted)(const struct cove_error *err, void *arg);
     void *deleted_arg;
+    /* Health (sandbox/health.h): the last verdict while Running, and the probe under way. */
+    struct health_probe *health_probe;
+    int64_t health_checked_ms; /* when the last probe started (0: not seen Running yet) */
+    int health_failures;       /* probes in a row that got no verdict */
+    bool unhealthy;
+    char health_message[512];
 };
 
 /* Called once a create ends: with the Running sandbox, or with sb NULL and why it failed. */
