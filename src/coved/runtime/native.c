@@ -382,6 +382,10 @@ struct child_args {
 static __attribute__((noreturn)) void child_main(struct child_args *a)
 {
     int status_fd = a->status_fd;
+    /* A session of its own: what a terminal sends coved's process group (Ctrl-C, a hang-up)
+     * must not reach the sandbox, which outlives coved. */
+    if (setsid() < 0)
+        child_fail(status_fd, "setsid");
     /* coved's own descriptors (its listener, the database, other sandboxes' sockets) must not
      * reach the sandbox: keep only what the child needs, at fixed numbers. */
     int log_w = fcntl(a->log_fd, F_DUPFD_CLOEXEC, 100);
