@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "coved/runtime/file_budget.h"
 #include "lib/log.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
@@ -55,6 +56,9 @@ static const char usage[] =
     "  --kernel-helper PATH   kernel_helper               COVE_KERNEL_HELPER\n"
     "      cove-kernel, which runs Jupyter kernels for code contexts (default: next to\n"
     "      coved; without it code contexts are refused)\n"
+    "  --sandbox-file-share N sandbox_file_share          COVE_SANDBOX_FILE_SHARE\n"
+    "      each sandbox may hold 1/N of the host's open files (fs.file-max): its\n"
+    "      RLIMIT_NOFILE x pids stays within that (default 16)\n"
     "  --log-level LEVEL      log_level                   COVE_LOG_LEVEL\n"
     "      debug, info, warn or error (default info)\n"
     "  -h, --help             this text\n"
@@ -164,6 +168,13 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
                                   "%s: max_sandbox_timeout_seconds must be an integer >= 60", from);
         cfg->max_timeout_s = v;
+    } else if (strcmp(key, "sandbox_file_share") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 1 || v > 65536)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: sandbox_file_share must be an integer from 1 to 65536",
+                                  from);
+        cfg->sandbox_file_share = (unsigned)v;
     } else if (strcmp(key, "log_level") == 0) {
         if (parse_level(value, &cfg->log_level) < 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
@@ -224,6 +235,7 @@ static const struct {
     {"COVE_DOMAIN", "domain"},
     {"COVE_RESUME_ON_ACCESS", "resume_on_access"},
     {"COVE_KERNEL_HELPER", "kernel_helper"},
+    {"COVE_SANDBOX_FILE_SHARE", "sandbox_file_share"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -261,6 +273,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
                             sizeof(cfg->kernel_helper));
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
     cfg->log_level = COVE_LOG_INFO;
+    cfg->sandbox_file_share = FILE_BUDGET_DEFAULT_SHARE;
 
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -276,6 +289,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"kernel-helper", required_argument, NULL, 'H'},
         {"max-timeout", required_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'L'},
+        {"sandbox-file-share", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -345,6 +359,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 'L':
             key = "log_level";
+            break;
+        case 'F':
+            key = "sandbox_file_share";
             break;
         case 'K':
             key = "api_key_file";

@@ -24,7 +24,8 @@ struct coved_config {
     bool insecure;
     bool resume_on_access; /* gateway traffic resumes a paused sandbox */
     int64_t max_timeout_s;
-    int log_level; /* enum cove_log_level */
+    unsigned sandbox_file_share; /* a sandbox may hold 1/N of fs.file-max */
+    int log_level;               /* enum cove_log_level */
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help
