@@ -6,10 +6,11 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 import threading
 import time
 
-from covetest import sandbox_init_pid, sandbox_leftovers
+from covetest import COVED, Coved, sandbox_init_pid, sandbox_leftovers
 from hostile import delete_and_check, run_python
 
 # Grows pipes to 1 MiB until the kernel refuses (EPERM once the user's pipe pages are used
@@ -280,3 +281,30 @@ def test_store_from_before_id_ranges_is_read(fresh_coved):
     for s in (sid, other):
         d.delete(s)
         assert sandbox_leftovers(d, s) == []
+
+
+def test_file_share_setting_and_startup_log(tmp_path):
+    """sandbox_file_share (INI < COVE_SANDBOX_FILE_SHARE < --sandbox-file-share) sets each
+    sandbox's share; coved says at start what a default sandbox gets; bad values refuse to
+    start."""
+    ini = tmp_path / "coved.ini"
+    ini.write_text("[server]\nsandbox_file_share = 4\n")
+    for env, args, share in (({"COVE_CONFIG": str(ini)}, [], 4),
+                             ({"COVE_CONFIG": str(ini), "COVE_SANDBOX_FILE_SHARE": "32"}, [], 32),
+                             ({"COVE_SANDBOX_FILE_SHARE": "32"}, ["--sandbox-file-share", "64"],
+                              64)):
+        d = Coved(extra_args=args, env=dict(os.environ, **env))
+        try:
+            d.start()
+            sid = d.create()
+            hard = int(d.sh(sid, "ulimit -Hn"))
+            assert hard == min(4096, file_max() // share // 1024), (share, hard)
+            assert f"1/{share} of it" in d.log() or f"/ {share})" in d.log(), d.log()
+            d.delete(sid)
+        finally:
+            d.cleanup()
+    for bad in ("0", "-3", "x", "70000"):
+        r = subprocess.run([COVED, "--insecure", "--state-dir", str(tmp_path / "s"), "--listen",
+                            "127.0.0.1:0", "--sandbox-file-share", bad],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and "sandbox_file_share" in r.stderr, (bad, r.stderr)
