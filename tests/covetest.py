@@ -117,7 +117,9 @@ class Coved:
         self.returncode = None
         self.final_log = ""
 
-    def start(self, port=0):
+    def start(self, port=0, new_session=False):
+        """new_session: coved leads a session and process group of its own, as a shell's
+        foreground job does (its group is then os.getpgid(coved.proc.pid))."""
         args = self.wrapper + [COVED, "--listen", f"127.0.0.1:{port}", "--state-dir",
                                self.state_dir, "--agent", AGENT]
         for k in self.api_keys:
@@ -125,7 +127,8 @@ class Coved:
         args += self.extra_args
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
-                                     env=self.env or os.environ.copy())
+                                     env=self.env or os.environ.copy(),
+                                     start_new_session=new_session)
         line = self.proc.stdout.readline().decode()
         if "ready on" not in line:
             self.proc.wait(5)

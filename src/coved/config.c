@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "coved/api/quota_policy.h"
+#include "coved/runtime/file_budget.h"
 #include "lib/log.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
@@ -87,6 +88,9 @@ static const char usage[] =
     "  --kernel-helper PATH   kernel_helper               COVE_KERNEL_HELPER\n"
     "      cove-kernel, which runs Jupyter kernels for code contexts (default: next to\n"
     "      coved; without it code contexts are refused)\n"
+    "  --sandbox-file-share N sandbox_file_share          COVE_SANDBOX_FILE_SHARE\n"
+    "      each sandbox may hold 1/N of the host's open files (fs.file-max): its\n"
+    "      RLIMIT_NOFILE x pids stays within that (default 16)\n"
     "  --log-level LEVEL      log_level                   COVE_LOG_LEVEL\n"
     "      debug, info, warn or error (default info)\n"
     "  --head-timeout SECONDS head_timeout_seconds        COVE_HEAD_TIMEOUT\n"
@@ -306,6 +310,13 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
                                   "%s: health_interval must be seconds from 0 to 86400", from);
         cfg->health_interval_s = v;
+    } else if (strcmp(key, "sandbox_file_share") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 1 || v > 65536)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: sandbox_file_share must be an integer from 1 to 65536",
+                                  from);
+        cfg->sandbox_file_share = (unsigned)v;
     } else if (strcmp(key, "log_level") == 0) {
         if (parse_level(value, &cfg->log_level) < 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
@@ -397,6 +408,7 @@ static const struct {
     {"COVE_MEMORY_OVERCOMMIT", "memory_overcommit"},
     {"COVE_CPU_OVERCOMMIT", "cpu_overcommit"},
     {"COVE_HEALTH_INTERVAL", "health_interval"},
+    {"COVE_SANDBOX_FILE_SHARE", "sandbox_file_share"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -439,6 +451,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         cfg->quota[r] = QUOTA_UNLIMITED;
     cfg->memory_overcommit = DEFAULT_MEMORY_OVERCOMMIT;
     cfg->cpu_overcommit = DEFAULT_CPU_OVERCOMMIT;
+    cfg->sandbox_file_share = FILE_BUDGET_DEFAULT_SHARE;
 
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -468,6 +481,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"memory-overcommit", required_argument, NULL, OPTION_MEMORY_OVERCOMMIT},
         {"cpu-overcommit", required_argument, NULL, OPTION_CPU_OVERCOMMIT},
         {"health-interval", required_argument, NULL, 'I'},
+        {"sandbox-file-share", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -537,6 +551,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 'L':
             key = "log_level";
+            break;
+        case 'F':
+            key = "sandbox_file_share";
             break;
         case 'K':
             key = "api_key_file";

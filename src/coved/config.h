@@ -29,6 +29,7 @@ struct coved_config {
     bool insecure;
     bool resume_on_access; /* gateway traffic resumes a paused sandbox */
     int64_t max_timeout_s;
+    unsigned sandbox_file_share; /* a sandbox may hold 1/N of fs.file-max */
     int log_level; /* enum cove_log_level */
     /* Connections (lib/http.c and the gateway); 0 means the built-in default. */
     int64_t head_timeout_s;           /* a request head must be complete within this */

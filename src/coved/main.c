@@ -136,7 +136,10 @@ int main(int argc, char **argv)
         goto out;
     }
     if (runtime_init(&rt, o.agent, o.kernel_helper, &err) < 0 ||
-        store_open(path, &store, &err) < 0 ||
+        file_budget_read(&rt.files, o.sandbox_file_share, &err) < 0)
+        goto out;
+    file_budget_log(&rt.files, CGROUP_DEFAULT_PIDS);
+    if (store_open(path, &store, &err) < 0 ||
         template_registry_open(o.state_dir, &templates, &err) < 0 ||
         sandbox_manager_new(base, store, &rt, o.state_dir, &sandboxes, &err) < 0 ||
         sandbox_manager_restore(sandboxes, &err) < 0 ||

@@ -350,8 +350,11 @@ def test_sandboxes_together_leave_pids_for_the_host(coved, make_sandbox):
     host room to fork."""
     with open("/proc/sys/kernel/pid_max") as f:
         space = int(f.read())
-    # the most one sandbox may ask for: half the pid space
-    sid = make_sandbox(limits={"memory": "256Mi", "pids": str(space // 2)})
+    # the most one sandbox may ask for: half the pid space, or fewer if more would leave its
+    # processes under 32 open files each within its share (1/16) of the host's
+    with open("/proc/sys/fs/file-max") as f:
+        pids = min(space // 2, int(f.read()) // 16 // 32)
+    sid = make_sandbox(limits={"memory": "256Mi", "pids": str(pids)})
     with open("/proc/sys/kernel/threads-max") as f:
         space = min(space, int(f.read()))
     own = [d for d in cgroup_dirs(sid)

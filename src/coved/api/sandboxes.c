@@ -18,7 +18,7 @@
 
 #define DEFAULT_MEMORY (1024LL << 20)
 #define DEFAULT_DISK (512LL << 20)
-#define DEFAULT_PIDS 1024
+#define DEFAULT_PIDS CGROUP_DEFAULT_PIDS
 #define MIN_MEMORY (6LL << 20) /* below this not even the agent fits */
 #define MIN_DISK (1LL << 20)
 #define MAX_PIDS 4194304
@@ -158,6 +158,7 @@ static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove
     out->cgroup.memory_bytes = DEFAULT_MEMORY < ram ? DEFAULT_MEMORY : ram / 2;
     out->cgroup.pids_max = DEFAULT_PIDS;
     out->disk_bytes = 0;
+    out->nofile = 0;
     if (limits != NULL && !json_is_null(limits)) {
         if (!json_is_object(limits))
             return invalid(err, "%s must be an object of strings", "resourceLimits");
@@ -195,6 +196,14 @@ static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove
                                           "to %d",
                                           s, max_pids());
                 out->cgroup.pids_max = n;
+            } else if (strcmp(key, "nofile") == 0) {
+                /* Checked against the host's open files when the sandbox is made. */
+                out->nofile = quantity_parse_count(s);
+                if (out->nofile < 0)
+                    return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                          "resourceLimits.nofile '%.32s' must be a count of open "
+                                          "files per process",
+                                          s);
             } else if (strcmp(key, "ephemeral-storage") == 0 || strcmp(key, "disk") == 0) {
                 int64_t b = quantity_parse_bytes(s);
                 if (b < MIN_DISK || b > ram)
@@ -205,8 +214,8 @@ static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove
                 out->disk_bytes = b;
             } else {
                 return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
-                                      "unknown resource '%.64s': use cpu, memory, pids or "
-                                      "ephemeral-storage",
+                                      "unknown resource '%.64s': use cpu, memory, pids, "
+                                      "nofile or ephemeral-storage",
                                       key);
             }
         }

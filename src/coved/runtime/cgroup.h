@@ -12,6 +12,9 @@
 
 enum cgroup_mode { CGROUP_V1, CGROUP_V2 };
 
+/* pids.max of a sandbox that asks for no other. */
+#define CGROUP_DEFAULT_PIDS 1024
+
 struct cgroup_limits {
     int64_t cpu_millicores; /* 0: unlimited */
     int64_t memory_bytes;   /* 0: unlimited; swap is limited to the same total */

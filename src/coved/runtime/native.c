@@ -23,6 +23,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -156,6 +157,103 @@ static void read_byte(int status_fd, int fd, char expected)
     }
 }
 
+/* Writes "inside host_base 65536" to a uid_map or gid_map; errno set on failure. */
+static int write_map(const char *path, uint32_t inside, uint32_t host_base)
+{
+    char map[64];
+    int len = snprintf(map, sizeof(map), "%u %u %u\n", inside, host_base, RUNTIME_ID_COUNT);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, map, len);
+    int saved = errno;
+    close(fd);
+    errno = n < 0 ? saved : (n == len ? 0 : EIO);
+    return n == len ? 0 : -1;
+}
+
+/* A user namespace whose map takes the templates' owners on disk (RUNTIME_HOST_ID_BASE...)
+ * to the sandbox's range, for the idmapped mount of its template. A short-lived child of
+ * this process makes it and is killed once its namespace is open: the descriptor, then the
+ * mount, keep the namespace. The child runs as the sandbox's namespace owner (see
+ * child_main), so the namespace counts against that uid's budget, not host root's. */
+static int child_idmap_userns(int status_fd, uint32_t host_base, uint32_t owner)
+{
+    int sync[2];
+    if (pipe2(sync, O_CLOEXEC) < 0)
+        child_fail(status_fd, "pipe");
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid < 0)
+        child_fail(status_fd, "fork for the template's id mapping");
+    if (pid == 0) {
+        /* Its pid as the host's /proc (still mounted here) knows it: getpid() answers the
+         * sandbox's pid namespace. */
+        char self[32] = "";
+        close(sync[0]);
+        if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 ||
+            setgroups(0, NULL) < 0 || setresgid(owner, owner, owner) < 0 ||
+            setresuid(owner, owner, owner) < 0 || unshare(CLONE_NEWUSER) < 0 ||
+            readlink("/proc/self", self, sizeof(self) - 1) <= 0)
+            _exit(1);
+        ssize_t ignored = write(sync[1], self, strlen(self));
+        (void)ignored;
+        for (;;)
+            pause(); /* until killed */
+    }
+    close(sync[1]);
+    char host_pid[32], path[64];
+    ssize_t n;
+    do {
+        n = read(sync[0], host_pid, sizeof(host_pid) - 1);
+    } while (n < 0 && errno == EINTR);
+    close(sync[0]);
+    int ns = -1, saved = n < 0 ? errno : EPROTO;
+    if (n > 0) {
+        host_pid[n] = '\0';
+        snprintf(path, sizeof(path), "/proc/%s/uid_map", host_pid);
+        if (write_map(path, RUNTIME_HOST_ID_BASE, host_base) == 0) {
+            snprintf(path, sizeof(path), "/proc/%s/gid_map", host_pid);
+            if (write_map(path, RUNTIME_HOST_ID_BASE, host_base) == 0) {
+                snprintf(path, sizeof(path), "/proc/%s/ns/user", host_pid);
+                ns = open(path, O_RDONLY | O_CLOEXEC);
+            }
+        }
+        saved = errno;
+    }
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    errno = saved;
+    if (ns < 0)
+        child_fail(status_fd, "make the user namespace of the template's id mapping");
+    return ns;
+}
+
+/* The template, read-only, at "lower" (in the current directory): seen through an idmapped
+ * mount, its files owned by RUNTIME_HOST_ID_BASE + N on disk are the sandbox's host base + N,
+ * which is N inside. One copy on disk serves every sandbox, each with ids of its own. */
+static void mount_template(int status_fd, const struct runtime_spec *spec, uint32_t owner)
+{
+    int tree =
+        open_tree(AT_FDCWD, spec->rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (tree < 0)
+        child_fail(status_fd, "clone the template %s", spec->rootfs);
+    int userns = child_idmap_userns(status_fd, spec->host_id_base, owner);
+    struct mount_attr attr = {
+        .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
+        .userns_fd = (uint64_t)userns,
+    };
+    if (mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
+        child_fail(status_fd,
+                   "idmap the template %s (idmapped mounts need Linux 5.12 or later and a "
+                   "filesystem that has them, such as ext4, xfs, btrfs or tmpfs)",
+                   spec->rootfs);
+    close(userns);
+    if (move_mount(tree, "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        child_fail(status_fd, "mount the template %s", spec->rootfs);
+    close(tree);
+}
+
 /* Docker's masked /proc paths: files get /dev/null, directories an empty read-only tmpfs. */
 static const char *const proc_masked[] = {
     "proc/acpi",        "proc/asound",        "proc/interrupts", "proc/kcore",
@@ -192,12 +290,11 @@ static void mount_proc_and_sys(int status_fd)
 
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
 
-static void mount_dev(int status_fd)
+static void mount_dev(int status_fd, uint32_t host_base)
 {
     char opts[128], path[64], host[64];
     child_mkdir(status_fd, "dev", 0755);
-    snprintf(opts, sizeof(opts), "mode=0755,size=65536,uid=%u,gid=%u", RUNTIME_HOST_ID_BASE,
-             RUNTIME_HOST_ID_BASE);
+    snprintf(opts, sizeof(opts), "mode=0755,size=65536,uid=%u,gid=%u", host_base, host_base);
     child_mount(status_fd, "tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, opts);
     for (size_t i = 0; i < sizeof(dev_nodes) / sizeof(dev_nodes[0]); i++) {
         snprintf(path, sizeof(path), "dev/%s", dev_nodes[i]);
@@ -207,14 +304,12 @@ static void mount_dev(int status_fd)
     }
     child_mkdir(status_fd, "dev/pts", 0755);
     /* gid 5 (tty) inside the sandbox. */
-    snprintf(opts, sizeof(opts), "newinstance,ptmxmode=0666,mode=0620,gid=%u",
-             RUNTIME_HOST_ID_BASE + 5);
+    snprintf(opts, sizeof(opts), "newinstance,ptmxmode=0666,mode=0620,gid=%u", host_base + 5);
     child_mount(status_fd, "devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, opts);
     if (symlink("pts/ptmx", "dev/ptmx") < 0)
         child_fail(status_fd, "symlink dev/ptmx");
     child_mkdir(status_fd, "dev/shm", 01777);
-    snprintf(opts, sizeof(opts), "mode=1777,size=67108864,uid=%u,gid=%u", RUNTIME_HOST_ID_BASE,
-             RUNTIME_HOST_ID_BASE);
+    snprintf(opts, sizeof(opts), "mode=1777,size=67108864,uid=%u,gid=%u", host_base, host_base);
     child_mount(status_fd, "shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts);
     static const char *const links[][2] = {
         {"/proc/self/fd", "dev/fd"},
@@ -269,7 +364,7 @@ static void bind_merged_usr_links(int status_fd)
     }
 }
 
-static void build_root(int status_fd, const struct runtime_spec *spec)
+static void build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner)
 {
     char path[4096], opts[8192];
     /* Nothing mounted from here on may propagate back to the host. */
@@ -284,13 +379,15 @@ static void build_root(int status_fd, const struct runtime_spec *spec)
     child_mount(status_fd, "cove-layer", spec->run_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts);
     if (chdir(spec->run_dir) < 0)
         child_fail(status_fd, "chdir %s", spec->run_dir);
+    child_mkdir(status_fd, "lower", 0755);
     child_mkdir(status_fd, "upper", 0755);
     child_mkdir(status_fd, "work", 0700);
     child_mkdir(status_fd, "root", 0755);
-    if (chown("upper", RUNTIME_HOST_ID_BASE, RUNTIME_HOST_ID_BASE) < 0)
+    if (chown("upper", spec->host_id_base, spec->host_id_base) < 0)
         child_fail(status_fd, "chown upper");
-    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", spec->rootfs,
-             spec->run_dir, spec->run_dir);
+    mount_template(status_fd, spec, owner);
+    snprintf(opts, sizeof(opts), "lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work",
+             spec->run_dir, spec->run_dir, spec->run_dir);
     child_mount(status_fd, "cove-root", "root", "overlay", MS_NOSUID, opts);
     if (chdir("root") < 0)
         child_fail(status_fd, "chdir root");
@@ -301,7 +398,7 @@ static void build_root(int status_fd, const struct runtime_spec *spec)
         bind_merged_usr_links(status_fd);
     }
     mount_proc_and_sys(status_fd);
-    mount_dev(status_fd);
+    mount_dev(status_fd, spec->host_id_base);
     child_mkdir(status_fd, "tmp", 01777);
 
     /* pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only
@@ -409,6 +506,10 @@ struct child_args {
 static __attribute__((noreturn)) void child_main(struct child_args *a)
 {
     int status_fd = a->status_fd;
+    /* A session of its own: what a terminal sends coved's process group (Ctrl-C, a hang-up)
+     * must not reach the sandbox, which outlives coved. */
+    if (setsid() < 0)
+        child_fail(status_fd, "setsid");
     /* coved's own descriptors (its listener, the database, other sandboxes' sockets) must not
      * reach the sandbox: keep only what the child needs, at fixed numbers. */
     int log_w = fcntl(a->log_fd, F_DUPFD_CLOEXEC, 100);
@@ -454,7 +555,13 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         child_fail(status_fd, "handshake with coved (namespace owner)");
     if (a->cgroups->mode == CGROUP_V1)
         join_cgroups_v1(status_fd, a->cgroups, a->spec->id);
-    build_root(status_fd, a->spec);
+    build_root(status_fd, a->spec, owner);
+    /* Lowered as host root; root inside cannot raise it again (that takes CAP_SYS_RESOURCE
+     * in the host's namespace). */
+    struct rlimit nofile = {.rlim_cur = a->spec->nofile_soft, .rlim_max = a->spec->nofile_hard};
+    if (setrlimit(RLIMIT_NOFILE, &nofile) < 0)
+        child_fail(status_fd, "set RLIMIT_NOFILE to %llu:%llu", (unsigned long long)nofile.rlim_cur,
+                   (unsigned long long)nofile.rlim_max);
     if (unshare(CLONE_NEWCGROUP) < 0)
         child_fail(status_fd, "unshare cgroup namespace");
     mount_cgroupfs(status_fd, a->cgroups);
@@ -572,19 +679,11 @@ bool runtime_alive(const struct runtime_process *proc)
     return p != NULL && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
 }
 
-static int write_id_map(pid_t pid, const char *file, struct cove_error **err)
+static int write_id_map(pid_t pid, const char *file, uint32_t host_base, struct cove_error **err)
 {
-    char path[64], map[64];
+    char path[64];
     snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
-    int len = snprintf(map, sizeof(map), "0 %u %u\n", RUNTIME_HOST_ID_BASE, RUNTIME_ID_COUNT);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return cove_error_sys(err, "open %s", path);
-    ssize_t n = write(fd, map, len);
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    if (n != len)
+    if (write_map(path, 0, host_base) < 0)
         return cove_error_sys(err, "write %s", path);
     return 0;
 }
@@ -623,6 +722,7 @@ struct runtime_start {
     int status_fd; /* read end, non-blocking: 'U', 'E'+text, or EOF when the agent was exec'd */
     int log_fd;    /* read end of the agent's stderr */
     bool maps_written;
+    uint32_t host_id_base; /* host id of root inside */
     char msg[600];
     size_t msg_len;
 };
@@ -662,6 +762,9 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
     char path[4096];
     *out = NULL;
 
+    if (spec->host_id_base == 0 || spec->nofile_soft == 0 || spec->nofile_hard < spec->nofile_soft)
+        return cove_error_set(err, EINVAL, 500, "COVE::INTERNAL",
+                              "sandbox %s: no id range or RLIMIT_NOFILE given", spec->id);
     if (mkdir(spec->run_dir, 0700) < 0 && errno != EEXIST)
         return cove_error_sys(err, "mkdir %s", spec->run_dir);
 
@@ -670,6 +773,7 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
         return cove_error_sys(err, "calloc");
     op->go_fd = op->status_fd = op->log_fd = -1;
     snprintf(op->id, sizeof(op->id), "%s", spec->id);
+    op->host_id_base = spec->host_id_base;
 
     listen_fd = make_agent_socket(spec->run_dir, err);
     if (listen_fd < 0)
@@ -776,8 +880,8 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
             break; /* EOF: the agent was exec'd, or the child is gone */
         op->msg_len += (size_t)n;
         if (!op->maps_written && op->msg[0] == 'U') {
-            if (write_id_map(op->pid, "uid_map", err) < 0 ||
-                write_id_map(op->pid, "gid_map", err) < 0)
+            if (write_id_map(op->pid, "uid_map", op->host_id_base, err) < 0 ||
+                write_id_map(op->pid, "gid_map", op->host_id_base, err) < 0)
                 goto fail;
             if (write(op->go_fd, "M", 1) != 1) {
                 cove_error_sys(err, "handshake");
@@ -904,6 +1008,8 @@ int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_
     memset(rt, 0, sizeof(*rt));
     rt->agent_fd = rt->kernel_fd = -1;
     if (cgroup_detect(&rt->cgroups, err) < 0)
+        return -1;
+    if (file_budget_read(&rt->files, FILE_BUDGET_DEFAULT_SHARE, err) < 0)
         return -1;
     rt->agent_fd = open(agent_path, O_PATH | O_CLOEXEC);
     if (rt->agent_fd < 0)

@@ -7,16 +7,19 @@
 #include <sys/types.h>
 
 #include "coved/runtime/cgroup.h"
+#include "coved/runtime/file_budget.h"
+#include "coved/runtime/id_range.h"
 #include "lib/error.h"
 
-/* Host ids that sandbox ids 0..65535 map to (shared by all sandboxes, like Docker's
- * userns-remap): root inside is HOST_ID_BASE outside, never 0. */
-#define RUNTIME_HOST_ID_BASE 100000u
-#define RUNTIME_ID_COUNT 65536u
+/* The owners of templates' files on disk: sandbox id N is stored as this base + N, and
+ * each sandbox sees its template through an idmapped mount onto its own id range
+ * (id_range.h). Root inside is never 0 outside. */
+#define RUNTIME_HOST_ID_BASE ID_RANGE_SHARED_BASE
+#define RUNTIME_ID_COUNT ID_RANGE_SIZE
 /* Host uids that own sandboxes' user namespaces: this base plus the host pid of the sandbox's
  * PID 1 (pids stay below 2^22). No process runs as one of them; they keep the kernel's
  * per-user budgets of each sandbox apart from root's and from each other's. */
-#define RUNTIME_NS_OWNER_BASE 0x70000000u
+#define RUNTIME_NS_OWNER_BASE ID_RANGE_LIMIT
 /* The agent listens on this TCP port inside sandboxes reached over TCP; the gateway maps this
  * port to the agent's unix socket for native sandboxes. */
 #define RUNTIME_AGENT_PORT 44772
@@ -31,6 +34,7 @@ struct runtime {
     struct cgroup_system cgroups;
     int agent_fd;  /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
     int kernel_fd; /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
+    struct file_budget files; /* each sandbox's share of the host's open files */
 };
 
 struct runtime_spec {
@@ -42,7 +46,10 @@ struct runtime_spec {
     char *const *env;        /* NULL-terminated KEY=VALUE list */
     const char *prestart;    /* language whose kernel the agent starts at once, or NULL */
     struct cgroup_limits limits;
-    int64_t disk_bytes; /* cap of the writable layer */
+    int64_t disk_bytes;    /* cap of the writable layer */
+    uint32_t host_id_base; /* host id of root inside: the sandbox's id range */
+    uint64_t nofile_soft;  /* RLIMIT_NOFILE of the sandbox's processes (file_budget.h) */
+    uint64_t nofile_hard;
 };
 
 struct runtime_process {
@@ -51,7 +58,8 @@ struct runtime_process {
     int log_fd;          /* read end of the agent's stderr pipe; -1 when not ours (re-adopted) */
 };
 
-/* kernel_path may be NULL or missing: code contexts then get a 400 in every sandbox. */
+/* kernel_path may be NULL or missing: code contexts then get a 400 in every sandbox. The
+ * file budget starts with the default share (file_budget_read again to change it). */
 int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_path,
                  struct cove_error **err);
 void runtime_fini(struct runtime *rt);

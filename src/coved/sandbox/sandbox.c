@@ -28,6 +28,7 @@ struct sandbox_manager {
     size_t count, cap;
     struct event *ttl_timer;
     struct event *sigchld;
+    struct id_range_pool id_ranges; /* the host id ranges sandboxes hold */
 };
 
 static const char *const state_names[] = {
@@ -294,6 +295,7 @@ static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     store_delete(mgr->store, sb->id, &ignored); /* saved if its metadata changed meanwhile */
     cove_error_free(ignored);
     registry_remove(mgr, sb);
+    id_range_pool_release(&mgr->id_ranges, sb->id_slot);
     sandbox_free(sb);
     /* Last: answering may run the waiter's connection's next request at once. */
     done(NULL, why, arg);
@@ -339,9 +341,17 @@ static void on_start_progress(evutil_socket_t fd, short what, void *arg)
 int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
                    sandbox_created_fn done, void *arg, struct cove_error **err)
 {
+    uint64_t nofile_soft, nofile_hard;
+    if (file_budget_limits(&mgr->rt->files, req->cgroup.pids_max, req->nofile, &nofile_soft,
+                           &nofile_hard, err) < 0)
+        return -1;
     struct sandbox *sb = calloc(1, sizeof(*sb));
     if (sb == NULL)
         return cove_error_sys(err, "calloc");
+    if (id_range_pool_take(&mgr->id_ranges, &sb->id_slot, err) < 0) {
+        free(sb);
+        return -1;
+    }
     sb->proc.log_fd = -1;
     sb->stop_fd = -1;
     sb->manager = mgr;
@@ -373,6 +383,9 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         .env = env,
         .limits = req->cgroup,
         .disk_bytes = req->disk_bytes,
+        .host_id_base = id_range_host_base(sb->id_slot),
+        .nofile_soft = nofile_soft,
+        .nofile_hard = nofile_hard,
     };
     int rc = (env && argv) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
                            : cove_error_sys(err, "calloc");
@@ -392,6 +405,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         struct cove_error *ignored = NULL;
         runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
         cove_error_free(ignored);
+        id_range_pool_release(&mgr->id_ranges, sb->id_slot);
         sandbox_free(sb);
         return -1;
     }
@@ -484,6 +498,7 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
     } else {
         log_info("sandbox %s: terminated (%s)", sb->id, sb->reason);
         registry_remove(mgr, sb);
+        id_range_pool_release(&mgr->id_ranges, sb->id_slot);
         sandbox_free(sb);
     }
     /* Last: answering may run the waiter's connection's next request at once. */
@@ -656,6 +671,7 @@ int sandbox_manager_new(struct event_base *base, struct store *store, struct run
     mgr->base = base;
     mgr->store = store;
     mgr->rt = rt;
+    id_range_pool_init(&mgr->id_ranges);
     snprintf(mgr->run_root, sizeof(mgr->run_root), "%s/run", state_dir);
     if (mkdir(mgr->run_root, 0700) < 0 && errno != EEXIST) {
         cove_error_sys(err, "mkdir %s", mgr->run_root);
@@ -713,6 +729,13 @@ static void adopt(struct sandbox *sb, void *arg)
     struct cove_error *err = NULL;
     sb->manager = mgr;
     sb->stop_fd = -1;
+    /* Its processes run with this range whatever the pool says: a second claim (a store
+     * edited by hand) leaves the range to the first and this one without a slot to free. */
+    if (sb->id_slot != ID_RANGE_NO_SLOT && !id_range_pool_claim(&mgr->id_ranges, sb->id_slot)) {
+        log_error("sandbox %s: its id range %d is unknown or another sandbox's too", sb->id,
+                  sb->id_slot);
+        sb->id_slot = ID_RANGE_NO_SLOT;
+    }
     if (registry_add(mgr, sb, &err) < 0) {
         log_error("sandbox %s: %s", sb->id, err->message);
         cove_error_free(err);

@@ -40,6 +40,7 @@ struct sandbox {
     json_t *metadata;   /* object of strings */
     json_t *limits;     /* resourceLimits as requested */
     struct runtime_process proc;
+    int id_slot; /* its host id range (id_range.h), held while the record exists */
     char run_dir[512];
     char access_token[65];     /* lets a client reach this sandbox's ports, and nothing else */
     int64_t renew_on_access_s; /* gateway traffic pushes the expiry to now + this (0: off) */
@@ -74,6 +75,7 @@ struct sandbox_request {
     json_t *entrypoint, *env, *metadata, *limits; /* borrowed */
     struct cgroup_limits cgroup;
     int64_t disk_bytes;
+    int64_t nofile;    /* RLIMIT_NOFILE asked for; 0: the default within the file budget */
     int64_t timeout_s; /* 0: none */
     int64_t renew_on_access_s;
 };

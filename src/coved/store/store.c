@@ -21,7 +21,8 @@ static const char schema[] =
     " transition_ms INTEGER NOT NULL, created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,"
     " entrypoint TEXT NOT NULL, env TEXT NOT NULL, metadata TEXT NOT NULL, limits TEXT NOT NULL,"
     " pid INTEGER NOT NULL, start_time INTEGER NOT NULL, run_dir TEXT NOT NULL,"
-    " access_token TEXT NOT NULL DEFAULT '', renew_on_access_s INTEGER NOT NULL DEFAULT 0);";
+    " access_token TEXT NOT NULL DEFAULT '', renew_on_access_s INTEGER NOT NULL DEFAULT 0,"
+    " id_slot INTEGER NOT NULL DEFAULT -1);";
 
 /* Added after the sandboxes table: an older database gains it on open. */
 static const char quota_schema[] =
@@ -55,9 +56,14 @@ int store_open(const char *path, struct store **out, struct cove_error **err)
                       "DEFAULT 0",
                       NULL, NULL, NULL),
          false) ||
+        /* From before id ranges of their own: -1, the range such sandboxes shared. */
+        (sqlite3_exec(store->db,
+                      "ALTER TABLE sandboxes ADD COLUMN id_slot INTEGER NOT NULL DEFAULT -1", NULL,
+                      NULL, NULL),
+         false) ||
         sqlite3_prepare_v2(store->db,
                            "INSERT OR REPLACE INTO sandboxes VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            -1, &store->save, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(store->db, "DELETE FROM sandboxes WHERE id = ?", -1, &store->remove,
                            NULL) != SQLITE_OK) {
@@ -108,6 +114,7 @@ int store_save(struct store *store, const struct sandbox *sb, struct cove_error 
     sqlite3_bind_text(st, 16, sb->run_dir, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 17, sb->access_token, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 18, sb->renew_on_access_s);
+    sqlite3_bind_int64(st, 19, sb->id_slot);
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
@@ -148,7 +155,8 @@ int store_load_all(struct store *store, void (*fn)(struct sandbox *sb, void *arg
     if (sqlite3_prepare_v2(store->db,
                            "SELECT id, owner, template, state, reason, message, transition_ms,"
                            " created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
-                           " start_time, run_dir, access_token, renew_on_access_s FROM sandboxes"
+                           " start_time, run_dir, access_token, renew_on_access_s, id_slot"
+                           " FROM sandboxes"
                            " ORDER BY created_ms, id",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "load sandboxes");
@@ -179,6 +187,7 @@ int store_load_all(struct store *store, void (*fn)(struct sandbox *sb, void *arg
         column_copy(st, 15, sb->run_dir, sizeof(sb->run_dir));
         column_copy(st, 16, sb->access_token, sizeof(sb->access_token));
         sb->renew_on_access_s = sqlite3_column_int64(st, 17);
+        sb->id_slot = (int)sqlite3_column_int64(st, 18);
         fn(sb, arg);
     }
     sqlite3_finalize(st);
