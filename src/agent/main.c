@@ -3,10 +3,12 @@
  * every process in the sandbox before exiting.
  *
  *   cove-agent [--listen-fd N] [--listen HOST:PORT | --listen unix:PATH]... [--debug]
- *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--] [entrypoint argv...]
+ *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--child-nofile SOFT:HARD]
+ *              [--] [entrypoint argv...]
  *
  * --kernel-helper-fd: an O_PATH descriptor of cove-kernel, the helper that runs Jupyter
- * kernels for code contexts (code.h); --prestart starts LANGUAGE's default context at once. */
+ * kernels for code contexts (code.h); --prestart starts LANGUAGE's default context at once;
+ * --child-nofile is the RLIMIT_NOFILE of every process the agent starts. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -54,7 +56,8 @@ struct agent {
 static void usage(FILE *out)
 {
     fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
-                 "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] [--] "
+                 "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
+                 "[--child-nofile SOFT:HARD] [--] "
                  "[entrypoint argv...]\n");
 }
 
@@ -264,6 +267,13 @@ int main(int argc, char **argv)
             kernel_helper = argv[++i];
         } else if (strcmp(arg, "--prestart") == 0 && i + 1 < argc) {
             prestart = argv[++i];
+        } else if (strcmp(arg, "--child-nofile") == 0 && i + 1 < argc) {
+            unsigned long long soft, hard;
+            if (sscanf(argv[++i], "%llu:%llu", &soft, &hard) != 2 || soft > hard) {
+                usage(stderr);
+                return 2;
+            }
+            process_set_child_nofile(soft, hard);
         } else {
             usage(stderr);
             return 2;

@@ -5,9 +5,18 @@
 #include <grp.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+static struct rlimit child_nofile; /* rlim_max 0: not set */
+
+void process_set_child_nofile(unsigned long long soft, unsigned long long hard)
+{
+    child_nofile.rlim_cur = soft;
+    child_nofile.rlim_max = hard;
+}
 
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
@@ -87,6 +96,8 @@ static void child_run(const struct process_spec *spec, int stdin_fd, int report_
      * the agent starts is marked a preferred victim (+500: half the sandbox's memory limit
      * added to its score), which needs no privilege, so a swarm of processes smaller than
      * the agent still goes first. Host-wide, too, sandboxed code goes before host daemons. */
+    if (child_nofile.rlim_max > 0 && setrlimit(RLIMIT_NOFILE, &child_nofile) < 0)
+        _exit(127);
     int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (oom >= 0) {
         ssize_t n = write(oom, PROCESS_OOM_SCORE_ADJ, strlen(PROCESS_OOM_SCORE_ADJ));

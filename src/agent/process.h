@@ -33,5 +33,9 @@ struct process_spec {
  * own process group (pgid == *pid). The caller must hand *pid to the reaper. */
 int process_spawn(const struct process_spec *spec, pid_t *pid, struct cove_error **err);
 
+/* RLIMIT_NOFILE of every process spawned from now on (coved's --child-nofile: the agent
+ * itself may hold more, for the connections it serves). 0 leaves the agent's own. */
+void process_set_child_nofile(unsigned long long soft, unsigned long long hard);
+
 /* Opens /dev/null for reading, or, in a root filesystem without it, an empty pipe. */
 int process_open_null_input(struct cove_error **err);

@@ -179,6 +179,16 @@ def test_default_nofile_fits_the_hosts_file_table(coved, make_sandbox):
 def test_nofile_request_is_honoured_or_refused(coved, make_sandbox):
     """resourceLimits.nofile sets the sandbox's RLIMIT_NOFILE; one that with its pids would
     exceed the sandbox's share of the host's file table is a 400 saying so."""
+    sid = make_sandbox(limits={"cpu": "1", "memory": "512Mi", "pids": "64", "nofile": "100"})
+    assert coved.sh(sid, "ulimit -Sn; ulimit -Hn") == "100\n100\n"
+    # The agent itself keeps more, for the connections it serves; what it starts gets the
+    # sandbox's limit, and cannot raise it.
+    limits = open(f"/proc/{sandbox_init_pid(sid)}/limits").read()
+    agent_files = [line.split()[3:5] for line in limits.splitlines()
+                   if line.startswith("Max open files")][0]
+    assert agent_files == ["2048", "2048"], limits
+    assert coved.exec(sid, "ulimit -n 200").exit_code != 0
+    delete_and_check(coved, sid)
     sid = make_sandbox(limits={"cpu": "1", "memory": "512Mi", "pids": "64", "nofile": "2000"})
     assert coved.sh(sid, "ulimit -Sn; ulimit -Hn") == "2000\n2000\n"
     delete_and_check(coved, sid)

@@ -557,8 +557,12 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         join_cgroups_v1(status_fd, a->cgroups, a->spec->id);
     build_root(status_fd, a->spec, owner);
     /* Lowered as host root; root inside cannot raise it again (that takes CAP_SYS_RESOURCE
-     * in the host's namespace). */
-    struct rlimit nofile = {.rlim_cur = a->spec->nofile_soft, .rlim_max = a->spec->nofile_hard};
+     * in the host's namespace). The agent keeps a few more for the connections it serves
+     * (coved caps them per sandbox) and gives every process it starts the sandbox's limit
+     * (--child-nofile): one process more than the budget counts, no more. */
+    uint64_t agent_nofile =
+        a->spec->nofile_hard > RUNTIME_AGENT_NOFILE ? a->spec->nofile_hard : RUNTIME_AGENT_NOFILE;
+    struct rlimit nofile = {.rlim_cur = agent_nofile, .rlim_max = agent_nofile};
     if (setrlimit(RLIMIT_NOFILE, &nofile) < 0)
         child_fail(status_fd, "set RLIMIT_NOFILE to %llu:%llu", (unsigned long long)nofile.rlim_cur,
                    (unsigned long long)nofile.rlim_max);
@@ -605,7 +609,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int argc = 0;
     while (a->spec->entrypoint && a->spec->entrypoint[argc])
         argc++;
-    char **argv = calloc(argc + 9, sizeof(char *));
+    char **argv = calloc(argc + 11, sizeof(char *));
     if (argv == NULL)
         child_fail(status_fd, "calloc");
     int i = 0;
@@ -620,6 +624,11 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         argv[i++] = "--prestart";
         argv[i++] = (char *)a->spec->prestart;
     }
+    char child_nofile[48];
+    snprintf(child_nofile, sizeof(child_nofile), "%llu:%llu",
+             (unsigned long long)a->spec->nofile_soft, (unsigned long long)a->spec->nofile_hard);
+    argv[i++] = "--child-nofile";
+    argv[i++] = child_nofile;
     argv[i++] = "--";
     for (int j = 0; j < argc; j++)
         argv[i++] = a->spec->entrypoint[j];

@@ -23,6 +23,9 @@
 /* The agent listens on this TCP port inside sandboxes reached over TCP; the gateway maps this
  * port to the agent's unix socket for native sandboxes. */
 #define RUNTIME_AGENT_PORT 44772
+/* RLIMIT_NOFILE of the agent itself: above the gateway's default cap of connections to one
+ * sandbox (1024) and the agent's own (1152). */
+#define RUNTIME_AGENT_NOFILE 2048u
 
 /* The agent finds the kernel helper (cove-kernel, which runs Jupyter kernels for code
  * contexts) open at this descriptor, not close-on-exec across its own exec, and is told so
