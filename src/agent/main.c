@@ -28,6 +28,7 @@
 #include "agent/api.h"
 #include "agent/code.h"
 #include "agent/command.h"
+#include "agent/proc_guard.h"
 #include "agent/process.h"
 #include "agent/metrics.h"
 #include "agent/pty.h"
@@ -290,6 +291,7 @@ int main(int argc, char **argv)
      * (pidfd_getfd), among them its listening socket and its log, which is a host file. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     ensure_standard_fds();
+    proc_guard_init(); /* before any process of the sandbox runs */
     /* Whoever exec'd the agent may have blocked signals; SIGCHLD must arrive. The shutdown
      * signals are blocked here and read from a signalfd later (signals_watch). */
     sigset_t blocked;
@@ -389,6 +391,7 @@ int main(int argc, char **argv)
     if (agent.shutdown_timer != NULL)
         event_free(agent.shutdown_timer);
     reaper_shutdown();
+    proc_guard_cleanup();
     event_base_free(agent.base);
     log_info("stopped");
     return 0;
