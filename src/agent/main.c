@@ -3,10 +3,13 @@
  * SIGINT) from outside the sandbox stops every process in it before exiting.
  *
  *   cove-agent [--listen-fd N] [--listen HOST:PORT | --listen unix:PATH]... [--debug]
- *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--] [entrypoint argv...]
+ *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--session-idle-timeout SECONDS]
+ *              [--session-max N] [--] [entrypoint argv...]
  *
  * --kernel-helper-fd: an O_PATH descriptor of cove-kernel, the helper that runs Jupyter
- * kernels for code contexts (code.h); --prestart starts LANGUAGE's default context at once. */
+ * kernels for code contexts (code.h); --prestart starts LANGUAGE's default context at once;
+ * --session-idle-timeout (0: never; default 1800) and --session-max (default 64) bound the
+ * bash and PTY sessions clients leave open (idle.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -14,6 +17,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +32,7 @@
 #include "agent/api.h"
 #include "agent/code.h"
 #include "agent/command.h"
+#include "agent/idle.h"
 #include "agent/proc_guard.h"
 #include "agent/process.h"
 #include "agent/metrics.h"
@@ -56,7 +61,8 @@ struct agent {
 static void usage(FILE *out)
 {
     fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
-                 "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] [--] "
+                 "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
+                 "[--session-idle-timeout SECONDS] [--session-max N] [--] "
                  "[entrypoint argv...]\n");
 }
 
@@ -274,6 +280,15 @@ static int kernel_helper_fd(const char *text)
     return (int)fd;
 }
 
+/* A whole number from min to max, or -1. */
+static long long parse_count(const char *text, long long min, long long max)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    return text[0] != '\0' && *end == '\0' && errno == 0 && v >= min && v <= max ? v : -1;
+}
+
 static void start_entrypoint(char **argv)
 {
     cleanup_error struct cove_error *err = NULL;
@@ -304,6 +319,7 @@ int main(int argc, char **argv)
     const char *listen_fds[MAX_LISTENERS];
     size_t specs_len = 0, fds_len = 0;
     const char *kernel_helper = NULL, *prestart = NULL;
+    struct idle_limits idle = {IDLE_DEFAULT_TIMEOUT_MS, IDLE_DEFAULT_MAX};
     int i = 1;
     for (; i < argc; i++) {
         const char *arg = argv[i];
@@ -326,6 +342,12 @@ int main(int argc, char **argv)
             kernel_helper = argv[++i];
         } else if (strcmp(arg, "--prestart") == 0 && i + 1 < argc) {
             prestart = argv[++i];
+        } else if (strcmp(arg, "--session-idle-timeout") == 0 && i + 1 < argc &&
+                   parse_count(argv[i + 1], 0, INT32_MAX) >= 0) {
+            idle.timeout_ms = parse_count(argv[++i], 0, INT32_MAX) * 1000;
+        } else if (strcmp(arg, "--session-max") == 0 && i + 1 < argc &&
+                   parse_count(argv[i + 1], 1, 100000) >= 0) {
+            idle.max = (size_t)parse_count(argv[++i], 1, 100000);
         } else {
             usage(stderr);
             return 2;
@@ -352,9 +374,9 @@ int main(int argc, char **argv)
         return 1;
     }
     command_init(agent.base);
-    session_init(agent.base);
+    session_init(agent.base, &idle);
     code_init(agent.base, kernel_helper_fd(kernel_helper));
-    pty_init(agent.base);
+    pty_init(agent.base, &idle);
     metrics_init(agent.base);
     for (size_t n = 0; n < fds_len + specs_len; n++) {
         const char *spec = n < fds_len ? listen_fds[n] : listen_specs[n - fds_len];

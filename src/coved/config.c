@@ -55,6 +55,10 @@ static const char usage[] =
     "  --kernel-helper PATH   kernel_helper               COVE_KERNEL_HELPER\n"
     "      cove-kernel, which runs Jupyter kernels for code contexts (default: next to\n"
     "      coved; without it code contexts are refused)\n"
+    "  --session-idle-timeout SECONDS  session_idle_timeout_seconds\n"
+    "                                  COVE_SESSION_IDLE_TIMEOUT\n"
+    "      bash and PTY sessions nobody used for this long are closed by the agent, and\n"
+    "      what they run killed; 0 never (default 1800)\n"
     "  --log-level LEVEL      log_level                   COVE_LOG_LEVEL\n"
     "      debug, info, warn or error (default info)\n"
     "  -h, --help             this text\n"
@@ -164,6 +168,12 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
                                   "%s: max_sandbox_timeout_seconds must be an integer >= 60", from);
         cfg->max_timeout_s = v;
+    } else if (strcmp(key, "session_idle_timeout_seconds") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 0 || v > INT32_MAX)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: session_idle_timeout_seconds must be an integer >= 0", from);
+        cfg->session_idle_timeout_s = v;
     } else if (strcmp(key, "log_level") == 0) {
         if (parse_level(value, &cfg->log_level) < 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
@@ -224,6 +234,7 @@ static const struct {
     {"COVE_DOMAIN", "domain"},
     {"COVE_RESUME_ON_ACCESS", "resume_on_access"},
     {"COVE_KERNEL_HELPER", "kernel_helper"},
+    {"COVE_SESSION_IDLE_TIMEOUT", "session_idle_timeout_seconds"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -261,6 +272,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
                             sizeof(cfg->kernel_helper));
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
     cfg->log_level = COVE_LOG_INFO;
+    cfg->session_idle_timeout_s = -1;
 
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -276,6 +288,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"kernel-helper", required_argument, NULL, 'H'},
         {"max-timeout", required_argument, NULL, 't'},
         {"log-level", required_argument, NULL, 'L'},
+        {"session-idle-timeout", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -345,6 +358,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 'L':
             key = "log_level";
+            break;
+        case 'S':
+            key = "session_idle_timeout_seconds";
             break;
         case 'K':
             key = "api_key_file";

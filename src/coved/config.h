@@ -24,7 +24,8 @@ struct coved_config {
     bool insecure;
     bool resume_on_access; /* gateway traffic resumes a paused sandbox */
     int64_t max_timeout_s;
-    int log_level; /* enum cove_log_level */
+    int64_t session_idle_timeout_s; /* passed to agents; -1: the agent's default */
+    int log_level;                  /* enum cove_log_level */
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

@@ -110,8 +110,12 @@ int main(int argc, char **argv)
         cove_error_set(&err, 0, 500, "COVE::INTERNAL", "event_base_new failed");
         goto out;
     }
-    if (runtime_init(&rt, o.agent, o.kernel_helper, &err) < 0 ||
-        store_open(path, &store, &err) < 0 ||
+    if (runtime_init(&rt, o.agent, o.kernel_helper, &err) < 0)
+        goto out;
+    if (o.session_idle_timeout_s >= 0) /* for the agents' command line (native.c) */
+        snprintf(rt.session_idle_timeout, sizeof(rt.session_idle_timeout), "%lld",
+                 (long long)o.session_idle_timeout_s);
+    if (store_open(path, &store, &err) < 0 ||
         template_registry_open(o.state_dir, &templates, &err) < 0 ||
         sandbox_manager_new(base, store, &rt, o.state_dir, &sandboxes, &err) < 0 ||
         sandbox_manager_restore(sandboxes, &err) < 0)
