@@ -95,6 +95,22 @@ def test_sessions_in_use_stay(idle_coved, idle_sandbox):
     ws.close()
 
 
+def test_time_paused_is_not_idle_time(idle_coved, idle_sandbox):
+    """A sandbox paused for longer than the timeout keeps its sessions: the agent could not
+    run meanwhile, so nobody could have used them."""
+    coved, sid = idle_coved, idle_sandbox
+    s = new_session(coved, sid)
+    p = new_pty(coved, sid)
+    coved.pause(sid)
+    assert coved.get(sid)["status"]["state"] == "Paused"
+    time.sleep(IDLE_SECONDS * 3)
+    coved.resume(sid)
+    assert coved.get(sid)["status"]["state"] == "Running"
+    assert run(coved, sid, s, "echo kept").stdout == "kept\n"
+    status, body, _ = call(coved, sid, "GET", f"/pty/{p}")
+    assert status == 200, body
+
+
 def test_session_cap_is_a_clear_429(coved, sandbox):
     """The module's default daemon: the agent's default timeout (30 min) and cap (64)."""
     sessions = [new_session(coved, sandbox) for _ in range(CAP)]
