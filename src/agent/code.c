@@ -19,6 +19,7 @@
 #include "agent/command.h"
 #include "agent/event_stream.h"
 #include "agent/ids.h"
+#include "agent/proc_guard.h"
 #include "agent/process.h"
 #include "agent/reaper.h"
 #include "agent/session.h"
@@ -616,6 +617,8 @@ static int helper_start(struct code_context *ctx, struct cove_error **err)
         return -1;
     }
     ctx->helper_pid = pid;
+    /* Its /proc entries (its environment is the agent's) stay the agent's until it is reaped. */
+    proc_guard_protect(pid);
     ctx->to_helper = in[1];
     ctx->from_helper = out[0];
     ctx->helper_stderr = errp[0];

@@ -384,10 +384,24 @@ static int copy_fd(int in, int out)
     }
 }
 
+/* The copy is in place at dst_name: the move is done once the source goes. If it cannot go
+ * (a read-only filesystem, a sticky directory), the copy is taken back, so a failed move
+ * changes nothing. */
+static int move_finish(int src_dir, const char *src_name, int dst_dir, const char *dst_name)
+{
+    if (unlinkat(src_dir, src_name, 0) == 0)
+        return 0;
+    int saved = errno;
+    if (unlinkat(dst_dir, dst_name, 0) < 0)
+        log_warn("cannot remove the copy of a failed move: %s", strerror(errno));
+    errno = saved;
+    return -1;
+}
+
 /* A move across filesystems: copy (content, mode, owner) to a temporary file beside the
  * destination, link it in place (which fails if something is there), then remove the source. */
 static int move_across(int src_dir, const char *src_name, const struct stat *st, int dst_dir,
-                       const char *dst_name)
+                       const char *dst_name, bool *source_stays)
 {
     char temp[NAME_MAX + 1];
     if (S_ISLNK(st->st_mode)) {
@@ -398,7 +412,8 @@ static int move_across(int src_dir, const char *src_name, const struct stat *st,
         target[len] = '\0';
         if (symlinkat(target, dst_dir, dst_name) < 0)
             return -1;
-        return unlinkat(src_dir, src_name, 0);
+        *source_stays = move_finish(src_dir, src_name, dst_dir, dst_name) < 0;
+        return *source_stays ? -1 : 0;
     }
     if (!S_ISREG(st->st_mode)) {
         errno = EXDEV; /* a directory (or a device) stays on its filesystem */
@@ -424,9 +439,11 @@ static int move_across(int src_dir, const char *src_name, const struct stat *st,
     int saved = errno;
     close(in);
     close(out);
-    unlinkat(dst_dir, temp, 0);
-    if (rc == 0 && unlinkat(src_dir, src_name, 0) < 0)
-        log_warn("moved across filesystems but cannot remove the source: %s", strerror(errno));
+    unlinkat(dst_dir, temp, 0); /* the partial copy, or the second name of the whole one */
+    if (rc == 0) {
+        *source_stays = move_finish(src_dir, src_name, dst_dir, dst_name) < 0;
+        return *source_stays ? -1 : 0;
+    }
     errno = saved;
     return rc;
 }
@@ -467,13 +484,17 @@ static int move_one(const char *src_raw, const char *dst_raw, struct cove_error 
         else
             rc = renameat(src_dir, src_name, dst_dir, dst_name);
     }
+    bool source_stays = false; /* copied, but the source could not be removed */
     if (rc < 0 && errno == EXDEV)
-        rc = move_across(src_dir, src_name, &st, dst_dir, dst_name);
+        rc = move_across(src_dir, src_name, &st, dst_dir, dst_name, &source_stays);
     int saved = errno;
     close(src_dir);
     close(dst_dir);
     if (rc == 0)
         return 0;
+    if (source_stays)
+        return files_path_error(
+            err, saved, "move (copied, then taken back: the source cannot be removed)", src_raw);
     char shown[512];
     files_path_printable(dst_raw, shown, sizeof(shown));
     if (saved == EEXIST)

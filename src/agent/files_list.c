@@ -23,6 +23,7 @@
 #include "agent/files.h"
 #include "agent/files_path.h"
 #include "agent/files_request.h"
+#include "agent/proc_guard.h"
 #include "agent/users.h"
 #include "lib/log.h"
 
@@ -145,6 +146,10 @@ static bool walk_next(struct walk *w, struct stat *st, size_t *path_len)
         *path_len = base + 1 + name_len;
         if (S_ISDIR(st->st_mode) && (w->max_depth == 0 || top->depth < w->max_depth)) {
             int fd = openat(top->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd >= 0 && !proc_guard_allows(fd)) { /* /proc/1 under a search of /proc */
+                close(fd);
+                continue;
+            }
             if (fd >= 0)
                 walk_push(w, fd, *path_len, top->depth + 1);
         }

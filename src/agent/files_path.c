@@ -1,5 +1,6 @@
 #include "agent/files_path.h"
 #include "agent/ids.h"
+#include "agent/proc_guard.h"
 
 #include "lib/utf8.h"
 
@@ -245,7 +246,7 @@ out:
     return saved ? -1 : fd;
 }
 
-int files_path_open_at(int dirfd, const char *path, int flags, mode_t mode)
+static int open_resolved(int dirfd, const char *path, int flags, mode_t mode)
 {
     if (!walk_forced && !openat2_missing) {
         struct open_how how = {.flags = (unsigned long long)(flags | O_CLOEXEC),
@@ -258,6 +259,18 @@ int files_path_open_at(int dirfd, const char *path, int flags, mode_t mode)
         openat2_missing = true;
     }
     return walk_open(dirfd, path, flags, mode);
+}
+
+int files_path_open_at(int dirfd, const char *path, int flags, mode_t mode)
+{
+    int fd = open_resolved(dirfd, path, flags, mode);
+    /* On what was opened, not on the path: every link and ".." has been resolved by now. */
+    if (fd >= 0 && !proc_guard_allows(fd)) {
+        close(fd);
+        errno = PROC_GUARD_REFUSED;
+        return -1;
+    }
+    return fd;
 }
 
 int files_path_open_parent(const char *abs, char *name, size_t size)
@@ -291,6 +304,11 @@ int files_path_lstat(const char *abs, struct stat *st)
     int dir = files_path_open_parent(abs, name, sizeof(name));
     if (dir < 0)
         return -1;
+    if (!proc_guard_allows_at(dir, name)) { /* /proc/1 itself, whose parent is /proc */
+        close(dir);
+        errno = PROC_GUARD_REFUSED;
+        return -1;
+    }
     int rc = name[0] != '\0' ? fstatat(dir, name, st, AT_SYMLINK_NOFOLLOW) : fstat(dir, st);
     int saved = errno;
     close(dir);
@@ -467,6 +485,12 @@ int files_path_error(struct cove_error **err, int errnum, const char *what, cons
     char shown[512];
     files_path_printable(path, shown, sizeof(shown));
     switch (errnum) {
+    case PROC_GUARD_REFUSED:
+        return cove_error_set(err, 0, 403, "PERMISSION_DENIED",
+                              "cannot %s %s: it is in /proc of the sandbox's agent or of a helper "
+                              "it runs, which the files API does not read (/proc of your own "
+                              "processes is readable)",
+                              what, shown);
     case ENOENT:
     case ENOTDIR:
         return cove_error_set(err, errnum, 404, "FILE_NOT_FOUND", "cannot %s %s", what, shown);

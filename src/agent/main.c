@@ -1,14 +1,16 @@
 /* cove-agent: PID 1 of every sandbox. Reaps orphans, runs the entrypoint, serves the execd
- * API over HTTP on a socket coved hands it (or on TCP / a unix path), and on SIGTERM stops
- * every process in the sandbox before exiting.
+ * API over HTTP on a socket coved hands it (or on TCP / a unix path), and on SIGTERM (or
+ * SIGINT) from outside the sandbox stops every process in it before exiting.
  *
  *   cove-agent [--listen-fd N] [--listen HOST:PORT | --listen unix:PATH]... [--debug]
  *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--child-nofile SOFT:HARD]
- *              [--] [entrypoint argv...]
+ *              [--session-idle-timeout SECONDS] [--session-max N] [--] [entrypoint argv...]
  *
  * --kernel-helper-fd: an O_PATH descriptor of cove-kernel, the helper that runs Jupyter
  * kernels for code contexts (code.h); --prestart starts LANGUAGE's default context at once;
- * --child-nofile is the RLIMIT_NOFILE of every process the agent starts. */
+ * --child-nofile is the RLIMIT_NOFILE of every process the agent starts;
+ * --session-idle-timeout (0: never; default 1800) and --session-max (default 64) bound the
+ * bash and PTY sessions clients leave open (idle.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -16,10 +18,12 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -30,6 +34,8 @@
 #include "agent/code.h"
 #include "agent/command.h"
 #include "agent/health.h"
+#include "agent/idle.h"
+#include "agent/proc_guard.h"
 #include "agent/process.h"
 #include "agent/metrics.h"
 #include "agent/pty.h"
@@ -47,7 +53,8 @@
 struct agent {
     struct event_base *base;
     struct http_server *server;
-    struct event *signal_events[2];
+    struct event *signal_event; /* on signal_fd: SIGTERM, SIGINT, SIGHUP */
+    int signal_fd;
     struct event *shutdown_timer;
     int shutdown_elapsed_ms;
     bool killed;
@@ -57,7 +64,8 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
                  "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
-                 "[--child-nofile SOFT:HARD] [--] "
+                 "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
+                 "[--] "
                  "[entrypoint argv...]\n");
 }
 
@@ -189,17 +197,75 @@ static void on_shutdown_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static void on_terminate(evutil_socket_t signo, short what, void *arg)
+static void shutdown_begin(struct agent *agent, int signo)
 {
-    struct agent *agent = arg;
     if (agent->shutdown_timer != NULL)
         return;
-    log_info("signal %d: stopping every process, then exiting", (int)signo);
+    log_info("signal %d: stopping every process, then exiting", signo);
     signal_everyone(SIGTERM);
     struct timeval tick = {0, SHUTDOWN_POLL_MS * 1000};
     agent->shutdown_timer = event_new(agent->base, -1, EV_PERSIST, on_shutdown_tick, agent);
     if (agent->shutdown_timer == NULL || event_add(agent->shutdown_timer, &tick) < 0)
         event_base_loopbreak(agent->base);
+}
+
+/* Whether a SIGTERM or SIGINT asks the agent to stop the sandbox. As PID 1 of the sandbox's
+ * pid namespace (what a container init does): only when it comes from outside, where the
+ * kernel shows the sender as pid 0; `kill 1` by the sandbox's own root is not a shutdown. A
+ * signal the kernel makes (SI_KERNEL: ^C on a terminal the agent was started from, whose
+ * process group it may still be in) is never one. Outside a pid namespace (tests) any
+ * process's signal counts, as for any daemon. */
+static bool signal_asks_shutdown(const struct signalfd_siginfo *info)
+{
+    if (info->ssi_signo != SIGTERM && info->ssi_signo != SIGINT)
+        return false;
+    if (info->ssi_code == SI_KERNEL)
+        return false;
+    return getpid() != 1 || info->ssi_pid == 0;
+}
+
+static void on_signal(evutil_socket_t fd, short what, void *arg)
+{
+    struct agent *agent = arg;
+    struct signalfd_siginfo info;
+    for (int reads = 0; reads < 64; reads++) {
+        ssize_t n = read(fd, &info, sizeof(info));
+        if (n != (ssize_t)sizeof(info))
+            return; /* EAGAIN: nothing left */
+        if (signal_asks_shutdown(&info)) {
+            shutdown_begin(agent, (int)info.ssi_signo);
+            continue;
+        }
+        /* Debug only: a loop of `kill 1` must not fill the agent's log, a host file. */
+        log_debug("signal %u from pid %u (code %d) ignored", info.ssi_signo, info.ssi_pid,
+                  info.ssi_code);
+    }
+}
+
+/* SIGTERM, SIGINT and SIGHUP are blocked and read from a signalfd, which tells who sent
+ * each one (a libevent handler does not); children get a clear mask (process.c). SIGHUP is
+ * never acted on: the terminal the agent may have been started from is not its own. */
+static void signals_set(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+}
+
+/* main blocked them first thing, so none is lost or deadly before the loop runs. */
+static int signals_watch(struct agent *agent, struct cove_error **err)
+{
+    sigset_t set;
+    signals_set(&set);
+    agent->signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (agent->signal_fd < 0)
+        return cove_error_sys(err, "cannot create a signalfd");
+    agent->signal_event =
+        event_new(agent->base, agent->signal_fd, EV_READ | EV_PERSIST, on_signal, agent);
+    if (agent->signal_event == NULL || event_add(agent->signal_event, NULL) < 0)
+        return cove_error_set(err, 0, 500, "COVE::INTERNAL", "cannot watch the signalfd");
+    return 0;
 }
 
 /* The kernel helper's descriptor, kept from the sandbox's processes (they could not write
@@ -215,6 +281,15 @@ static int kernel_helper_fd(const char *text)
         return -1;
     }
     return (int)fd;
+}
+
+/* A whole number from min to max, or -1. */
+static long long parse_count(const char *text, long long min, long long max)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    return text[0] != '\0' && *end == '\0' && errno == 0 && v >= min && v <= max ? v : -1;
 }
 
 static void start_entrypoint(char **argv)
@@ -234,10 +309,12 @@ int main(int argc, char **argv)
      * (pidfd_getfd), among them its listening socket and its log, which is a host file. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     ensure_standard_fds();
-    /* Whoever exec'd the agent may have blocked signals; SIGTERM and SIGCHLD must arrive. */
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    proc_guard_init(); /* before any process of the sandbox runs */
+    /* Whoever exec'd the agent may have blocked signals; SIGCHLD must arrive. The shutdown
+     * signals are blocked here and read from a signalfd later (signals_watch). */
+    sigset_t blocked;
+    signals_set(&blocked);
+    sigprocmask(SIG_SETMASK, &blocked, NULL);
     /* A client that disconnects mid-write must be an error return, not death of PID 1. */
     signal(SIGPIPE, SIG_IGN);
 
@@ -245,6 +322,7 @@ int main(int argc, char **argv)
     const char *listen_fds[MAX_LISTENERS];
     size_t specs_len = 0, fds_len = 0;
     const char *kernel_helper = NULL, *prestart = NULL;
+    struct idle_limits idle = {IDLE_DEFAULT_TIMEOUT_MS, IDLE_DEFAULT_MAX};
     int i = 1;
     for (; i < argc; i++) {
         const char *arg = argv[i];
@@ -274,6 +352,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             process_set_child_nofile(soft, hard);
+        } else if (strcmp(arg, "--session-idle-timeout") == 0 && i + 1 < argc &&
+                   parse_count(argv[i + 1], 0, INT32_MAX) >= 0) {
+            idle.timeout_ms = parse_count(argv[++i], 0, INT32_MAX) * 1000;
+        } else if (strcmp(arg, "--session-max") == 0 && i + 1 < argc &&
+                   parse_count(argv[i + 1], 1, 100000) >= 0) {
+            idle.max = (size_t)parse_count(argv[++i], 1, 100000);
         } else {
             usage(stderr);
             return 2;
@@ -287,7 +371,7 @@ int main(int argc, char **argv)
     }
 
     cleanup_error struct cove_error *err = NULL;
-    struct agent agent = {0};
+    struct agent agent = {.signal_fd = -1};
     agent.base = event_base_new();
     if (agent.base == NULL) {
         log_error("cannot create the event loop");
@@ -300,9 +384,9 @@ int main(int argc, char **argv)
         return 1;
     }
     command_init(agent.base);
-    session_init(agent.base);
+    session_init(agent.base, &idle);
     code_init(agent.base, kernel_helper_fd(kernel_helper));
-    pty_init(agent.base);
+    pty_init(agent.base, &idle);
     metrics_init(agent.base);
     health_init(agent.base);
     for (size_t n = 0; n < fds_len + specs_len; n++) {
@@ -317,16 +401,10 @@ int main(int argc, char **argv)
         log_info("listening on %s%s", n < fds_len ? "fd " : "", spec);
     }
 
-    int signals[2] = {SIGTERM, SIGINT};
-    for (size_t n = 0; n < 2; n++) {
-        agent.signal_events[n] = evsignal_new(agent.base, signals[n], on_terminate, &agent);
-        if (agent.signal_events[n] == NULL || evsignal_add(agent.signal_events[n], NULL) < 0) {
-            log_error("cannot handle signal %d", signals[n]);
-            return 1;
-        }
+    if (signals_watch(&agent, &err) < 0) {
+        log_error("%s", err->message);
+        return 1;
     }
-    /* As PID 1 the kernel drops signals without a handler; make SIGHUP explicit. */
-    signal(SIGHUP, SIG_IGN);
 
     if (entrypoint != NULL)
         start_entrypoint(entrypoint);
@@ -341,11 +419,12 @@ int main(int argc, char **argv)
     code_cleanup();
     session_cleanup();
     command_cleanup();
-    for (size_t n = 0; n < 2; n++)
-        event_free(agent.signal_events[n]);
+    event_free(agent.signal_event);
+    close(agent.signal_fd);
     if (agent.shutdown_timer != NULL)
         event_free(agent.shutdown_timer);
     reaper_shutdown();
+    proc_guard_cleanup();
     event_base_free(agent.base);
     log_info("stopped");
     return 0;

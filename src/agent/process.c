@@ -1,9 +1,12 @@
 #include "agent/process.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/ioctl.h>
@@ -207,4 +210,57 @@ int process_spawn(const struct process_spec *spec, pid_t *pid_out, struct cove_e
     }
     *pid_out = pid;
     return 0;
+}
+
+/* The session of pid, from /proc/<pid>/stat ("pid (comm) state ppid pgrp session ..."; comm
+ * may hold spaces and parentheses, so read from the last ')'). -1 when it is gone. */
+static pid_t session_of(int proc, const char *pid)
+{
+    char name[64], text[1024];
+    snprintf(name, sizeof(name), "%s/stat", pid);
+    int fd = openat(proc, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    text[n] = '\0';
+    char *end = strrchr(text, ')');
+    int session;
+    if (end == NULL || sscanf(end + 1, " %*c %*d %*d %d", &session) != 1)
+        return -1;
+    return (pid_t)session;
+}
+
+void process_kill_session(pid_t sid)
+{
+    if (sid <= 1)
+        return;
+    int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (proc < 0)
+        return;
+    /* A few passes: a process may fork between the listing and its kill. */
+    for (int pass = 0; pass < 4; pass++) {
+        int dup = fcntl(proc, F_DUPFD_CLOEXEC, 0);
+        DIR *dir = dup >= 0 ? fdopendir(dup) : NULL;
+        if (dir == NULL) {
+            if (dup >= 0)
+                close(dup);
+            break;
+        }
+        int killed = 0;
+        struct dirent *entry;
+        while ((entry = readdir(dir)) != NULL) {
+            char *end;
+            long pid = strtol(entry->d_name, &end, 10);
+            if (*end != '\0' || pid <= 1 || session_of(proc, entry->d_name) != sid)
+                continue;
+            killed += kill((pid_t)pid, SIGKILL) == 0;
+        }
+        closedir(dir);
+        if (killed == 0)
+            break;
+    }
+    close(proc);
 }

@@ -37,5 +37,10 @@ int process_spawn(const struct process_spec *spec, pid_t *pid, struct cove_error
  * itself may hold more, for the connections it serves). 0 leaves the agent's own. */
 void process_set_child_nofile(unsigned long long soft, unsigned long long hard);
 
+/* SIGKILL to every process of the session sid leads (a child process_spawn made: its jobs,
+ * background ones in groups of their own included), found in /proc. One that left the
+ * session (setsid) is not found: it chose to be a daemon. */
+void process_kill_session(pid_t sid);
+
 /* Opens /dev/null for reading, or, in a root filesystem without it, an empty pipe. */
 int process_open_null_input(struct cove_error **err);

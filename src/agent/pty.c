@@ -20,13 +20,13 @@
 
 #include "agent/api.h"
 #include "agent/command.h"
+#include "agent/idle.h"
 #include "agent/process.h"
 #include "agent/reaper.h"
 #include "lib/http.h"
 #include "lib/log.h"
 #include "lib/websocket.h"
 
-#define PTY_MAX 64
 /* Output kept for replay, as execd's replay buffer (1 MiB). */
 #define REPLAY_MAX (1024 * 1024)
 #define READ_SIZE (32 * 1024)
@@ -81,12 +81,15 @@ struct pty_session {
     struct evbuffer *replay; /* the last REPLAY_MAX bytes of output */
     uint64_t replay_total;   /* bytes ever output: the offset after the last one */
     struct websocket *ws;    /* the one client, or NULL */
+    int64_t last_active_ms;  /* of the last request, or when the last client left */
     struct pty_session *next;
 };
 
 static struct event_base *event_base;
 static struct pty_session *sessions;
 static size_t sessions_len;
+static struct idle_limits limits = {IDLE_DEFAULT_TIMEOUT_MS, IDLE_DEFAULT_MAX};
+static struct idle_timer *idle_timer;
 
 static struct pty_session *session_find(const char *id)
 {
@@ -248,6 +251,7 @@ static void on_shell_exit(pid_t pid, int status, void *arg)
         send_json(s, json_pack("{s:s, s:i}", "type", "exit", "exit_code", s->exit_code));
         websocket_close(s->ws, WEBSOCKET_CLOSE_NORMAL, "process exited");
         s->ws = NULL;
+        s->last_active_ms = idle_now_ms();
     }
 }
 
@@ -481,6 +485,7 @@ static void on_client_close(struct websocket *ws, uint16_t code, void *arg)
     struct pty_session *s = arg;
     log_info("pty session %s: client gone (%u); the shell goes on", s->id, code);
     s->ws = NULL;
+    s->last_active_ms = idle_now_ms();
     outputs_pause(s, false); /* output keeps going to the replay buffer */
 }
 
@@ -571,6 +576,7 @@ bool pty_head_ws(struct http_request *req, const struct api_params *params)
         websocket_close(s->ws, CLOSE_TAKEN_OVER, "TAKEN_OVER");
     }
     s->ws = ws;
+    s->last_active_ms = idle_now_ms();
     if (s->pid == 0 && shell_start(s, terminal, &err) < 0) {
         log_warn("pty session %s: %s", s->id, err->message);
         send_error(s, "START_FAILED", err->message);
@@ -620,10 +626,12 @@ void pty_handle_create(struct http_request *req, const struct api_params *params
                           "and command and integer cols and rows");
         return;
     }
-    if (sessions_len >= PTY_MAX) {
+    if (sessions_len >= limits.max) {
         json_decref(json);
-        api_respond_error(req, 503, "RUNTIME_ERROR", "error creating pty session: %d exist",
-                          PTY_MAX);
+        api_respond_error(req, 429, "SESSION_LIMIT_REACHED",
+                          "error creating pty session: %zu are open, the most a sandbox may "
+                          "have: delete one (DELETE /pty/{sessionId}) first",
+                          sessions_len);
         return;
     }
     cleanup_error struct cove_error *err = NULL;
@@ -651,6 +659,7 @@ void pty_handle_create(struct http_request *req, const struct api_params *params
     s->cwd = dir;
     s->master = s->input_fd = -1;
     s->exit_code = -1;
+    s->last_active_ms = idle_now_ms();
     json_int_t c = json_integer_value(cols), r = json_integer_value(rows);
     s->cols = c > 0 && c <= 0xffff ? (unsigned short)c : 80; /* execd's size */
     s->rows = r > 0 && r <= 0xffff ? (unsigned short)r : 24;
@@ -671,6 +680,7 @@ void pty_handle_status(struct http_request *req, const struct api_params *params
         api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "pty session %s not found", id);
         return;
     }
+    s->last_active_ms = idle_now_ms();
     api_respond_json(req, 200,
                      json_pack("{s:s, s:b, s:I}", "session_id", s->id, "running", s->pid > 0,
                                "output_offset", (json_int_t)s->replay_total));
@@ -685,6 +695,7 @@ static void session_free(struct pty_session *s)
         if (group > 0 && group != s->pid)
             kill(-group, SIGKILL);
         kill(-s->pid, SIGKILL);
+        process_kill_session(s->pid); /* background jobs, in groups of their own */
     }
     io_close(s); /* closing the master hangs the terminal up for anything left */
     if (s->ws != NULL)
@@ -714,13 +725,39 @@ void pty_handle_delete(struct http_request *req, const struct api_params *params
     api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "pty session %s not found", id);
 }
 
-void pty_init(struct event_base *base)
+/* Closes the sessions no client was attached to, nor asked about, for the idle timeout;
+ * their shells and jobs are killed as by DELETE. */
+static void on_idle_tick(int64_t now_ms, int64_t stopped_ms, void *arg)
+{
+    struct pty_session **p = &sessions;
+    while (*p != NULL) {
+        struct pty_session *s = *p;
+        s->last_active_ms += stopped_ms;
+        if (s->ws != NULL || now_ms - s->last_active_ms < limits.timeout_ms) {
+            p = &s->next;
+            continue;
+        }
+        *p = s->next;
+        sessions_len--;
+        log_info("pty session %s closed: no client for %lld s", s->id,
+                 (long long)(limits.timeout_ms / 1000));
+        session_free(s);
+    }
+}
+
+void pty_init(struct event_base *base, const struct idle_limits *idle)
 {
     event_base = base;
+    limits = *idle;
+    idle_timer = idle_timer_new(base, limits.timeout_ms, on_idle_tick, NULL);
+    if (limits.timeout_ms > 0 && idle_timer == NULL)
+        log_warn("cannot watch idle pty sessions: they stay until deleted");
 }
 
 void pty_cleanup(void)
 {
+    idle_timer_free(idle_timer);
+    idle_timer = NULL;
     while (sessions != NULL) {
         struct pty_session *s = sessions;
         sessions = s->next;

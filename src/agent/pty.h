@@ -22,8 +22,10 @@
 struct event_base;
 struct http_request;
 struct api_params;
+struct idle_limits;
 
-void pty_init(struct event_base *base);
+/* Sessions are capped and closed, their shells killed, when idle (idle.h). */
+void pty_init(struct event_base *base, const struct idle_limits *limits);
 /* Kills every shell and forgets every session (at exit). */
 void pty_cleanup(void);
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include "agent/proc_guard.h"
 #include "lib/log.h"
 
 struct watch {
@@ -35,6 +36,8 @@ void reaper_reap_now(void)
             continue;
         if (pid <= 0)
             return; /* 0: children left, none exited; ECHILD: no children at all */
+        /* Reaped: the pid is free, and may be a user's next. */
+        proc_guard_forget(pid);
         struct watch **slot = find_watch(pid);
         struct watch *w = *slot;
         if (w == NULL) {

@@ -16,12 +16,14 @@
 
 #include "agent/api.h"
 #include "agent/command.h"
+#include "agent/idle.h"
 #include "agent/process.h"
 #include "lib/environment.h"
 #include "lib/http.h"
 #include "lib/log.h"
 
-/* Each session costs a little memory and its environment: bounded. */
+/* Each session costs a little memory and its environment: bounded, those of code contexts
+ * (bounded by code.c) included; those of clients are bounded by the idle limits. */
 #define SESSION_MAX 256
 /* A run's report (directory and environment) beyond this is ignored and the state kept. */
 #define STATE_MAX (1024 * 1024)
@@ -68,12 +70,17 @@ struct session {
     char *cwd;  /* NULL: the agent's */
     char **env; /* NAME=VALUE, NULL-terminated */
     struct session_run *runs;
+    bool of_client;         /* made by createSession, not for a code context */
+    int64_t last_active_ms; /* of the last request or run */
     struct session *next;
 };
 
 static struct event_base *event_base;
 static struct session *sessions;
 static size_t sessions_len;
+static size_t client_sessions_len;
+static struct idle_limits limits = {IDLE_DEFAULT_TIMEOUT_MS, IDLE_DEFAULT_MAX};
+static struct idle_timer *idle_timer;
 
 /* The agent's environment, as a session starts with it. */
 static char **copy_environ(void)
@@ -101,7 +108,7 @@ static struct session *session_find(const char *id)
 }
 
 /* A new session in dir (taken; NULL: the agent's directory), with the agent's environment. */
-static struct session *session_new(char *dir, struct cove_error **err)
+static struct session *session_new(char *dir, bool of_client, struct cove_error **err)
 {
     struct session *session = calloc(1, sizeof(*session));
     if (session == NULL || (session->env = copy_environ()) == NULL) {
@@ -112,9 +119,12 @@ static struct session *session_new(char *dir, struct cove_error **err)
     }
     ids_uuid(session->id);
     session->cwd = dir;
+    session->of_client = of_client;
+    session->last_active_ms = idle_now_ms();
     session->next = sessions;
     sessions = session;
     sessions_len++;
+    client_sessions_len += of_client;
     return session;
 }
 
@@ -232,6 +242,7 @@ static void on_run_done(struct command *cmd, int exit_code, void *arg)
     else
         log_warn("session %s: the state a run reported is over %d bytes, ignored", run->session->id,
                  STATE_MAX);
+    run->session->last_active_ms = idle_now_ms(); /* idle from the end of its last run */
     run_unlink(run);
     run_free(run);
 }
@@ -292,10 +303,12 @@ void session_handle_create(struct http_request *req, const struct api_params *pa
                           "error parsing request. cwd must be a string");
         return;
     }
-    if (sessions_len >= SESSION_MAX) {
+    if (client_sessions_len >= limits.max || sessions_len >= SESSION_MAX) {
         json_decref(body);
-        api_respond_error(req, 503, "RUNTIME_ERROR", "error creating session. %d sessions exist",
-                          SESSION_MAX);
+        api_respond_error(req, 429, "SESSION_LIMIT_REACHED",
+                          "error creating session. %zu sessions are open, the most a sandbox "
+                          "may have: delete one (DELETE /session/{sessionId}) first",
+                          client_sessions_len);
         return;
     }
     /* As execd: the directory is made if it is missing. */
@@ -306,7 +319,7 @@ void session_handle_create(struct http_request *req, const struct api_params *pa
         api_respond_error(req, 500, "RUNTIME_ERROR", "error creating session. %s", err->message);
         return;
     }
-    struct session *session = session_new(dir, &err);
+    struct session *session = session_new(dir, true, &err);
     if (session == NULL) {
         api_respond_cove_error(req, err);
         return;
@@ -426,6 +439,7 @@ void session_handle_run(struct http_request *req, const struct api_params *param
         api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
         return;
     }
+    session->last_active_ms = idle_now_ms();
     json_t *body = read_body(req, false, &err);
     if (body == NULL) {
         api_respond_cove_error(req, err);
@@ -464,6 +478,7 @@ static struct session *session_take(const char *id)
             continue;
         *p = session->next;
         sessions_len--;
+        client_sessions_len -= session->of_client;
         return session;
     }
     return NULL;
@@ -483,19 +498,47 @@ void session_handle_delete(struct http_request *req, const struct api_params *pa
     http_respond(req, 200, NULL, NULL, 0);
 }
 
-void session_init(struct event_base *base)
+/* Closes the client sessions nobody used for the idle timeout. A run under way has its
+ * client attached (it dies with the client's connection): that session is not idle. */
+static void on_idle_tick(int64_t now_ms, int64_t stopped_ms, void *arg)
+{
+    struct session **p = &sessions;
+    while (*p != NULL) {
+        struct session *session = *p;
+        session->last_active_ms += stopped_ms;
+        if (!session->of_client || session->runs != NULL ||
+            now_ms - session->last_active_ms < limits.timeout_ms) {
+            p = &session->next;
+            continue;
+        }
+        *p = session->next;
+        sessions_len--;
+        client_sessions_len--;
+        log_info("session %s closed: unused for %lld s", session->id,
+                 (long long)(limits.timeout_ms / 1000));
+        session_free(session);
+    }
+}
+
+void session_init(struct event_base *base, const struct idle_limits *idle)
 {
     event_base = base;
+    limits = *idle;
+    idle_timer = idle_timer_new(base, limits.timeout_ms, on_idle_tick, NULL);
+    if (limits.timeout_ms > 0 && idle_timer == NULL)
+        log_warn("cannot watch idle sessions: they stay until deleted");
 }
 
 void session_cleanup(void)
 {
+    idle_timer_free(idle_timer);
+    idle_timer = NULL;
     while (sessions != NULL) {
         struct session *session = sessions;
         sessions = session->next;
         session_free(session);
     }
-    sessions_len = 0;
+    sessions_len = client_sessions_len = 0;
 }
 
 int session_open(const char *cwd, char id[37], struct cove_error **err)
@@ -506,7 +549,7 @@ int session_open(const char *cwd, char id[37], struct cove_error **err)
     char *dir = NULL;
     if (command_resolve_dir(cwd, true, &dir, err) < 0)
         return -1;
-    struct session *session = session_new(dir, err);
+    struct session *session = session_new(dir, false, err);
     if (session == NULL)
         return -1;
     snprintf(id, 37, "%s", session->id);

@@ -13,8 +13,11 @@
 struct event_base;
 struct http_request;
 struct api_params;
+struct idle_limits;
 
-void session_init(struct event_base *base);
+/* Sessions of clients (not those of code contexts, which code.c bounds and closes) are
+ * capped and closed when idle (idle.h). */
+void session_init(struct event_base *base, const struct idle_limits *limits);
 
 void session_handle_create(struct http_request *req, const struct api_params *params);
 void session_handle_run(struct http_request *req, const struct api_params *params);

@@ -91,6 +91,10 @@ static const char usage[] =
     "  --sandbox-file-share N sandbox_file_share          COVE_SANDBOX_FILE_SHARE\n"
     "      each sandbox may hold 1/N of the host's open files (fs.file-max): its\n"
     "      RLIMIT_NOFILE x pids stays within that (default 16)\n"
+    "  --session-idle-timeout SECONDS  session_idle_timeout_seconds\n"
+    "                                  COVE_SESSION_IDLE_TIMEOUT\n"
+    "      bash and PTY sessions nobody used for this long are closed by the agent, and\n"
+    "      what they run killed; 0 never (default 1800)\n"
     "  --log-level LEVEL      log_level                   COVE_LOG_LEVEL\n"
     "      debug, info, warn or error (default info)\n"
     "  --head-timeout SECONDS head_timeout_seconds        COVE_HEAD_TIMEOUT\n"
@@ -317,6 +321,12 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
                                   "%s: sandbox_file_share must be an integer from 1 to 65536",
                                   from);
         cfg->sandbox_file_share = (unsigned)v;
+    } else if (strcmp(key, "session_idle_timeout_seconds") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 0 || v > INT32_MAX)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: session_idle_timeout_seconds must be an integer >= 0", from);
+        cfg->session_idle_timeout_s = v;
     } else if (strcmp(key, "log_level") == 0) {
         if (parse_level(value, &cfg->log_level) < 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
@@ -409,6 +419,7 @@ static const struct {
     {"COVE_CPU_OVERCOMMIT", "cpu_overcommit"},
     {"COVE_HEALTH_INTERVAL", "health_interval"},
     {"COVE_SANDBOX_FILE_SHARE", "sandbox_file_share"},
+    {"COVE_SESSION_IDLE_TIMEOUT", "session_idle_timeout_seconds"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -452,6 +463,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     cfg->memory_overcommit = DEFAULT_MEMORY_OVERCOMMIT;
     cfg->cpu_overcommit = DEFAULT_CPU_OVERCOMMIT;
     cfg->sandbox_file_share = FILE_BUDGET_DEFAULT_SHARE;
+    cfg->session_idle_timeout_s = -1;
 
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -482,6 +494,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"cpu-overcommit", required_argument, NULL, OPTION_CPU_OVERCOMMIT},
         {"health-interval", required_argument, NULL, 'I'},
         {"sandbox-file-share", required_argument, NULL, 'F'},
+        {"session-idle-timeout", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -554,6 +567,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 'F':
             key = "sandbox_file_share";
+            break;
+        case 'S':
+            key = "session_idle_timeout_seconds";
             break;
         case 'K':
             key = "api_key_file";

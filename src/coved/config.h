@@ -30,7 +30,7 @@ struct coved_config {
     bool resume_on_access; /* gateway traffic resumes a paused sandbox */
     int64_t max_timeout_s;
     unsigned sandbox_file_share; /* a sandbox may hold 1/N of fs.file-max */
-    int log_level; /* enum cove_log_level */
+    int log_level;               /* enum cove_log_level */
     /* Connections (lib/http.c and the gateway); 0 means the built-in default. */
     int64_t head_timeout_s;           /* a request head must be complete within this */
     int64_t idle_timeout_s;           /* a connection between requests */
@@ -40,6 +40,7 @@ struct coved_config {
     int64_t max_tunnels_per_sandbox;  /* gateway connections open to one sandbox */
     /* Probe Running sandboxes this often (0: never); see sandbox/health.h. */
     int64_t health_interval_s;
+    int64_t session_idle_timeout_s; /* passed to agents; -1: the agent's default */
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

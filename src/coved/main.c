@@ -139,6 +139,9 @@ int main(int argc, char **argv)
         file_budget_read(&rt.files, o.sandbox_file_share, &err) < 0)
         goto out;
     file_budget_log(&rt.files, CGROUP_DEFAULT_PIDS);
+    if (o.session_idle_timeout_s >= 0) /* for the agents' command line (native.c) */
+        snprintf(rt.session_idle_timeout, sizeof(rt.session_idle_timeout), "%lld",
+                 (long long)o.session_idle_timeout_s);
     if (store_open(path, &store, &err) < 0 ||
         template_registry_open(o.state_dir, &templates, &err) < 0 ||
         sandbox_manager_new(base, store, &rt, o.state_dir, &sandboxes, &err) < 0 ||

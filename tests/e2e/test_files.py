@@ -362,6 +362,31 @@ def test_move(coved, sid):
     check_error(status, body, 400, "INVALID_REQUEST_BODY")
 
 
+def test_move_across_filesystems_that_cannot_remove_the_source_changes_nothing(coved, sid):
+    """A move to another filesystem is a copy, then the source's removal: when the source
+    cannot go (here /usr, read-only in the sandbox), the move is an error and the copy is taken
+    back, so neither side changed."""
+    src = coved.sh(sid, "find /usr/bin -maxdepth 1 -type f -size -64k | head -1").strip()
+    link = coved.sh(sid, "find /usr/bin -maxdepth 1 -type l | head -1").strip()
+    assert src and link
+    before = coved.sh(sid, f"sha256sum {src}; readlink {link}")
+    coved.sh(sid, "mkdir -p /tmp/mv-ro")
+    for path, name in [(src, "file"), (link, "link")]:
+        status, body, _ = call(coved, sid, "POST", "/files/mv",
+                               body=[{"src": path, "dest": f"/tmp/mv-ro/{name}"}])
+        assert status in (400, 403, 500), (path, status, body)
+        assert set(body) == {"code", "message"} and path in body["message"], body
+        assert coved.sh(sid, f"test ! -e /tmp/mv-ro/{name} && test ! -L /tmp/mv-ro/{name} && "
+                             "ls -A /tmp/mv-ro | wc -l") == "0\n"
+    assert coved.sh(sid, f"sha256sum {src}; readlink {link}") == before
+    # a move that can remove its source still goes across filesystems
+    coved.sh(sid, "echo c > /tmp/mv-ro/c")
+    status, body, _ = call(coved, sid, "POST", "/files/mv",
+                           body=[{"src": "/tmp/mv-ro/c", "dest": "/dev/shm/c"}])
+    assert status == 200, body
+    assert coved.sh(sid, "cat /dev/shm/c; test ! -e /tmp/mv-ro/c && echo gone") == "c\ngone\n"
+
+
 def test_replace_content(coved, sid):
     coved.sh(sid, "printf 'host=localhost:8080\\nother=localhost\\n' > /tmp/conf && chmod 640 /tmp/conf"
                   " && chown user /tmp/conf && ln -sfn conf /tmp/conf-link")

@@ -1,6 +1,7 @@
 /* Path resolution of the files API: cleaning as execd's filepath.Abs, and opens that follow
  * symlinks but never a /proc magic link, both with openat2 and with the component walk used
- * where openat2 is missing. Runs on a scratch tree under /tmp. */
+ * where openat2 is missing; and the agent's own /proc entries refused on what was opened (the
+ * test plays the agent; its parent, a user's process). Runs on a scratch tree under /tmp. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent/files_path.h"
+#include "agent/proc_guard.h"
 #include "check.h"
 
 static char root[64];
@@ -105,9 +107,11 @@ static void test_open(bool walk)
     CHECK_EQ_INT(open_errno("/proc/self/root/etc/passwd", O_RDONLY), ELOOP);
     CHECK_EQ_INT(open_errno("/proc/self/cwd", O_RDONLY), ELOOP);
     CHECK_EQ_INT(open_errno(at("fdlink"), O_RDONLY), ELOOP);
-    /* procfs' plain symlinks are fine */
-    CHECK_EQ_INT(open_errno("/proc/self/status", O_RDONLY), 0);
-    CHECK_EQ_INT(open_errno("/proc/mounts", O_RDONLY), 0);
+    /* procfs' plain symlinks are followed, to what they name: the agent's own entries are
+     * refused, another process's are not */
+    CHECK_EQ_INT(open_errno("/proc/self/status", O_RDONLY), PROC_GUARD_REFUSED);
+    CHECK_EQ_INT(open_errno("/proc/mounts", O_RDONLY), PROC_GUARD_REFUSED);
+    CHECK_EQ_INT(open_errno(at("parent-status"), O_RDONLY), 0);
     /* the link itself, when asked for */
     CHECK_EQ_INT(open_errno(at("magic"), O_PATH | O_NOFOLLOW), 0);
     CHECK_EQ_INT(open_errno(at("rel"), O_RDONLY | O_NOFOLLOW), ELOOP);
@@ -130,13 +134,50 @@ static void test_resolve_final_and_lstat(void)
     CHECK_EQ_INT(files_path_resolve_final(at("dir/file"), out, sizeof(out)), 0);
     CHECK(strcmp(out, at("dir/file")) == 0);
     CHECK_EQ_INT(files_path_resolve_final(at("absent"), out, sizeof(out)), 0);
-    CHECK(files_path_resolve_final(at("magic"), out, sizeof(out)) < 0 && errno == ELOOP);
+    CHECK(files_path_resolve_final(at("magic-parent"), out, sizeof(out)) < 0 && errno == ELOOP);
+    CHECK(files_path_resolve_final(at("magic"), out, sizeof(out)) < 0 &&
+          errno == PROC_GUARD_REFUSED); /* /proc/self is the agent's, whatever follows */
     CHECK(files_path_resolve_final(at("loop"), out, sizeof(out)) < 0 && errno == ELOOP);
     struct stat st;
     CHECK_EQ_INT(files_path_lstat(at("rel"), &st), 0);
     CHECK(S_ISLNK(st.st_mode));
     CHECK_EQ_INT(files_path_lstat("/", &st), 0);
     CHECK(S_ISDIR(st.st_mode));
+}
+
+/* The agent's /proc, reached by any name, and a protected helper's; the rest of /proc. */
+static void test_proc_guard(void)
+{
+    char path[64];
+    const char *refused[] = {"/proc/self/maps",          "/proc/self/environ",
+                             "/proc/thread-self/status", "/proc/self/task",
+                             "/proc/self/../self/stat",  "/proc/self/fdinfo/0"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+        CHECK_EQ_INT(open_errno(refused[i], O_RDONLY), PROC_GUARD_REFUSED);
+    snprintf(path, sizeof(path), "/proc/%d/environ", (int)getpid());
+    CHECK_EQ_INT(open_errno(path, O_RDONLY), PROC_GUARD_REFUSED);
+    CHECK_EQ_INT(open_errno(at("self-environ"), O_RDONLY), PROC_GUARD_REFUSED);
+    CHECK_EQ_INT(open_errno(at("self-dir/status"), O_RDONLY), PROC_GUARD_REFUSED);
+    CHECK_EQ_INT(open_errno("/proc/self", O_PATH | O_NOFOLLOW), 0); /* the link itself */
+    CHECK_EQ_INT(open_errno("/proc/meminfo", O_RDONLY), 0);
+    CHECK_EQ_INT(open_errno("/proc", O_RDONLY | O_DIRECTORY), 0);
+    struct stat st;
+    CHECK(files_path_lstat("/proc/self", &st) == 0 && S_ISLNK(st.st_mode));
+    snprintf(path, sizeof(path), "/proc/%d", (int)getpid());
+    CHECK(files_path_lstat(path, &st) < 0 && errno == PROC_GUARD_REFUSED);
+    /* a helper's, while it is protected */
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)getppid());
+    CHECK_EQ_INT(open_errno(path, O_RDONLY), 0);
+    proc_guard_protect(getppid());
+    CHECK_EQ_INT(open_errno(path, O_RDONLY), PROC_GUARD_REFUSED);
+    proc_guard_forget(getppid());
+    CHECK_EQ_INT(open_errno(path, O_RDONLY), 0);
+    /* the error a client gets */
+    struct cove_error *err = NULL;
+    files_path_error(&err, PROC_GUARD_REFUSED, "read", "/proc/1/environ");
+    CHECK_EQ_INT(err->http_status, 403);
+    CHECK(strcmp(err->code, "PERMISSION_DENIED") == 0);
+    cove_error_free(err);
 }
 
 static void test_make_dirs_and_temp(void)
@@ -191,12 +232,23 @@ int main(void)
     CHECK(symlink("/proc/self/root", at("magic")) == 0);
     CHECK(symlink("/proc/self/fd/0", at("fdlink")) == 0);
     CHECK(symlink("nowhere", at("dangling")) == 0);
+    char parent[64];
+    snprintf(parent, sizeof(parent), "/proc/%d/status", (int)getppid());
+    CHECK(symlink(parent, at("parent-status")) == 0);
+    snprintf(parent, sizeof(parent), "/proc/%d/root", (int)getppid());
+    CHECK(symlink(parent, at("magic-parent")) == 0);
+    CHECK(symlink("/proc/self/environ", at("self-environ")) == 0);
+    CHECK(symlink("/proc/self", at("self-dir")) == 0);
 
     test_clean();
     test_open(false);
     test_open(true);
     test_resolve_final_and_lstat();
     test_make_dirs_and_temp();
+    test_proc_guard();
+    files_path_force_walk(true);
+    test_proc_guard();
+    files_path_force_walk(false);
     test_printable();
 
     char cmd[128];

@@ -116,4 +116,3 @@ void api_admin_quota_put(struct api *api, struct http_request *req, const struct
                          const char *owner);
 void api_admin_quota_delete(struct api *api, struct http_request *req, const struct api_caller *c,
                             const char *owner);
-

@@ -497,7 +497,8 @@ struct child_args {
     int log_fd; /* write end of the agent's stderr pipe */
     const struct cgroup_system *cgroups;
     int agent_fd;
-    int kernel_fd; /* -1 when there is no kernel helper */
+    int kernel_fd;                    /* -1 when there is no kernel helper */
+    const char *session_idle_timeout; /* "" for the agent's default */
     int listen_fd;
     int go_fd;     /* parent -> child */
     int status_fd; /* child -> parent, close-on-exec: EOF means the agent was exec'd */
@@ -609,7 +610,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int argc = 0;
     while (a->spec->entrypoint && a->spec->entrypoint[argc])
         argc++;
-    char **argv = calloc(argc + 11, sizeof(char *));
+    char **argv = calloc(argc + 13, sizeof(char *));
     if (argv == NULL)
         child_fail(status_fd, "calloc");
     int i = 0;
@@ -629,6 +630,10 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
              (unsigned long long)a->spec->nofile_soft, (unsigned long long)a->spec->nofile_hard);
     argv[i++] = "--child-nofile";
     argv[i++] = child_nofile;
+    if (a->session_idle_timeout[0] != '\0') {
+        argv[i++] = "--session-idle-timeout";
+        argv[i++] = (char *)a->session_idle_timeout;
+    }
     argv[i++] = "--";
     for (int j = 0; j < argc; j++)
         argv[i++] = a->spec->entrypoint[j];
@@ -800,6 +805,7 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
         .cgroups = &rt->cgroups,
         .agent_fd = rt->agent_fd,
         .kernel_fd = rt->kernel_fd,
+        .session_idle_timeout = rt->session_idle_timeout,
         .listen_fd = listen_fd,
         .go_fd = go[0],
         .status_fd = status[1],

@@ -37,7 +37,8 @@ struct runtime {
     struct cgroup_system cgroups;
     int agent_fd;  /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
     int kernel_fd; /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
-    struct file_budget files; /* each sandbox's share of the host's open files */
+    struct file_budget files;      /* each sandbox's share of the host's open files */
+    char session_idle_timeout[24]; /* the agents' --session-idle-timeout, or "" */
 };
 
 struct runtime_spec {
