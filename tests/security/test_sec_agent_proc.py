@@ -132,8 +132,9 @@ def test_files_api_refuses_the_kernel_helpers_proc(coved, make_sandbox):
     deadline = time.time() + 60
     helper = kernel = ""
     while time.time() < deadline:
-        helper = coved.exec(sid, "pgrep -f -- '--language python' | head -1").stdout.strip()
-        kernel = coved.exec(sid, "pgrep -f ipykernel | head -1").stdout.strip()
+        # [e] and [i]: the patterns must not match the shell running this very command.
+        helper = coved.exec(sid, "pgrep -f -- '--languag[e] python' | head -1").stdout.strip()
+        kernel = coved.exec(sid, "pgrep -f '[i]pykernel' | head -1").stdout.strip()
         if helper and kernel:
             break
         time.sleep(0.5)

@@ -385,9 +385,15 @@ static void build_root(int status_fd, const struct runtime_spec *spec, uint32_t 
     child_mkdir(status_fd, "root", 0755);
     if (chown("upper", spec->host_id_base, spec->host_id_base) < 0)
         child_fail(status_fd, "chown upper");
-    mount_template(status_fd, spec, owner);
-    snprintf(opts, sizeof(opts), "lowerdir=%s/lower,upperdir=%s/upper,workdir=%s/work",
-             spec->run_dir, spec->run_dir, spec->run_dir);
+    char lower[4096];
+    if (spec->host_id_base == ID_RANGE_SHARED_BASE) {
+        snprintf(lower, sizeof(lower), "%s", spec->rootfs); /* its owners are this range's */
+    } else {
+        mount_template(status_fd, spec, owner);
+        snprintf(lower, sizeof(lower), "%s/lower", spec->run_dir);
+    }
+    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", lower,
+             spec->run_dir, spec->run_dir);
     child_mount(status_fd, "cove-root", "root", "overlay", MS_NOSUID, opts);
     if (chdir("root") < 0)
         child_fail(status_fd, "chdir root");
@@ -561,10 +567,18 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
      * in the host's namespace). The agent keeps a few more for the connections it serves
      * (coved caps them per sandbox) and gives every process it starts the sandbox's limit
      * (--child-nofile): one process more than the budget counts, no more. */
-    uint64_t agent_nofile =
-        a->spec->nofile_hard > RUNTIME_AGENT_NOFILE ? a->spec->nofile_hard : RUNTIME_AGENT_NOFILE;
+    uint64_t agent_nofile = RUNTIME_AGENT_NOFILE;
+    struct rlimit own;
+    if (getrlimit(RLIMIT_NOFILE, &own) == 0 && own.rlim_max < agent_nofile)
+        agent_nofile = own.rlim_max; /* never more than coved may have (valgrind keeps some) */
+    if (a->spec->nofile_hard > agent_nofile)
+        agent_nofile = a->spec->nofile_hard;
     struct rlimit nofile = {.rlim_cur = agent_nofile, .rlim_max = agent_nofile};
-    if (setrlimit(RLIMIT_NOFILE, &nofile) < 0)
+    /* Lowering is always allowed, except under valgrind, which refuses any change of the hard
+     * limit: there (tests only) the soft one is set alone. */
+    if (setrlimit(RLIMIT_NOFILE, &nofile) < 0 &&
+        (errno != EPERM || getrlimit(RLIMIT_NOFILE, &own) < 0 ||
+         (nofile.rlim_max = own.rlim_max, setrlimit(RLIMIT_NOFILE, &nofile) < 0)))
         child_fail(status_fd, "set RLIMIT_NOFILE to %llu:%llu", (unsigned long long)nofile.rlim_cur,
                    (unsigned long long)nofile.rlim_max);
     if (unshare(CLONE_NEWCGROUP) < 0)
@@ -1026,6 +1040,15 @@ int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_
         return -1;
     if (file_budget_read(&rt->files, FILE_BUDGET_DEFAULT_SHARE, err) < 0)
         return -1;
+    int probe = open_tree(AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (probe >= 0) {
+        close(probe);
+    } else if (errno == ENOSYS) {
+        rt->shared_ids = true;
+        log_warn("no idmapped mounts here (open_tree: %s): every sandbox shares the host ids "
+                 "%u-%u, and with them the kernel's per-user budgets",
+                 strerror(errno), ID_RANGE_SHARED_BASE, ID_RANGE_SHARED_BASE + ID_RANGE_SIZE - 1);
+    }
     rt->agent_fd = open(agent_path, O_PATH | O_CLOEXEC);
     if (rt->agent_fd < 0)
         return cove_error_sys(err, "open agent binary %s", agent_path);

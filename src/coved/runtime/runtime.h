@@ -39,6 +39,9 @@ struct runtime {
     int kernel_fd; /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
     struct file_budget files;      /* each sandbox's share of the host's open files */
     char session_idle_timeout[24]; /* the agents' --session-idle-timeout, or "" */
+    /* No idmapped mounts here (a kernel before 5.12, or coved run under valgrind): every
+     * sandbox gets the one shared id range, and its template is its lower layer as it is. */
+    bool shared_ids;
 };
 
 struct runtime_spec {

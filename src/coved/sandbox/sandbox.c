@@ -348,7 +348,8 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     struct sandbox *sb = calloc(1, sizeof(*sb));
     if (sb == NULL)
         return cove_error_sys(err, "calloc");
-    if (id_range_pool_take(&mgr->id_ranges, &sb->id_slot, err) < 0) {
+    sb->id_slot = ID_RANGE_NO_SLOT;
+    if (!mgr->rt->shared_ids && id_range_pool_take(&mgr->id_ranges, &sb->id_slot, err) < 0) {
         free(sb);
         return -1;
     }
