@@ -21,8 +21,6 @@
 #include "lib/log.h"
 #include "lib/utf8.h"
 
-#define MAX_TARGET 8192
-#define MAX_HEADERS 100
 #define MAX_LISTENERS 4
 #define IDLE_TIMEOUT_S 60
 #define HEAD_TIMEOUT_S 10
@@ -76,17 +74,14 @@ struct http_conn {
 struct http_request {
     struct http_conn *conn;
     struct bufferevent *taken; /* set once taken over */
+    bool taken_with_head;      /* the head's bytes go back in front of the input */
+    struct evbuffer *raw_head; /* the head's bytes as they came (until the head is complete) */
     /* Once taken over, the connection's place in the server's counts, released with it. */
     struct http_server *taken_srv;
     struct http_peer *taken_peer;
     char method[16];
-    char *target;
-    size_t target_len;
+    struct http_head head; /* target and headers */
     char *path, *query;
-    struct http_header headers[MAX_HEADERS];
-    size_t header_count;
-    bool in_value;
-    size_t header_bytes;
     struct evbuffer *body;
     bool upgrade;
     bool keep_alive;
@@ -148,12 +143,10 @@ static void request_free(struct http_request *req)
 {
     if (req == NULL)
         return;
-    free(req->target);
+    http_head_clear(&req->head);
+    if (req->raw_head)
+        evbuffer_free(req->raw_head);
     free(req->path);
-    for (size_t i = 0; i < req->header_count; i++) {
-        free(req->headers[i].name);
-        free(req->headers[i].value);
-    }
     evbuffer_free(req->body);
     evbuffer_free(req->out_headers);
     free(req);
@@ -384,20 +377,6 @@ static void refuse(int fd, int status, const char *code, const char *message)
 
 /* ---- parsing ---- */
 
-static int append(char **dst, size_t *len, const char *at, size_t n, size_t limit)
-{
-    if (*len + n > limit)
-        return -1;
-    char *grown = realloc(*dst, *len + n + 1);
-    if (grown == NULL)
-        return -1;
-    memcpy(grown + *len, at, n);
-    *len += n;
-    grown[*len] = '\0';
-    *dst = grown;
-    return 0;
-}
-
 static void server_error(struct http_request *req, int status, const char *code, const char *msg)
 {
     struct http_server *srv = req->conn->srv;
@@ -417,51 +396,44 @@ static struct http_request *current(http_parser *p)
     return conn->req;
 }
 
+/* Answers what the head collector refused; -1 stops the parser. */
+static int head_fault(struct http_request *req, enum http_head_fault fault)
+{
+    switch (fault) {
+    case HTTP_HEAD_OK:
+        return 0;
+    case HTTP_HEAD_TARGET_TOO_LONG:
+        server_error(req, 414, "HTTP::URI_TOO_LONG", "request target too long");
+        break;
+    case HTTP_HEAD_TOO_MANY_HEADERS:
+        server_error(req, 431, "HTTP::TOO_MANY_HEADERS", "too many request headers");
+        break;
+    case HTTP_HEAD_TOO_LARGE:
+        server_error(req, 431, "HTTP::HEADERS_TOO_LARGE", "request headers too large");
+        break;
+    case HTTP_HEAD_NO_MEMORY:
+        server_error(req, 503, "COVE::OVERLOADED", "out of memory");
+        break;
+    }
+    return -1;
+}
+
 static int on_url(http_parser *p, const char *at, size_t n)
 {
     struct http_request *req = current(p);
-    if (req == NULL)
-        return -1;
-    if (append(&req->target, &req->target_len, at, n, MAX_TARGET) < 0) {
-        server_error(req, 414, "HTTP::URI_TOO_LONG", "request target too long");
-        return -1;
-    }
-    return 0;
+    return req ? head_fault(req, http_head_add_target(&req->head, at, n)) : -1;
 }
 
 static int on_header_field(http_parser *p, const char *at, size_t n)
 {
     struct http_request *req = current(p);
-    if (req == NULL)
-        return -1;
-    req->header_bytes += n;
-    if (req->in_value || req->header_count == 0) {
-        if (req->header_count == MAX_HEADERS) {
-            server_error(req, 431, "HTTP::TOO_MANY_HEADERS", "too many request headers");
-            return -1;
-        }
-        req->header_count++;
-        req->in_value = false;
-    }
-    struct http_header *h = &req->headers[req->header_count - 1];
-    size_t len = h->name ? strlen(h->name) : 0;
-    if (append(&h->name, &len, at, n, HTTP_MAX_HEADER_SIZE) < 0)
-        return -1;
-    return 0;
+    return req ? head_fault(req, http_head_add_field(&req->head, at, n)) : -1;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t n)
 {
     struct http_request *req = current(p);
-    if (req == NULL || req->header_count == 0)
-        return -1;
-    req->in_value = true;
-    req->header_bytes += n;
-    struct http_header *h = &req->headers[req->header_count - 1];
-    size_t len = h->value ? strlen(h->value) : 0;
-    if (append(&h->value, &len, at, n, HTTP_MAX_HEADER_SIZE) < 0)
-        return -1;
-    return 0;
+    return req ? head_fault(req, http_head_add_value(&req->head, at, n)) : -1;
 }
 
 /* A read timeout: between requests, and between a body's bytes. It restarts with every read,
@@ -514,19 +486,19 @@ static int on_headers_complete(http_parser *p)
 {
     struct http_conn *conn = p->data;
     struct http_request *req = current(p);
-    if (req == NULL || req->target == NULL)
+    if (req == NULL || req->head.target == NULL)
         return -1;
     snprintf(req->method, sizeof(req->method), "%s", http_method_str(p->method));
     if (p->http_major != 1 || p->http_minor > 1) {
         server_error(req, 400, "HTTP::VERSION_NOT_SUPPORTED", "only HTTP/1.0 and 1.1 are served");
         return -1;
     }
-    for (size_t i = 0; i < req->header_count; i++)
-        if (req->headers[i].value == NULL)
-            req->headers[i].value = strdup("");
-    char *q = strchr(req->target, '?');
-    req->path = strndup(req->target, q ? (size_t)(q - req->target) : req->target_len);
-    req->query = q ? q + 1 : req->target + req->target_len;
+    if (http_head_finish(&req->head) < 0)
+        return head_fault(req, HTTP_HEAD_NO_MEMORY);
+    char *target = req->head.target;
+    char *q = strchr(target, '?');
+    req->path = strndup(target, q ? (size_t)(q - target) : req->head.target_len);
+    req->query = q ? q + 1 : target + req->head.target_len;
     req->upgrade = p->upgrade;
     req->keep_alive = http_should_keep_alive(p);
     req->head_only = p->method == HTTP_HEAD;
@@ -674,14 +646,26 @@ static void conn_process_loop(struct http_conn *conn)
         if (len == 0)
             return;
         char *data = (char *)evbuffer_pullup(input, len);
+        bool in_head = req == NULL || req->path == NULL; /* path is set with the head */
         size_t n = http_parser_execute(&conn->parser, &parser_settings, data, len);
         enum http_errno e = HTTP_PARSER_ERRNO(&conn->parser);
         req = conn->req;
         /* Paused in on_headers_complete, http-parser stops *on* the head's final LF. */
         if (req != NULL && req->taken != NULL && n < len && data[n] == '\n')
             n++;
+        /* The head's own bytes, kept for an owner that takes the connection over with them:
+         * while the head is incomplete, and the rest of it once it was taken so. */
+        if (in_head && req != NULL && (req->path == NULL || req->taken_with_head) &&
+            (req->raw_head != NULL || (req->raw_head = evbuffer_new()) != NULL))
+            evbuffer_add(req->raw_head, data, n);
+        else if (req != NULL && req->raw_head != NULL && req->taken == NULL) {
+            evbuffer_free(req->raw_head); /* a head served here: its bytes are not needed */
+            req->raw_head = NULL;
+        }
         evbuffer_drain(input, n);
         if (req != NULL && req->taken != NULL) {
+            if (req->taken_with_head && req->raw_head != NULL)
+                evbuffer_prepend_buffer(input, req->raw_head);
             /* The new owner holds the bufferevent now; the connection record goes. */
             conn->bev = NULL;
             return;
@@ -1035,7 +1019,7 @@ const char *http_request_version(const struct http_request *req)
 
 const char *http_request_target(const struct http_request *req)
 {
-    return req->target ? req->target : "";
+    return req->head.target ? req->head.target : "";
 }
 
 const char *http_request_path(const struct http_request *req)
@@ -1050,16 +1034,13 @@ const char *http_request_query(const struct http_request *req)
 
 const char *http_request_header(const struct http_request *req, const char *name)
 {
-    for (size_t i = 0; i < req->header_count; i++)
-        if (req->headers[i].name && strcasecmp(req->headers[i].name, name) == 0)
-            return req->headers[i].value;
-    return NULL;
+    return http_head_get(&req->head, name);
 }
 
 const struct http_header *http_request_headers(const struct http_request *req, size_t *count)
 {
-    *count = req->header_count;
-    return req->headers;
+    *count = req->head.count;
+    return req->head.headers;
 }
 
 struct evbuffer *http_request_body(struct http_request *req)
@@ -1268,6 +1249,12 @@ struct bufferevent *http_request_take_over(struct http_request *req)
     bufferevent_setwatermark(bev, EV_READ, 0, 0);
     req->taken = bev;
     return bev;
+}
+
+struct bufferevent *http_request_take_over_with_head(struct http_request *req)
+{
+    req->taken_with_head = true;
+    return http_request_take_over(req);
 }
 
 void http_request_free_taken(struct http_request *req)

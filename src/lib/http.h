@@ -15,14 +15,10 @@
 #include <stdint.h>
 
 #include "lib/error.h"
+#include "lib/http_head.h"
 
 struct http_server;
 struct http_request;
-
-struct http_header {
-    char *name;
-    char *value;
-};
 
 struct http_server_config {
     size_t max_body;        /* bytes; larger bodies get 413 (streamed bodies: no limit) */
@@ -129,6 +125,9 @@ void http_request_on_abort(struct http_request *req, void (*cb)(struct http_requ
  * valid until http_request_free_taken, and the connection counts against the server's caps
  * (in all and per peer) until then. */
 struct bufferevent *http_request_take_over(struct http_request *req);
+/* The same, but the input starts with the head's own bytes, as the client sent them (the
+ * gateway parses every head itself and passes requests on untouched). */
+struct bufferevent *http_request_take_over_with_head(struct http_request *req);
 void http_request_free_taken(struct http_request *req);
 
 const char *http_status_reason(int status);

@@ -407,3 +407,32 @@ def test_api_request_pipelined_behind_a_proxied_one(coved, sandbox):
     assert b"late" in first
     assert b'"healthy"' in rest
     assert coved.health()["status"] == "healthy"
+
+
+def test_http10_through_the_gateway_closes_unless_asked_to_stay(coved, sandbox):
+    """Issue 9: an HTTP/1.0 request through the gateway is answered as the API answers it: the
+    connection closes after the response unless the client asked for keep-alive, and then it
+    stays open for the next request (the tunnel used to replay every head as HTTP/1.1)."""
+    path = f"/sandboxes/{sandbox}/proxy/44772/ping"
+    s = socket.create_connection(("127.0.0.1", coved.port), timeout=10)
+    s.sendall(f"GET {path} HTTP/1.0\r\nOPEN-SANDBOX-API-KEY: test-key\r\n\r\n".encode())
+    reply = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break  # closed by coved: what an HTTP/1.0 client expects
+        reply += chunk
+    s.close()
+    assert reply.startswith(b"HTTP/1.1 200"), reply
+    assert b"connection: close" in reply.lower()
+
+    s = socket.create_connection(("127.0.0.1", coved.port), timeout=10)
+    try:
+        for _ in range(2):
+            s.sendall(f"GET {path} HTTP/1.0\r\nConnection: keep-alive\r\n"
+                      f"OPEN-SANDBOX-API-KEY: test-key\r\n\r\n".encode())
+            reply = s.recv(65536)
+            assert reply.startswith(b"HTTP/1.1 200"), reply
+            assert b"connection: keep-alive" in reply.lower()
+    finally:
+        s.close()

@@ -302,18 +302,6 @@ void gateway_free(struct gateway *gw)
     free(gw);
 }
 
-/* Serializes the head the HTTP server already parsed, so the tunnel's parser starts there. */
-static void replay_first_head(struct evbuffer *buf, struct http_request *req)
-{
-    evbuffer_add_printf(buf, "%s %s HTTP/%s\r\n", http_request_method(req),
-                        http_request_target(req), http_request_version(req));
-    size_t count;
-    const struct http_header *h = http_request_headers(req, &count);
-    for (size_t i = 0; i < count; i++)
-        evbuffer_add_printf(buf, "%s: %s\r\n", h[i].name, h[i].value);
-    evbuffer_add(buf, "\r\n", 2);
-}
-
 static void free_taken(void *req)
 {
     http_request_free_taken(req);
@@ -326,14 +314,11 @@ bool gateway_handle(struct gateway *gw, struct http_request *req)
     if (!route_match_host(domain, http_request_header(req, "Host"), http_request_target(req), &r) &&
         !route_match_path(http_request_path(req), &r))
         return false;
-    struct evbuffer *head = evbuffer_new();
-    if (head == NULL) {
+    struct tunnel *t = tunnel_new(gw->tunnels);
+    if (t == NULL) {
         api_respond_errorf(req, 503, "COVE::OVERLOADED", "out of memory");
         return false;
     }
-    replay_first_head(head, req);
-    struct bufferevent *client = http_request_take_over(req);
-    if (tunnel_start(gw->tunnels, client, head, free_taken, req) < 0)
-        evbuffer_free(head);
+    tunnel_start(t, http_request_take_over_with_head(req), free_taken, req);
     return true;
 }

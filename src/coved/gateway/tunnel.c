@@ -34,9 +34,6 @@
 #define TUNNEL_LOW_WATER (256 * 1024)
 /* libevent moves 4 KiB per read by default: far too little for bulk transfers. */
 #define TUNNEL_IO_CHUNK (256 * 1024)
-#define MAX_HEADERS 100
-#define MAX_HEAD_BYTES (64 * 1024)
-#define MAX_TARGET 8192
 
 /* Hop-by-hop headers are the tunnel's (the owner's private ones go too). */
 static const char *const dropped_request_headers[] = {
@@ -48,21 +45,6 @@ static const char *const dropped_response_headers[] = {
     "Keep-Alive",
     "Proxy-Connection",
     "Upgrade",
-};
-
-struct header {
-    char *name;
-    char *value;
-};
-
-/* One parsed head, request or response. */
-struct head {
-    char *target; /* request target, or the response's reason phrase */
-    size_t target_len;
-    struct header headers[MAX_HEADERS];
-    size_t count;
-    bool in_value;
-    size_t bytes;
 };
 
 enum tunnel_state {
@@ -86,7 +68,7 @@ struct tunnel {
     enum tunnel_state state;
     uint64_t skipped; /* body bytes dropped in SKIP_BODY */
     http_parser request_parser, response_parser;
-    struct head request, response;
+    struct http_head request, response; /* a response's target is its reason phrase */
     bool request_head_done, request_done;
     bool response_head_done, response_done;
     bool request_is_head, request_upgrade;
@@ -94,11 +76,11 @@ struct tunnel {
     /* Paused in on_headers_complete, http-parser stops *on* the head's final LF and consumes
      * it when resumed: that byte is head, never to be forwarded as body. */
     bool request_lf_pending, response_lf_pending;
-    struct evbuffer *replay; /* the first head, put back in front of the client's bytes */
-    bool closing;            /* flush what is queued for the client, then close */
-    bool client_eof;         /* the client sent its FIN: it goes upstream after its bytes */
-    bool upstream_shut;      /* that FIN was passed on (shutdown SHUT_WR) */
-    bool head_begun;         /* a request head is being read: its deadline runs */
+    struct evbuffer *raw_head; /* the current request head's bytes as they came */
+    bool closing;              /* flush what is queued for the client, then close */
+    bool client_eof;           /* the client sent its FIN: it goes upstream after its bytes */
+    bool upstream_shut;        /* that FIN was passed on (shutdown SHUT_WR) */
+    bool head_begun;           /* a request head is being read: its deadline runs */
     int64_t head_deadline_ms;
     int64_t last_activity_ms; /* bytes read from either side */
     struct event *timer;      /* idle timeout and head deadline */
@@ -121,33 +103,7 @@ static void process_upstream(struct tunnel *t);
 
 /* ---- heads ---- */
 
-static void head_clear(struct head *h)
-{
-    free(h->target);
-    for (size_t i = 0; i < h->count; i++) {
-        free(h->headers[i].name);
-        free(h->headers[i].value);
-    }
-    memset(h, 0, sizeof(*h));
-}
-
-static int append(char **dst, const char *at, size_t n, size_t *len, size_t limit)
-{
-    size_t cur = *dst ? strlen(*dst) : 0;
-    if (cur + n > limit)
-        return -1;
-    char *grown = realloc(*dst, cur + n + 1);
-    if (grown == NULL)
-        return -1;
-    memcpy(grown + cur, at, n);
-    grown[cur + n] = '\0';
-    *dst = grown;
-    if (len)
-        *len = cur + n;
-    return 0;
-}
-
-static struct head *head_of(http_parser *p)
+static struct http_head *head_of(http_parser *p)
 {
     struct tunnel *t = p->data;
     return p == &t->request_parser ? &t->request : &t->response;
@@ -155,40 +111,24 @@ static struct head *head_of(http_parser *p)
 
 static int on_target(http_parser *p, const char *at, size_t n)
 {
-    struct head *h = head_of(p);
-    return append(&h->target, at, n, &h->target_len, MAX_TARGET);
+    return http_head_add_target(head_of(p), at, n) == HTTP_HEAD_OK ? 0 : -1;
 }
 
 static int on_header_field(http_parser *p, const char *at, size_t n)
 {
-    struct head *h = head_of(p);
-    if ((h->bytes += n) > MAX_HEAD_BYTES)
-        return -1;
-    if (h->in_value || h->count == 0) {
-        if (h->count == MAX_HEADERS)
-            return -1;
-        h->count++;
-        h->in_value = false;
-    }
-    return append(&h->headers[h->count - 1].name, at, n, NULL, MAX_HEAD_BYTES);
+    return http_head_add_field(head_of(p), at, n) == HTTP_HEAD_OK ? 0 : -1;
 }
 
 static int on_header_value(http_parser *p, const char *at, size_t n)
 {
-    struct head *h = head_of(p);
-    if ((h->bytes += n) > MAX_HEAD_BYTES || h->count == 0)
-        return -1;
-    h->in_value = true;
-    return append(&h->headers[h->count - 1].value, at, n, NULL, MAX_HEAD_BYTES);
+    return http_head_add_value(head_of(p), at, n) == HTTP_HEAD_OK ? 0 : -1;
 }
 
 static int on_headers_complete(http_parser *p)
 {
     struct tunnel *t = p->data;
-    struct head *h = head_of(p);
-    for (size_t i = 0; i < h->count; i++)
-        if (h->headers[i].value == NULL)
-            h->headers[i].value = strdup("");
+    if (http_head_finish(head_of(p)) < 0)
+        return -1;
     http_parser_pause(p, 1);
     if (p == &t->request_parser) {
         t->request_head_done = true;
@@ -225,14 +165,6 @@ static const http_parser_settings response_settings = {
     .on_headers_complete = on_headers_complete,
     .on_message_complete = on_message_complete,
 };
-
-static const char *head_header(const struct head *h, const char *name)
-{
-    for (size_t i = 0; i < h->count; i++)
-        if (h->headers[i].name && strcasecmp(h->headers[i].name, name) == 0)
-            return h->headers[i].value;
-    return NULL;
-}
 
 static bool dropped(const char *name, const char *const *list, size_t n)
 {
@@ -296,10 +228,10 @@ static void tunnel_destroy(struct tunnel *t)
     drop_upstream(t);
     if (t->timer)
         event_free(t->timer);
-    head_clear(&t->request);
-    head_clear(&t->response);
-    if (t->replay)
-        evbuffer_free(t->replay);
+    http_head_clear(&t->request);
+    http_head_clear(&t->response);
+    if (t->raw_head)
+        evbuffer_free(t->raw_head);
     if (t->on_free)
         t->on_free(t->free_arg);
     free(t);
@@ -417,7 +349,7 @@ static void write_request_head(struct tunnel *t, const char *rest)
                         http_method_str((enum http_method)t->request_parser.method),
                         rest[0] == '/' ? "" : "/", rest);
     for (size_t i = 0; i < t->request.count; i++) {
-        const struct header *h = &t->request.headers[i];
+        const struct http_header *h = &t->request.headers[i];
         if (!dropped(h->name, dropped_request_headers,
                      sizeof(dropped_request_headers) / sizeof(dropped_request_headers[0])) &&
             !private_header(t->set, h->name))
@@ -425,7 +357,7 @@ static void write_request_head(struct tunnel *t, const char *rest)
     }
     if (t->request_upgrade)
         evbuffer_add_printf(out, "Connection: Upgrade\r\nUpgrade: %s\r\n",
-                            head_header(&t->request, "Upgrade"));
+                            http_head_get(&t->request, "Upgrade"));
     else
         evbuffer_add_printf(out, "Connection: keep-alive\r\n");
     if (t->prefix[0])
@@ -451,16 +383,18 @@ static void write_response_head(struct tunnel *t)
     evbuffer_add_printf(out, "HTTP/1.1 %u %s\r\n", p->status_code,
                         t->response.target ? t->response.target : "");
     for (size_t i = 0; i < t->response.count; i++) {
-        const struct header *h = &t->response.headers[i];
+        const struct http_header *h = &t->response.headers[i];
         if (!dropped(h->name, dropped_response_headers,
                      sizeof(dropped_response_headers) / sizeof(dropped_response_headers[0])))
             evbuffer_add_printf(out, "%s: %s\r\n", h->name, h->value);
     }
     if (p->status_code == 101)
         evbuffer_add_printf(out, "Connection: Upgrade\r\nUpgrade: %s\r\n",
-                            head_header(&t->response, "Upgrade"));
+                            http_head_get(&t->response, "Upgrade"));
     else if (p->status_code >= 200 && (!t->client_keep_alive || response_needs_eof(t)))
         evbuffer_add_printf(out, "Connection: close\r\n");
+    else if (p->status_code >= 200 && t->request_parser.http_minor == 0)
+        evbuffer_add_printf(out, "Connection: keep-alive\r\n"); /* HTTP/1.0 asked for it */
     evbuffer_add(out, "\r\n", 2);
 }
 
@@ -468,7 +402,8 @@ static void write_response_head(struct tunnel *t)
 
 static void start_request(struct tunnel *t)
 {
-    head_clear(&t->request);
+    http_head_clear(&t->request);
+    evbuffer_drain(t->raw_head, evbuffer_get_length(t->raw_head));
     t->request_head_done = t->request_done = false;
     t->state = READ_HEAD;
 }
@@ -478,23 +413,9 @@ static void start_request(struct tunnel *t)
 static void hand_back(struct tunnel *t)
 {
     struct bufferevent *bev = t->client;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    if (t->request_lf_pending && evbuffer_get_length(in) > 0)
-        evbuffer_drain(in, 1);
-    struct evbuffer *head = evbuffer_new();
-    if (head == NULL) {
-        tunnel_close(t);
-        return;
-    }
-    evbuffer_add_printf(
-        head, "%s %s HTTP/%u.%u\r\n", http_method_str((enum http_method)t->request_parser.method),
-        t->request.target, t->request_parser.http_major, t->request_parser.http_minor);
-    for (size_t i = 0; i < t->request.count; i++)
-        evbuffer_add_printf(head, "%s: %s\r\n", t->request.headers[i].name,
-                            t->request.headers[i].value);
-    evbuffer_add(head, "\r\n", 2);
-    evbuffer_prepend_buffer(in, head);
-    evbuffer_free(head);
+    /* The head's own bytes go back in front (its final LF, where the parser paused, is still
+     * in the input): the server reads the request exactly as the client sent it. */
+    evbuffer_prepend_buffer(bufferevent_get_input(bev), t->raw_head);
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
     t->client = NULL;
     t->closing = true;
@@ -547,7 +468,7 @@ static bool accept_request(struct tunnel *t)
     http_parser *p = &t->request_parser;
     t->client_keep_alive = http_should_keep_alive(p);
     t->request_is_head = p->method == HTTP_HEAD;
-    t->request_upgrade = p->upgrade && head_header(&t->request, "Upgrade") != NULL;
+    t->request_upgrade = p->upgrade && http_head_get(&t->request, "Upgrade") != NULL;
     struct tunnel_target *target = &t->target;
     memset(target, 0, sizeof(*target));
     struct cove_error *err = NULL;
@@ -582,7 +503,7 @@ static bool accept_request(struct tunnel *t)
     t->upstream_reusable = false;
     http_parser_init(&t->response_parser, HTTP_RESPONSE);
     t->response_parser.data = t;
-    head_clear(&t->response);
+    http_head_clear(&t->response);
     t->response_head_done = t->response_done = false;
     t->response_lf_pending = false;
     write_request_head(t, target->path[0] ? target->path : "/");
@@ -637,6 +558,8 @@ static void process_client(struct tunnel *t)
         }
         if (t->state == FORWARD_BODY && t->upstream && n > from)
             evbuffer_add(bufferevent_get_output(t->upstream), data + from, n - from);
+        if (t->state == READ_HEAD && n > from)
+            evbuffer_add(t->raw_head, data + from, n - from);
         evbuffer_drain(in, n);
         if (t->state == SKIP_BODY && (t->skipped += n - from) > SKIP_BODY_MAX) {
             t->client_keep_alive = false; /* the answer is out; the rest is not worth reading */
@@ -694,7 +617,7 @@ static void response_finished(struct tunnel *t)
     }
     if (p->status_code >= 100 && p->status_code < 200) {
         /* 100 Continue and friends: the real response follows on the same connection. */
-        head_clear(&t->response);
+        http_head_clear(&t->response);
         t->response_head_done = t->response_done = false;
         t->response_lf_pending = false;
         http_parser_init(p, HTTP_RESPONSE);
@@ -779,12 +702,6 @@ static void client_read_turn(struct bufferevent *bev, void *arg)
 {
     struct tunnel *t = arg;
     t->last_activity_ms = monotonic_ms();
-    if (t->replay != NULL) {
-        /* First turn after the take-over: the server has drained the head it parsed. */
-        evbuffer_prepend_buffer(bufferevent_get_input(bev), t->replay);
-        evbuffer_free(t->replay);
-        t->replay = NULL;
-    }
     process_client(t);
 }
 
@@ -982,20 +899,29 @@ static void describe_peer(int fd, char *out, size_t size)
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, size);
 }
 
-int tunnel_start(struct tunnel_set *set, struct bufferevent *client, struct evbuffer *first_head,
-                 void (*on_free)(void *), void *free_arg)
+struct tunnel *tunnel_new(struct tunnel_set *set)
 {
     struct tunnel *t = calloc(1, sizeof(*t));
-    if (t != NULL)
-        t->timer = evtimer_new(set->base, on_tunnel_timer, t);
-    if (t == NULL || t->timer == NULL) {
+    if (t == NULL)
+        return NULL;
+    t->timer = evtimer_new(set->base, on_tunnel_timer, t);
+    t->raw_head = evbuffer_new();
+    if (t->timer == NULL || t->raw_head == NULL) {
+        if (t->timer)
+            event_free(t->timer);
+        if (t->raw_head)
+            evbuffer_free(t->raw_head);
         free(t);
-        bufferevent_free(client);
-        if (on_free)
-            on_free(free_arg);
-        return -1;
+        return NULL;
     }
     t->set = set;
+    return t;
+}
+
+void tunnel_start(struct tunnel *t, struct bufferevent *client, void (*on_free)(void *),
+                  void *free_arg)
+{
+    struct tunnel_set *set = t->set;
     describe_peer(bufferevent_getfd(client), t->peer, sizeof(t->peer));
     t->on_free = on_free;
     t->free_arg = free_arg;
@@ -1016,11 +942,9 @@ int tunnel_start(struct tunnel_set *set, struct bufferevent *client, struct evbu
     t->last_activity_ms = monotonic_ms();
     arm_timer(t, t->last_activity_ms + idle_timeout_ms(t));
     start_request(t);
-    /* The head goes in front of the bytes still to come, on the next loop turn (the server
-     * drains what it parsed once its callback returns); the tunnel parses it all itself. */
-    t->replay = first_head;
+    /* On the next loop turn: the server puts the first head's bytes back in front of the
+     * input once its callback returns, and the tunnel parses it all itself. */
     bufferevent_trigger(t->client, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
-    return 0;
 }
 
 const char *tunnel_request_method(const struct tunnel *t)
@@ -1035,7 +959,7 @@ const char *tunnel_request_target(const struct tunnel *t)
 
 const char *tunnel_request_header(const struct tunnel *t, const char *name)
 {
-    return head_header(&t->request, name);
+    return http_head_get(&t->request, name);
 }
 
 const char *tunnel_peer(const struct tunnel *t)

@@ -60,13 +60,14 @@ struct tunnel_set *tunnel_set_new(struct event_base *base, const struct tunnel_o
 void tunnel_set_free(struct tunnel_set *set);
 size_t tunnel_set_count(const struct tunnel_set *set);
 
-/* Starts a tunnel on client, whose input holds the bytes after a first head already parsed;
- * first_head is that head serialized again (prepended to the input on the first turn). The
- * tunnel owns client and first_head, and calls on_free(free_arg) when it ends (e.g. to
- * release the HTTP server's record of the connection). -1 if out of memory: client is freed
- * and on_free called, first_head is still the caller's. */
-int tunnel_start(struct tunnel_set *set, struct bufferevent *client, struct evbuffer *first_head,
-                 void (*on_free)(void *), void *free_arg);
+/* A tunnel of set, made before anything is taken over (NULL if out of memory). */
+struct tunnel *tunnel_new(struct tunnel_set *set);
+/* Starts t on client, whose input holds (or will hold, by the next loop turn) a first request
+ * head and what follows it (http_request_take_over_with_head). The tunnel owns client and
+ * calls on_free(free_arg) when it ends (e.g. to release the HTTP server's record of the
+ * connection). */
+void tunnel_start(struct tunnel *t, struct bufferevent *client, void (*on_free)(void *),
+                  void *free_arg);
 
 /* The current request head, for route. */
 const char *tunnel_request_method(const struct tunnel *t);
