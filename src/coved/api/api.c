@@ -1,7 +1,5 @@
 #include "coved/api/api.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,56 +46,6 @@ void api_respond_error(struct http_request *req, const struct cove_error *err)
     if (status >= 500)
         log_error("%s %s: %s", http_request_method(req), http_request_path(req), err->message);
     http_respond_error(req, status, err->code, err->message);
-}
-
-static void owner_of_key(const char *key, char out[65])
-{
-    unsigned char digest[32];
-    unsigned int len = 0;
-    EVP_Digest(key, strlen(key), digest, &len, EVP_sha256(), NULL);
-    for (unsigned int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", digest[i]);
-}
-
-int api_check_key(struct api *api, const char *key, struct api_caller *caller,
-                  struct cove_error **err)
-{
-    memset(caller, 0, sizeof(*caller));
-    caller->admin = api->config.insecure; /* no keys at all: nothing to tell admins apart by */
-    if (api->config.insecure)
-        return 0;
-    if (key == NULL || key[0] == '\0')
-        return cove_error_set(err, 0, 401, "AUTH::MISSING_API_KEY",
-                              "missing OPEN-SANDBOX-API-KEY header");
-    /* Compare against every key in constant time, so timing tells nothing about them. */
-    char candidate[65], known[65];
-    owner_of_key(key, candidate);
-    bool found = false;
-    for (char **k = api->config.api_keys; *k; k++) {
-        owner_of_key(*k, known);
-        if (CRYPTO_memcmp(candidate, known, 64) == 0)
-            found = true;
-    }
-    for (char **k = api->config.admin_keys; k && *k; k++) {
-        owner_of_key(*k, known);
-        if (CRYPTO_memcmp(candidate, known, 64) == 0)
-            found = caller->admin = true;
-    }
-    if (!found)
-        return cove_error_set(err, 0, 401, "AUTH::INVALID_API_KEY", "invalid API key");
-    memcpy(caller->owner, candidate, sizeof(caller->owner));
-    return 0;
-}
-
-int api_authenticate(struct api *api, struct http_request *req, struct api_caller *caller)
-{
-    struct cove_error *err = NULL;
-    if (api_check_key(api, http_request_header(req, "OPEN-SANDBOX-API-KEY"), caller, &err) < 0) {
-        api_respond_error(req, err);
-        cove_error_free(err);
-        return -1;
-    }
-    return 0;
 }
 
 json_t *api_parse_json_object(struct http_request *req)

@@ -76,6 +76,11 @@ int api_check_key(struct api *api, const char *key, struct api_caller *caller,
                   struct cove_error **err);
 /* Checks OPEN-SANDBOX-API-KEY; on failure answers 401 itself and returns -1. */
 int api_authenticate(struct api *api, struct http_request *req, struct api_caller *caller);
+/* Who may use a gateway route (api/auth.c): the owner's API key, the sandbox's access token
+ * (token, when no key is given), or a valid signed route (checked and rate-limited per peer
+ * address of client_fd). The sandbox, or NULL with err set. */
+struct sandbox *api_authorize_route(struct api *api, const struct route *r, const char *key,
+                                    const char *token, int client_fd, struct cove_error **err);
 /* Parses the body as a JSON object; on failure answers 400 itself and returns NULL. */
 json_t *api_parse_json_object(struct http_request *req);
 

@@ -19,7 +19,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/crypto.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,41 +45,6 @@ struct gateway {
     struct tunnel_set *tunnels;
     json_t *per_sandbox; /* open upstream connections per sandbox id */
 };
-
-/* ---- routes and authorization ---- */
-
-/* Who may use a route: the owner's API key, the sandbox's access token, or a valid signed
- * route (checked and rate-limited per peer address of the client). NULL with err set
- * otherwise. */
-static struct sandbox *authorize(struct api *api, const struct tunnel *t, const struct route *r,
-                                 struct cove_error **err)
-{
-    if (r->signed_route) {
-        if (route_check_connection(&api->signer, r, tunnel_client_fd(t), err) < 0)
-            return NULL;
-        struct sandbox *sb = sandbox_find_any(api->sandboxes, r->id);
-        if (sb == NULL)
-            cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %s not found", r->id);
-        return sb;
-    }
-    const char *key = tunnel_request_header(t, "OPEN-SANDBOX-API-KEY");
-    const char *token = tunnel_request_header(t, GATEWAY_TOKEN_HEADER);
-    if (token != NULL && key == NULL) {
-        struct sandbox *sb = sandbox_find_any(api->sandboxes, r->id);
-        /* The same answer for an unknown sandbox and a wrong token. */
-        if (sb == NULL || strlen(token) != strlen(sb->access_token) ||
-            CRYPTO_memcmp(token, sb->access_token, strlen(token)) != 0) {
-            cove_error_set(err, 0, 401, "GATEWAY::INVALID_TOKEN",
-                           "invalid access token for this sandbox");
-            return NULL;
-        }
-        return sb;
-    }
-    struct api_caller caller;
-    if (api_check_key(api, key, &caller, err) < 0)
-        return NULL;
-    return sandbox_find(api->sandboxes, r->id, caller.owner[0] ? caller.owner : NULL, err);
-}
 
 /* ---- upstream ---- */
 
@@ -230,7 +194,9 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
         route_match_path(target_text, &r);
     if (!routed) {
         return TUNNEL_HAND_BACK;
-    } else if ((sb = authorize(api, t, &r, err)) == NULL) {
+    } else if ((sb = api_authorize_route(api, &r, tunnel_request_header(t, "OPEN-SANDBOX-API-KEY"),
+                                         tunnel_request_header(t, GATEWAY_TOKEN_HEADER),
+                                         tunnel_client_fd(t), err)) == NULL) {
         /* err is set */
     } else if (r.port < 0) {
         cove_error_set(err, 0, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");

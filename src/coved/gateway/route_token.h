@@ -19,23 +19,17 @@
 
 #include "coved/gateway/route_keyring.h"
 #include "coved/gateway/route_limit.h"
+#include "coved/gateway/route.h"
 #include "coved/sandbox/sandbox.h"
 #include "lib/error.h"
 
-/* Path prefix of signed routes: /route/{id}/{port}/{expires}/{signature}/... */
-#define GATEWAY_SIGNED_PREFIX "/route"
 #define ROUTE_MAC_SIZE 16
-#define ROUTE_SIG_PATH_LEN 23 /* key id + 22 base64url characters */
-#define ROUTE_SIG_HOST_LEN 27 /* key id + 26 base32 characters */
-#define ROUTE_SIG_SIZE 32     /* room for either, and the NUL */
 /* After this many bad signatures from one peer within the window, its signed routes are
  * answered 429 unchecked for the block time: a 128-bit MAC is not guessed either way, but a
  * flood of guesses costs HMACs and log lines, and says who is trying. */
 #define ROUTE_BAD_SIGNATURES_MAX 20
 #define ROUTE_BAD_SIGNATURES_WINDOW_MS (60 * 1000)
 #define ROUTE_BAD_SIGNATURES_BLOCK_MS (300 * 1000)
-
-enum route_form { ROUTE_FORM_PATH, ROUTE_FORM_HOST };
 
 /* A log line a second at most: when the last went out, and how many were dropped since. */
 struct route_log_budget {
@@ -79,17 +73,6 @@ int64_t route_monotonic_ms(void);
 void route_sign(struct route_signer *signer, enum route_form form, const char *id, int port,
                 const char *expires_b36, int64_t now_ms, char out[ROUTE_SIG_SIZE]);
 
-/* A gateway route, as read from a request: which sandbox and port, and how it is signed. */
-struct route {
-    char id[SANDBOX_ID_SIZE + 1];
-    int port;
-    bool signed_route;
-    enum route_form form;
-    char expires_b36[16];
-    char sig[ROUTE_SIG_SIZE];
-    const char *rest; /* path to forward */
-};
-
 /* Checks a signed route from peer (NULL: unknown): 0 if it is valid and unexpired; else -1
  * and err 403 (bad or expired) or 429 (peer blocked, route not checked). Bad signatures are
  * counted per peer and logged, at most a line a second. now_s: Unix seconds; now_ms:
@@ -99,10 +82,3 @@ int route_check(struct route_signer *signer, const struct route *r, const struct
 /* route_check for a request on connected socket fd, at the current time. */
 int route_check_connection(struct route_signer *signer, const struct route *r, int fd,
                            struct cove_error **err);
-
-/* The path forms (/sandboxes/{id}/proxy/{port}/..., /v1/ too, and the signed /route/...);
- * false if target is none of them. A port that is not 1-65535 is -1. */
-bool route_match_path(const char *target, struct route *r);
-/* The host forms under domain ({port}-{id}.DOMAIN, {id}-{port}-{b36}-{sig}.DOMAIN), read
- * without case; false if host is not one (or no domain is configured). */
-bool route_match_host(const char *domain, const char *host, const char *target, struct route *r);

@@ -1,0 +1,111 @@
+/* Which sandbox and port a gateway request names (route.h). */
+#include "coved/gateway/route.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int next_segment(const char **p, char *out, size_t size)
+{
+    if (**p != '/')
+        return -1;
+    const char *start = *p + 1;
+    size_t len = strcspn(start, "/?");
+    if (len == 0 || len >= size)
+        return -1;
+    memcpy(out, start, len);
+    out[len] = '\0';
+    *p = start + len;
+    return 0;
+}
+
+static int parse_port(const char *text)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    return *text && *end == '\0' && v >= 1 && v <= 65535 ? (int)v : -1;
+}
+
+/* The path forms; target may carry a query, which stays in `rest`. */
+bool route_match_path(const char *target, struct route *r)
+{
+    char seg[32];
+    const char *p = target;
+    memset(r, 0, sizeof(*r));
+    if (strncmp(p, GATEWAY_SIGNED_PREFIX "/", sizeof(GATEWAY_SIGNED_PREFIX)) == 0) {
+        p += sizeof(GATEWAY_SIGNED_PREFIX) - 1;
+        r->signed_route = true;
+        r->form = ROUTE_FORM_PATH;
+        if (next_segment(&p, r->id, sizeof(r->id)) < 0 || next_segment(&p, seg, sizeof(seg)) < 0 ||
+            next_segment(&p, r->expires_b36, sizeof(r->expires_b36)) < 0 ||
+            next_segment(&p, r->sig, sizeof(r->sig)) < 0)
+            return false;
+        r->port = parse_port(seg);
+        r->rest = p;
+        return true;
+    }
+    if (strncmp(p, "/v1/", 4) == 0)
+        p += 3;
+    if (next_segment(&p, seg, sizeof(seg)) < 0 || strcmp(seg, "sandboxes") != 0 ||
+        next_segment(&p, r->id, sizeof(r->id)) < 0 || next_segment(&p, seg, sizeof(seg)) < 0 ||
+        strcmp(seg, "proxy") != 0 || next_segment(&p, seg, sizeof(seg)) < 0)
+        return false;
+    r->port = parse_port(seg);
+    r->rest = p;
+    return true;
+}
+
+static bool copy_part(char *out, size_t size, const char *part)
+{
+    size_t len = strlen(part);
+    if (len >= size)
+        return false;
+    memcpy(out, part, len + 1);
+    return true;
+}
+
+/* The host forms: {port}-{id}.DOMAIN or {id}-{port}-{b36}-{sig}.DOMAIN (an optional :port
+ * after DOMAIN). Sandbox ids hold no '-', so the dashes split the label unambiguously; host
+ * names have no case, so the label is read in lowercase. */
+bool route_match_host(const char *domain, const char *host, const char *target, struct route *r)
+{
+    if (domain == NULL || domain[0] == '\0' || host == NULL)
+        return false;
+    char label[128];
+    const char *dot = strchr(host, '.');
+    if (dot == NULL || (size_t)(dot - host) >= sizeof(label))
+        return false;
+    size_t dlen = strlen(domain);
+    if (strncasecmp(dot + 1, domain, dlen) != 0 || (dot[1 + dlen] != '\0' && dot[1 + dlen] != ':'))
+        return false;
+    for (size_t i = 0; i < (size_t)(dot - host); i++)
+        label[i] = (char)tolower((unsigned char)host[i]);
+    label[dot - host] = '\0';
+    char *parts[4];
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(label, "-", &save); tok && n < 4; tok = strtok_r(NULL, "-", &save))
+        parts[n++] = tok;
+    if (strtok_r(NULL, "-", &save) != NULL)
+        return false;
+    memset(r, 0, sizeof(*r));
+    if (n == 2) {
+        r->port = parse_port(parts[0]);
+        if (!copy_part(r->id, sizeof(r->id), parts[1]))
+            return false;
+    } else if (n == 4) {
+        r->signed_route = true;
+        r->form = ROUTE_FORM_HOST;
+        r->port = parse_port(parts[1]);
+        if (!copy_part(r->id, sizeof(r->id), parts[0]) ||
+            !copy_part(r->expires_b36, sizeof(r->expires_b36), parts[2]) ||
+            !copy_part(r->sig, sizeof(r->sig), parts[3]))
+            return false;
+    } else {
+        return false;
+    }
+    r->rest = target; /* host routing keeps the whole path */
+    return true;
+}

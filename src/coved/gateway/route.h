@@ -1,0 +1,35 @@
+/* Gateway routes as requests name them: by path (/sandboxes/{id}/proxy/{port}/..., /v1/ too,
+ * and the signed /route/{id}/{port}/{expires}/{signature}/...) or by host name under the
+ * configured domain. Matching only: signed routes are checked in route_token.c. */
+#pragma once
+
+#include <stdbool.h>
+
+#include "coved/sandbox/sandbox.h"
+
+/* Path prefix of signed routes: /route/{id}/{port}/{expires}/{signature}/... */
+#define GATEWAY_SIGNED_PREFIX "/route"
+#define ROUTE_SIG_PATH_LEN 23 /* key id + 22 base64url characters */
+#define ROUTE_SIG_HOST_LEN 27 /* key id + 26 base32 characters */
+#define ROUTE_SIG_SIZE 32     /* room for either, and the NUL */
+
+/* The two forms a signed route comes in, each with its own encoding of the signature. */
+enum route_form { ROUTE_FORM_PATH, ROUTE_FORM_HOST };
+
+/* A gateway route, as read from a request: which sandbox and port, and how it is signed. */
+struct route {
+    char id[SANDBOX_ID_SIZE + 1];
+    int port;
+    bool signed_route;
+    enum route_form form;
+    char expires_b36[16];
+    char sig[ROUTE_SIG_SIZE];
+    const char *rest; /* path to forward */
+};
+
+/* The path forms (/sandboxes/{id}/proxy/{port}/..., /v1/ too, and the signed /route/...);
+ * false if target is none of them. A port that is not 1-65535 is -1. */
+bool route_match_path(const char *target, struct route *r);
+/* The host forms under domain ({port}-{id}.DOMAIN, {id}-{port}-{b36}-{sig}.DOMAIN), read
+ * without case; false if host is not one (or no domain is configured). */
+bool route_match_host(const char *domain, const char *host, const char *target, struct route *r);
