@@ -646,6 +646,7 @@ static void conn_process_loop(struct http_conn *conn)
         if (len == 0)
             return;
         char *data = (char *)evbuffer_pullup(input, len);
+        req = conn->req; /* the one above may have been answered and freed */
         bool in_head = req == NULL || req->path == NULL; /* path is set with the head */
         size_t n = http_parser_execute(&conn->parser, &parser_settings, data, len);
         enum http_errno e = HTTP_PARSER_ERRNO(&conn->parser);
