@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -25,6 +26,8 @@
 #define IDLE_TIMEOUT_S 60
 #define HEAD_TIMEOUT_S 10
 #define PEER_BUCKETS 1024
+/* Stop serving the next request of a client that does not read its answers. */
+#define WRITE_HIGH_WATERMARK (1024 * 1024)
 /* Stop reading from a client that sends faster than it is served. */
 #define READ_HIGH_WATERMARK (256 * 1024)
 /* A streamed body answered before its end is read on (and dropped) up to this much, so that
@@ -51,6 +54,7 @@ struct http_server {
     size_t waiting;
     struct http_peer *peers[PEER_BUCKETS];
     int fd_limit; /* RLIMIT_NOFILE's soft limit when the server was made */
+    uint32_t peer_seed;
     int port;
 };
 
@@ -68,6 +72,7 @@ struct http_conn {
     bool close_after; /* close once the output is written */
     bool read_eof;    /* the client half-closed while a paused body still had input */
     bool draining;    /* answered early: reading the rest of a streamed body to drop it */
+    bool output_full; /* the next request waits for the answers queued to go out */
     size_t discard_left;
 };
 
@@ -263,15 +268,16 @@ static int peer_address(const struct sockaddr *sa, unsigned char addr[16])
             memcpy(addr, a->s6_addr + 12, 4);
             return AF_INET;
         }
-        memcpy(addr, a->s6_addr, 16);
+        memcpy(addr, a->s6_addr, 8); /* a /64 is one peer: its holder has all of it */
         return AF_INET6;
     }
     return 0;
 }
 
-static size_t peer_bucket(int family, const unsigned char addr[16])
+static size_t peer_bucket(const struct http_server *srv, int family, const unsigned char addr[16])
 {
-    uint32_t h = 2166136261u ^ (uint32_t)family; /* FNV-1a */
+    /* FNV-1a from a random start, so that no one can pick addresses for one long chain. */
+    uint32_t h = srv->peer_seed ^ (uint32_t)family;
     for (int i = 0; i < 16; i++)
         h = (h ^ addr[i]) * 16777619u;
     return h % PEER_BUCKETS;
@@ -286,7 +292,7 @@ static struct http_peer *peer_lookup(struct http_server *srv, const struct socka
     int family = sa ? peer_address(sa, addr) : 0;
     if (family == 0)
         return NULL;
-    size_t b = peer_bucket(family, addr);
+    size_t b = peer_bucket(srv, family, addr);
     for (struct http_peer *p = srv->peers[b]; p; p = p->next)
         if (p->family == family && memcmp(p->addr, addr, 16) == 0)
             return p;
@@ -306,7 +312,7 @@ static void peer_release(struct http_server *srv, struct http_peer *peer)
 {
     if (peer == NULL || --peer->connections > 0)
         return;
-    struct http_peer **link = &srv->peers[peer_bucket(peer->family, peer->addr)];
+    struct http_peer **link = &srv->peers[peer_bucket(srv, peer->family, peer->addr)];
     while (*link != peer)
         link = &(*link)->next;
     *link = peer->next;
@@ -443,7 +449,9 @@ static void set_idle(struct http_conn *conn, bool idle)
     int s =
         conn->srv->config.idle_timeout_s > 0 ? conn->srv->config.idle_timeout_s : IDLE_TIMEOUT_S;
     struct timeval tv = {.tv_sec = s};
-    bufferevent_set_timeouts(conn->bev, idle ? &tv : NULL, NULL);
+    /* An answer the client takes no byte of for as long ends the connection too. */
+    struct timeval wt = {.tv_sec = conn->srv->config.write_timeout_s};
+    bufferevent_set_timeouts(conn->bev, idle ? &tv : NULL, wt.tv_sec > 0 ? &wt : NULL);
 }
 
 /* The deadline of a request head runs from the connection's accept (first request) or from
@@ -637,6 +645,12 @@ static void conn_process_loop(struct http_conn *conn)
             /* Answered: next request, or close. */
             if (conn->close_after)
                 return;
+            /* Pipelined requests of a client that does not read its answers wait until the
+             * answers are out (on_write goes on), so what is queued for it stays bounded. */
+            if (evbuffer_get_length(bufferevent_get_output(conn->bev)) >= WRITE_HIGH_WATERMARK) {
+                conn->output_full = true;
+                return;
+            }
             request_free(req);
             conn->req = NULL;
             http_parser_pause(&conn->parser, 0);
@@ -753,6 +767,11 @@ static void on_write(struct bufferevent *bev, void *arg)
     struct http_request *req = conn->req;
     if (conn_done(conn)) {
         conn_free(conn);
+        return;
+    }
+    if (conn->output_full) {
+        conn->output_full = false;
+        conn_process(conn);
         return;
     }
     if (req != NULL && req->streaming && !req->responded && req->on_drain)
@@ -895,6 +914,8 @@ int http_server_new(struct event_base *base, const struct http_server_config *co
         return cove_error_sys(err, "calloc");
     srv->base = base;
     srv->config = *config;
+    if (getrandom(&srv->peer_seed, sizeof(srv->peer_seed), GRND_NONBLOCK) != sizeof(srv->peer_seed))
+        srv->peer_seed = (uint32_t)time(NULL) ^ 2166136261u;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < INT_MAX)
         srv->fd_limit = (int)rl.rlim_cur;

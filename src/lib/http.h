@@ -31,6 +31,8 @@ struct http_server_config {
     size_t reserved_connections;
     int head_timeout_s; /* a request head must be complete this long after it began (10) */
     int idle_timeout_s; /* between requests, or a body's bytes this far apart (60) */
+    /* A response the client takes no byte of for this long closes it (0: never). */
+    int write_timeout_s;
     /* Accept only while this many descriptors stay free below RLIMIT_NOFILE (0: none kept). */
     int fd_reserve;
     /* After the head: return true to take the connection over (see http_request_take_over),

@@ -356,3 +356,74 @@ def test_one_address_holds_a_quarter_of_a_sandboxs_tunnels(guarded):
         for s in held:
             s.close()
         guarded.delete(sid)
+
+
+def test_leftover_bytes_of_one_upstream_never_answer_the_next_request(coved):
+    """A sandbox server answers with `Connection: close` and sends a forged response after
+    it; the client's next request, pipelined to another upstream (the agent), gets the
+    agent's answer, not the forgery (the tunnel once read on in the old upstream's bytes)."""
+    sid = coved.create()
+    try:
+        coved.sh(sid, "cat > /tmp/forge.py <<'EOF'\n"
+                 "import socket\n"
+                 "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                 "s.bind(('127.0.0.1', 8101)); s.listen(8)\n"
+                 "while True:\n"
+                 "    c,_=s.accept(); c.recv(65536)\n"
+                 "    c.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: 4\\r\\nConnection: close'\n"
+                 "              b'\\r\\n\\r\\nrealHTTP/1.1 200 OK\\r\\nContent-Length: 6\\r\\n\\r\\nFORGED')\n"
+                 "    c.close()\n"
+                 "EOF\n"
+                 "nohup python3 /tmp/forge.py >/dev/null 2>&1 &\n"
+                 "for i in $(seq 50); do python3 -c \"import socket; "
+                 "socket.create_connection(('127.0.0.1',8101)).close()\" 2>/dev/null && break;"
+                 " sleep 0.1; done")
+        for _ in range(5):
+            s = connect(coved.port)
+            s.sendall(f"GET /sandboxes/{sid}/proxy/8101/ HTTP/1.1\r\nHost: x\r\n"
+                      f"OPEN-SANDBOX-API-KEY: test-key\r\n\r\n".encode() +
+                      proxy_head(sid, "/ping", extra="Connection: close\r\n"))
+            got = read_response(s, 5)
+            s.close()
+            assert b"real" in got, got
+            assert b"FORGED" not in got, got
+            assert got.count(b"HTTP/1.1 200") == 2, got
+    finally:
+        coved.delete(sid)
+
+
+@pytest.mark.parametrize("route", ["gateway", "api"])
+def test_answers_to_a_client_that_never_reads_stay_bounded(coved, route):
+    """Pipelined requests that coved answers itself (refused gateway routes, API calls) from a
+    client that never reads: coved stops taking requests once its answers queue up, so its
+    memory does not grow with what the client pushes."""
+    before = rss_kib(coved.proc.pid)
+    head = (b"GET /sandboxes/nosuchsandbox/proxy/80/ HTTP/1.1\r\nHost: x\r\n\r\n"
+            if route == "gateway" else b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n") * 2048
+    s = connect(coved.port)
+    s.settimeout(0.5)
+    sent = 0
+    deadline = time.time() + 4
+    while time.time() < deadline and sent < 256 * 1024 * 1024:
+        try:
+            sent += s.send(head)
+        except socket.timeout:
+            pass
+    grown = rss_kib(coved.proc.pid) - before
+    s.close()
+    assert sent < 64 * 1024 * 1024, f"coved took {sent >> 20} MiB of requests it had to answer"
+    assert grown < 64 * 1024, f"coved grew by {grown >> 10} MiB"
+    assert b"200 OK" in get_health(coved.port)
+
+
+def test_a_refusal_reaches_a_client_that_half_closed(coved):
+    """A client that sends one request and shuts its side (`nc -N`) still gets the gateway's
+    refusal, as the API's answers reach it."""
+    s = connect(coved.port)
+    s.sendall(b"GET /sandboxes/nosuchsandbox/proxy/80/ HTTP/1.1\r\nHost: x\r\n"
+              b"OPEN-SANDBOX-API-KEY: test-key\r\n\r\n")
+    s.shutdown(socket.SHUT_WR)
+    got = read_response(s, 5)
+    s.close()
+    assert got.startswith(b"HTTP/1.1 404"), got
+    assert json.loads(got.split(b"\r\n\r\n", 1)[1])["code"] == "SANDBOX::NOT_FOUND"

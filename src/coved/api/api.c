@@ -273,6 +273,7 @@ int api_start(struct api *api, struct cove_error **err)
         .reserved_connections = reserved,
         .head_timeout_s = api->config.head_timeout_s,
         .idle_timeout_s = api->config.idle_timeout_s,
+        .write_timeout_s = api->config.idle_timeout_s > 0 ? api->config.idle_timeout_s : 60,
         .fd_reserve = API_FD_RESERVE,
         .on_head = on_head,
         .on_request = on_request,

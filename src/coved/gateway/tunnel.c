@@ -531,6 +531,13 @@ static void process_client(struct tunnel *t)
         }
         if (t->state == AWAIT_RESPONSE)
             return; /* the next request waits for this response */
+        if ((t->state == READ_HEAD || t->state == SKIP_BODY) &&
+            evbuffer_get_length(bufferevent_get_output(t->client)) >= TUNNEL_HIGH_WATER) {
+            /* Answers the gateway writes itself pile up for a client that does not read
+             * them: the next request waits until they are out. */
+            bufferevent_disable(t->client, EV_READ);
+            return;
+        }
         if (t->state == FORWARD_BODY && t->upstream &&
             evbuffer_get_length(bufferevent_get_output(t->upstream)) >= TUNNEL_HIGH_WATER) {
             bufferevent_disable(t->client, EV_READ); /* resumed when the sandbox drains it */
@@ -645,11 +652,14 @@ static void response_finished(struct tunnel *t)
 
 static void process_upstream(struct tunnel *t)
 {
-    if (t->upstream == NULL)
+    struct bufferevent *up = t->upstream;
+    if (up == NULL)
         return;
-    struct evbuffer *in = bufferevent_get_input(t->upstream);
+    struct evbuffer *in = bufferevent_get_input(up);
     struct evbuffer *out = bufferevent_get_output(t->client);
-    while (!t->closing && t->upstream) {
+    /* A finished response lets the next request in, which may go to another upstream: what
+     * is left of this one's bytes is never that request's answer. */
+    while (!t->closing && t->upstream == up) {
         if (t->state == RAW) {
             evbuffer_add_buffer(out, in);
             if (evbuffer_get_length(out) >= TUNNEL_HIGH_WATER)
@@ -715,6 +725,11 @@ static void client_write_turn(struct bufferevent *bev, void *arg)
             tunnel_free(t);
         return;
     }
+    if (t->state == READ_HEAD || t->state == SKIP_BODY) {
+        bufferevent_enable(t->client, EV_READ);
+        process_client(t);
+        return;
+    }
     if (t->upstream) {
         bufferevent_enable(t->upstream, EV_READ);
         process_upstream(t);
@@ -732,6 +747,12 @@ static void client_event_turn(struct bufferevent *bev, short what, void *arg)
             t->client_keep_alive = false;
             t->client_eof = true;
             pass_half_close(t);
+            return;
+        }
+        /* An answer already queued (a refusal) still goes out to a client that half-closed. */
+        if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
+            t->client_keep_alive = false;
+            tunnel_close(t);
             return;
         }
         tunnel_free(t);
@@ -781,8 +802,8 @@ static void upstream_event_turn(struct bufferevent *bev, short what, void *arg)
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
     process_upstream(t);
-    if (t->closing || t->upstream == NULL)
-        return;
+    if (t->closing || t->upstream != bev)
+        return; /* gone, or the next request went to another upstream already */
     if (t->state == RAW) {
         tunnel_close(t);
         return;
@@ -895,8 +916,13 @@ static void describe_peer(int fd, char *out, size_t size)
         return;
     if (ss.ss_family == AF_INET)
         inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, size);
-    else if (ss.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, size);
+    else if (ss.ss_family == AF_INET6) {
+        /* A /64 is one peer: whoever has one has all its addresses. */
+        struct in6_addr a = ((struct sockaddr_in6 *)&ss)->sin6_addr;
+        if (!IN6_IS_ADDR_V4MAPPED(&a))
+            memset(a.s6_addr + 8, 0, 8);
+        inet_ntop(AF_INET6, &a, out, size);
+    }
 }
 
 struct tunnel *tunnel_new(struct tunnel_set *set)
