@@ -24,12 +24,17 @@ def test_daemon_paths_are_valgrind_clean(tmp_path):
         assert d.sh(sid, "echo $A") == "1\n"
         d.ok("GET", "/v1/sandboxes?state=Running&metadata=k%3Dv")
         d.pause(sid)
-        d.request("POST", f"/v1/sandboxes/{sid}/pause")          # 409
+        for (method, path, kw), expected in [
+                (("POST", f"/v1/sandboxes/{sid}/pause", {}), 409),
+                (("POST", "/v1/sandboxes", {"raw": b"{not json"}), 400),
+                (("POST", "/v1/sandboxes", {"body": {"image": {"uri": "nope"},
+                                                     "entrypoint": ["x"]}}), 400),
+                (("GET", "/v1/sandboxes/unknown", {}), 404),
+                (("GET", "/v1/sandboxes", {"headers": {}}), 401)]:
+            status, body, _ = d.request(method, path, **kw)
+            assert status == expected and set(body) == {"code", "message"}, (path, status, body)
         d.resume(sid)
-        d.request("POST", "/v1/sandboxes", raw=b"{not json")       # 400
-        d.request("POST", "/v1/sandboxes", {"image": {"uri": "nope"}, "entrypoint": ["x"]})
-        d.request("GET", "/v1/sandboxes/unknown")                  # 404
-        d.request("GET", "/v1/sandboxes", headers={})              # 401
+        assert d.sh(sid, "echo again") == "again\n"
         d.delete(sid)
         assert sandbox_leftovers(d, sid) == []
     finally:
