@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from covetest import Coved, sanitizer_problems  # noqa: E402
+from covetest import Coved, serve  # noqa: E402
 
 
 def pytest_configure(config):
@@ -36,25 +36,15 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="module")
 def coved():
     """A daemon shared by one test module; each test makes its own sandboxes."""
-    d = Coved().start()
-    try:
+    with serve() as d:
         yield d
-    finally:
-        d.cleanup()
-    problems = sanitizer_problems(d)
-    assert problems is None, problems
 
 
 @pytest.fixture
 def fresh_coved():
     """A daemon of the test's own, for tests that restart or kill it."""
-    d = Coved()
-    try:
+    with serve(start=False) as d:
         yield d
-    finally:
-        d.cleanup()
-    problems = sanitizer_problems(d)
-    assert problems is None, problems
 
 
 @pytest.fixture

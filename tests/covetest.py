@@ -1,6 +1,7 @@
 """Test harness: starts a real coved on its own state dir and port, talks to it over HTTP,
 and cleans up every process, cgroup and file it made, even when a test fails."""
 
+import contextlib
 import glob
 import http.client
 import json
@@ -252,6 +253,21 @@ class Coved:
 
     def run_dir(self, sandbox_id):
         return os.path.join(self.state_dir, "run", sandbox_id)
+
+
+@contextlib.contextmanager
+def serve(*extra_args, start=True, **kw):
+    """A coved of its own (started unless start=False) for a fixture: cleaned up afterwards,
+    and with a sanitizer build, checked for what ASan/UBSan/LSan reported."""
+    d = Coved(extra_args=list(extra_args), **kw)
+    try:
+        if start:
+            d.start()
+        yield d
+    finally:
+        d.cleanup()
+    problems = sanitizer_problems(d)
+    assert problems is None, problems
 
 
 def sanitizer_problems(coved):

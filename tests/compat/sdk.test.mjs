@@ -33,8 +33,8 @@
 //   not wait for Paused. resume() = POST resume, then connect (endpoints + ping).
 //   kill: DELETE -> 204.
 // - getSignedEndpoint(port, expires): GET .../endpoints/{port}?expires=<epoch seconds> (no
-//   use_server_proxy). OSEP-0011 route token {id}-{port}-{expires_b36}-{hex8+keyid}, URI
-//   form {address}/{id}/{port}/{expires_b36}/{signature}.
+//   use_server_proxy). OSEP-0011 route token {id}-{port}-{expires_b36}-{signature}, URI
+//   form {address}/{id}/{port}/{expires_b36}/{signature} (Cove's signature: routeToken).
 // - commands.run: POST {execd}/command, accept: text/event-stream, body {command, background:
 //   false}; SSE `data:` lines or NDJSON; exitCode = 0 on execution_complete, else
 //   int(error.evalue).
@@ -399,12 +399,14 @@ for (const useServerProxy of [false, true]) {
 }
 
 /** The OSEP-0011 route token in a signed endpoint: {id}, {port}, expires in base 36 and a
- * 9-character signature (8 hex + 1 key id), in the URI ("/"-separated) or host/header
- * ("-"-separated) form. Returns the match; [1] is the signature. */
+ * signature, in the URI ("/"-separated) or host/header ("-"-separated) form. OSEP-0011's
+ * 8 hex digits of a hash are forgeable; Cove signs with a 128-bit HMAC-SHA256 instead: a key
+ * id and 22 base64url characters in the URI form, a key id and 26 lowercase base32 ones in
+ * host names (which fold case). Returns the match; [1] is the signature. */
 function routeToken(ep, id, port, expires) {
   const b36 = expires.toString(36);
-  const uri = new RegExp(`/${id}/${port}/${b36}/([0-9a-f]{8}[0-9a-z])(?=/|$)`);
-  const dashed = new RegExp(`(?:^|[^0-9a-z])${id}-${port}-${b36}-([0-9a-f]{8}[0-9a-z])(?![0-9a-z])`);
+  const uri = new RegExp(`/${id}/${port}/${b36}/([0-9a-z][A-Za-z0-9_-]{22})(?=/|$)`);
+  const dashed = new RegExp(`(?:^|[^0-9a-z])${id}-${port}-${b36}-([0-9a-z][a-z2-7]{26})(?![0-9a-z])`);
   for (const where of [ep.endpoint, ...Object.values(ep.headers ?? {})]) {
     const m = uri.exec(where) ?? dashed.exec(where);
     if (m) return m;

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from covetest import AGENT_SANITIZED, Coved, parse_events
+from covetest import AGENT_SANITIZED, Coved, parse_events, serve
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DOMAIN = "cove.test"
@@ -21,11 +21,8 @@ PORT = 8000
 
 @pytest.fixture(scope="module")
 def gw():
-    d = Coved(extra_args=["--domain", DOMAIN]).start()
-    try:
+    with serve("--domain", DOMAIN) as d:
         yield d
-    finally:
-        d.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from covetest import COVED, Coved, sandbox_init_pid
+from covetest import COVED, Coved, sandbox_init_pid, serve
 from test_sessions_pty_metrics import WebSocket, call, new_pty, new_session, run
 
 IDLE_SECONDS = 2
@@ -19,11 +19,8 @@ CAP = 64  # the agent's default
 
 @pytest.fixture(scope="module")
 def idle_coved():
-    d = Coved(extra_args=["--session-idle-timeout", str(IDLE_SECONDS)]).start()
-    try:
+    with serve("--session-idle-timeout", str(IDLE_SECONDS)) as d:
         yield d
-    finally:
-        d.cleanup()
 
 
 @pytest.fixture

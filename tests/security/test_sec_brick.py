@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from covetest import AGENT, AGENT_SANITIZED, CLI, COVED, Coved, sanitizer_problems
+from covetest import AGENT, AGENT_SANITIZED, CLI, COVED, Coved, serve
 from hostile import delete_and_check
 
 RM_ROOT = "rm -rf --no-preserve-root / >/dev/null 2>&1; echo rm-done"
@@ -26,13 +26,8 @@ HEALTHY_PROBES = 4
 @pytest.fixture(scope="module")
 def coved():
     """This module's daemon probes every second."""
-    d = Coved(extra_args=["--health-interval", "1"]).start()
-    try:
+    with serve("--health-interval", "1") as d:
         yield d
-    finally:
-        d.cleanup()
-    problems = sanitizer_problems(d)
-    assert problems is None, problems
 
 
 def status(coved, sid):

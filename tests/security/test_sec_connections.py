@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from covetest import AGENT_PORT, Coved
+from covetest import AGENT_PORT, serve
 
 # Loopback addresses for attackers; well-behaved clients use 127.0.0.1.
 ATTACKERS = [f"127.77.0.{i}" for i in range(1, 21)]
@@ -75,6 +75,20 @@ def get_health(port, source=None):
         s.close()
 
 
+def push(sock, data, most, seconds=4):
+    """Sends data over and over for `seconds` (or up to `most` bytes) without reading: how
+    many bytes the peer took."""
+    sock.settimeout(0.5)
+    sent = 0
+    deadline = time.time() + seconds
+    while time.time() < deadline and sent < most:
+        try:
+            sent += sock.send(data)
+        except socket.timeout:
+            pass
+    return sent
+
+
 def wait_until(predicate, timeout=20, step=0.1):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -88,13 +102,9 @@ def wait_until(predicate, timeout=20, step=0.1):
 def guarded():
     """A coved with small connection limits and short deadlines, so that the attacks below
     stay small."""
-    d = Coved(extra_args=["--head-timeout", "2", "--max-connections", "300",
-                          "--max-connections-per-peer", "40", "--max-tunnels-per-sandbox", "20",
-                          "--gateway-idle-timeout", "3"]).start()
-    try:
+    with serve("--head-timeout", "2", "--max-connections", "300", "--max-connections-per-peer",
+               "40", "--max-tunnels-per-sandbox", "20", "--gateway-idle-timeout", "3") as d:
         yield d
-    finally:
-        d.cleanup()
 
 
 def proxy_head(sid, path, key="test-key", extra=""):
@@ -115,14 +125,7 @@ def test_pipelined_bytes_are_not_buffered_without_limit(coved):
                   f"OPEN-SANDBOX-API-KEY: test-key\r\nContent-Type: application/json\r\n"
                   f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         junk = proxy_head(sid, "/ping") * 4096  # ~600 KiB of pipelined heads a piece
-        sent = 0
-        s.settimeout(0.5)
-        deadline = time.time() + 4
-        while time.time() < deadline and sent < 512 * 1024 * 1024:
-            try:
-                sent += s.send(junk)
-            except socket.timeout:
-                pass
+        sent = push(s, junk, 512 * 1024 * 1024)
         grown = rss_kib(coved.proc.pid) - before
         s.close()
         # Accepted: kernel socket buffers (a few MiB on loopback) plus the gateway's bound.
@@ -401,14 +404,7 @@ def test_answers_to_a_client_that_never_reads_stay_bounded(coved, route):
     head = (b"GET /sandboxes/nosuchsandbox/proxy/80/ HTTP/1.1\r\nHost: x\r\n\r\n"
             if route == "gateway" else b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n") * 2048
     s = connect(coved.port)
-    s.settimeout(0.5)
-    sent = 0
-    deadline = time.time() + 4
-    while time.time() < deadline and sent < 256 * 1024 * 1024:
-        try:
-            sent += s.send(head)
-        except socket.timeout:
-            pass
+    sent = push(s, head, 256 * 1024 * 1024)
     grown = rss_kib(coved.proc.pid) - before
     s.close()
     assert sent < 64 * 1024 * 1024, f"coved took {sent >> 20} MiB of requests it had to answer"

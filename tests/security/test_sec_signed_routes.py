@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from covetest import AGENT_PORT, COVED, Coved, sanitizer_problems
+from covetest import AGENT_PORT, COVED, Coved, serve
 
 DOMAIN = "cove.test"
 FLOOD_PEER = "127.77.0.2"  # all of 127/8 is loopback: a second client address for free
@@ -36,13 +36,8 @@ def coved(legacy_secret):
     with open(os.path.join(state, "route_secret"), "wb") as f:
         f.write(legacy_secret)
     os.chmod(os.path.join(state, "route_secret"), 0o600)
-    d = Coved(state_dir=state, extra_args=["--domain", DOMAIN]).start()
-    try:
+    with serve("--domain", DOMAIN, state_dir=state) as d:
         yield d
-    finally:
-        d.cleanup()
-    problems = sanitizer_problems(d)
-    assert problems is None, problems
 
 
 def endpoint(d, sid, expires_in=600, host=False, port=AGENT_PORT):
