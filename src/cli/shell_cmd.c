@@ -98,7 +98,7 @@ static int send_resize(struct shell *shell, struct cove_error **err)
     char frame[96];
     int len =
         snprintf(frame, sizeof(frame), "{\"type\":\"resize\",\"cols\":%u,\"rows\":%u}", cols, rows);
-    return ws_client_send(shell->ws, WS_TEXT, frame, (size_t)len, err);
+    return ws_client_send(shell->ws, WEBSOCKET_TEXT, frame, (size_t)len, err);
 }
 
 static int shell_output(int fd, const uint8_t *data, size_t len, struct cove_error **err)
@@ -126,13 +126,13 @@ static int on_text(struct shell *shell, const uint8_t *data, size_t len)
     return 0;
 }
 
-static int on_message(struct shell *shell, const struct ws_message *message,
+static int on_message(struct shell *shell, const struct websocket_message *message,
                       struct cove_error **err)
 {
     switch (message->opcode) {
-    case WS_TEXT:
+    case WEBSOCKET_TEXT:
         return on_text(shell, message->data, message->len);
-    case WS_BINARY:
+    case WEBSOCKET_BINARY:
         if (message->len == 0)
             return 0;
         switch (message->data[0]) {
@@ -147,7 +147,7 @@ static int on_message(struct shell *shell, const struct ws_message *message,
         default:
             return 0;
         }
-    case WS_CLOSE:
+    case WEBSOCKET_CLOSE:
         shell->closed = true;
         shell->close_code = message->close_code;
         snprintf(shell->close_reason, sizeof(shell->close_reason), "%.*s", (int)message->len,
@@ -171,7 +171,7 @@ static int on_stdin(struct shell *shell, struct cove_error **err)
         buffer[1] = SHELL_EOF_CHARACTER[0];
         n = 1;
     }
-    return ws_client_send(shell->ws, WS_BINARY, buffer, 1 + (size_t)n, err);
+    return ws_client_send(shell->ws, WEBSOCKET_BINARY, buffer, 1 + (size_t)n, err);
 }
 
 static int on_signals(struct shell *shell, struct cove_error **err)
@@ -193,7 +193,7 @@ static int on_signals(struct shell *shell, struct cove_error **err)
  * the socket ever polled readable). */
 static int shell_messages(struct shell *shell, struct cove_error **err)
 {
-    struct ws_message message;
+    struct websocket_message message;
     int got;
     while (!shell->closed && !shell->exited &&
            (got = ws_client_next(shell->ws, &message, err)) != 0) {
@@ -356,7 +356,7 @@ static int shell_outcome(struct shell *shell, struct cove_error **err)
     if (shell->close_code == SHELL_CLOSE_TAKEN_OVER)
         return cove_error_set(err, 0, 0, "CLI::SHELL_TAKEN_OVER",
                               "another client took the terminal session over");
-    if (shell->close_code == WS_CLOSE_ABNORMAL)
+    if (shell->close_code == WEBSOCKET_CLOSE_ABNORMAL)
         return cove_error_set(err, 0, 0, CLIENT_ERROR_UNREACHABLE,
                               "the connection to the shell was lost");
     return cove_error_set(err, 0, 0, "CLI::SHELL_CLOSED",
@@ -432,7 +432,7 @@ static int shell_run(struct cli *cli, int argc, char **argv, struct cove_error *
         send_resize(&shell, err) == 0 && shell_relay(&shell, err) == 0)
         result = 0;
     if (shell.ws != NULL)
-        ws_client_close(shell.ws, WS_CLOSE_NORMAL, NULL);
+        ws_client_close(shell.ws, WEBSOCKET_CLOSE_NORMAL, NULL);
     shell_restore(&shell);
     signals_restore(saved);
     ws_client_free(shell.ws);

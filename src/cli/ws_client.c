@@ -5,7 +5,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +19,6 @@
 
 #include "cli/client.h"
 
-#define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 #define WS_CONNECT_TIMEOUT_MS 10000
 /* The answer to the opening handshake: its head, and a refusal's body. */
 #define WS_HANDSHAKE_TIMEOUT_MS 30000
@@ -37,11 +35,9 @@ struct ws_client {
     int fd;
     char *server; /* for messages */
     struct ws_buffer in, out;
-    struct ws_buffer message; /* a fragmented message being put together */
-    int message_opcode;       /* its opcode; 0 while none is */
-    bool eof;                 /* the server closed the connection */
+    struct websocket_reader reader; /* the server's frames, into messages */
+    bool eof;                       /* the server closed the connection */
     bool close_sent, close_received;
-    uint8_t control[128]; /* the payload of the control frame returned */
 };
 
 /* --- buffers --- */
@@ -65,74 +61,12 @@ static int buffer_reserve(struct ws_buffer *b, size_t more)
     return 0;
 }
 
-static int buffer_add(struct ws_buffer *b, const void *data, size_t len)
-{
-    if (buffer_reserve(b, len) < 0)
-        return -1;
-    memcpy(b->data + b->start + b->len, data, len);
-    b->len += len;
-    return 0;
-}
-
 static void buffer_drain(struct ws_buffer *b, size_t len)
 {
     b->start += len;
     b->len -= len;
     if (b->len == 0)
         b->start = 0;
-}
-
-/* --- pure pieces --- */
-
-void ws_client_accept_key(const char *key, char accept[29])
-{
-    char joined[128];
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int digest_len = 0;
-    int len = snprintf(joined, sizeof(joined), "%s%s", key, WS_GUID);
-    EVP_Digest(joined, (size_t)len, digest, &digest_len, EVP_sha1(), NULL);
-    EVP_EncodeBlock((unsigned char *)accept, digest, (int)digest_len);
-}
-
-long ws_frame_parse(uint8_t *data, size_t len, struct ws_frame *frame)
-{
-    if (len < 2)
-        return 0;
-    if (data[0] & 0x70) /* reserved bits: no extension was negotiated */
-        return -1;
-    frame->fin = (data[0] & 0x80) != 0;
-    frame->opcode = data[0] & 0x0f;
-    bool masked = (data[1] & 0x80) != 0;
-    uint64_t payload_len = data[1] & 0x7f;
-    size_t head = 2;
-    if (payload_len == 126) {
-        if (len < 4)
-            return 0;
-        payload_len = (uint64_t)data[2] << 8 | data[3];
-        head = 4;
-    } else if (payload_len == 127) {
-        if (len < 10)
-            return 0;
-        payload_len = 0;
-        for (int i = 0; i < 8; i++)
-            payload_len = payload_len << 8 | data[2 + i];
-        head = 10;
-    }
-    bool control = frame->opcode >= 0x8;
-    if (control && (!frame->fin || payload_len > 125))
-        return -1;
-    if (frame->opcode != WS_CONTINUATION && frame->opcode != WS_TEXT &&
-        frame->opcode != WS_BINARY && frame->opcode != WS_CLOSE && frame->opcode != WS_PING &&
-        frame->opcode != WS_PONG)
-        return -1;
-    /* A server never masks (RFC 6455 5.1). */
-    if (masked || payload_len > WS_CLIENT_MAX_MESSAGE)
-        return -1;
-    if (len - head < payload_len)
-        return 0;
-    frame->payload = data + head;
-    frame->len = payload_len;
-    return (long)(head + payload_len);
 }
 
 /* --- the connection --- */
@@ -260,18 +194,26 @@ static int send_all_blocking(struct ws_client *ws, const char *data, size_t len,
     return 0;
 }
 
+/* One recv into ws->in, without waiting; *n is what it returned. -1 when there is no room. */
+static int read_once(struct ws_client *ws, ssize_t *n, struct cove_error **err)
+{
+    if (buffer_reserve(&ws->in, WS_READ_SIZE) < 0)
+        return cove_error_sys(err, "cannot read from %s", ws->server);
+    *n = recv(ws->fd, ws->in.data + ws->in.start + ws->in.len, WS_READ_SIZE, MSG_DONTWAIT);
+    if (*n > 0)
+        ws->in.len += (size_t)*n;
+    return 0;
+}
+
 /* Reads more into ws->in, waiting until the deadline. 1 read, 0 end of connection, -1. */
 static int read_blocking(struct ws_client *ws, long long deadline, struct cove_error **err)
 {
     for (;;) {
-        if (buffer_reserve(&ws->in, WS_READ_SIZE) < 0)
-            return cove_error_sys(err, "cannot read from %s", ws->server);
-        ssize_t n =
-            recv(ws->fd, ws->in.data + ws->in.start + ws->in.len, WS_READ_SIZE, MSG_DONTWAIT);
-        if (n > 0) {
-            ws->in.len += (size_t)n;
+        ssize_t n;
+        if (read_once(ws, &n, err) < 0)
+            return -1;
+        if (n > 0)
             return 1;
-        }
         if (n == 0)
             return 0;
         if (errno == EINTR)
@@ -345,12 +287,10 @@ static int handshake_refused(struct ws_client *ws, int status, const char *head,
 static int handshake(struct ws_client *ws, const char *host_header, const char *target,
                      const char *const *headers, struct cove_error **err)
 {
-    uint8_t nonce[16];
-    if (getrandom(nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
+    char key[WEBSOCKET_KEY_SIZE], expected[WEBSOCKET_ACCEPT_SIZE];
+    if (websocket_new_key(key) < 0)
         return cove_error_sys(err, "cannot make a WebSocket key");
-    char key[32], expected[29];
-    EVP_EncodeBlock((unsigned char *)key, nonce, sizeof(nonce));
-    ws_client_accept_key(key, expected);
+    websocket_accept_key(key, expected);
 
     char *request = NULL;
     size_t request_len = 0;
@@ -440,6 +380,7 @@ int ws_client_connect(const char *server_url, const char *path, const char *cons
         return cove_error_sys(err, "cannot allocate the WebSocket client");
     }
     ws->fd = -1;
+    websocket_reader_init(&ws->reader, WEBSOCKET_PEER_SERVER, WS_CLIENT_MAX_MESSAGE);
     /* the prefix up to any query, without a trailing '/', before path */
     size_t prefix_len = strcspn(prefix, "?#");
     while (prefix_len > 0 && prefix[prefix_len - 1] == '/')
@@ -473,7 +414,7 @@ void ws_client_free(struct ws_client *ws)
         close(ws->fd);
     free(ws->in.data);
     free(ws->out.data);
-    free(ws->message.data);
+    websocket_reader_free(&ws->reader);
     free(ws->server);
     free(ws);
 }
@@ -507,37 +448,19 @@ int ws_client_flush(struct ws_client *ws, struct cove_error **err)
     return 0;
 }
 
-/* Queues one masked frame. */
+/* Queues one masked frame, with a fresh mask (5.3). */
 static int queue_frame(struct ws_client *ws, int opcode, const void *data, size_t len)
 {
-    uint8_t head[14];
-    size_t head_len = 2;
-    head[0] = (uint8_t)(0x80 | opcode);
-    if (len < 126) {
-        head[1] = (uint8_t)(0x80 | len);
-    } else if (len <= 0xffff) {
-        head[1] = 0x80 | 126;
-        head[2] = (uint8_t)(len >> 8);
-        head[3] = (uint8_t)len;
-        head_len = 4;
-    } else {
-        head[1] = 0x80 | 127;
-        for (int i = 0; i < 8; i++)
-            head[2 + i] = (uint8_t)((uint64_t)len >> (56 - 8 * i));
-        head_len = 10;
-    }
-    uint8_t *mask = head + head_len;
-    if (getrandom(mask, 4, 0) != 4)
+    uint8_t mask[4], header[WEBSOCKET_HEADER_MAX];
+    if (getrandom(mask, sizeof(mask), 0) != (ssize_t)sizeof(mask))
         return -1;
-    head_len += 4;
-    if (buffer_reserve(&ws->out, head_len + len) < 0)
+    size_t header_len = websocket_frame_header(header, opcode, len, mask);
+    if (buffer_reserve(&ws->out, header_len + len) < 0)
         return -1;
     uint8_t *to = ws->out.data + ws->out.start + ws->out.len;
-    memcpy(to, head, head_len);
-    const uint8_t *from = data;
-    for (size_t i = 0; i < len; i++)
-        to[head_len + i] = from[i] ^ mask[i & 3];
-    ws->out.len += head_len + len;
+    memcpy(to, header, header_len);
+    websocket_mask(to + header_len, data, len, mask, 0);
+    ws->out.len += header_len + len;
     return 0;
 }
 
@@ -555,15 +478,9 @@ void ws_client_close(struct ws_client *ws, uint16_t code, const char *reason)
 {
     if (ws->close_sent || ws->eof)
         return;
-    uint8_t payload[125];
-    size_t reason_len = reason != NULL ? strlen(reason) : 0;
-    if (reason_len > sizeof(payload) - 2)
-        reason_len = sizeof(payload) - 2;
-    payload[0] = (uint8_t)(code >> 8);
-    payload[1] = (uint8_t)code;
-    if (reason_len > 0)
-        memcpy(payload + 2, reason, reason_len);
-    if (queue_frame(ws, WS_CLOSE, payload, 2 + reason_len) == 0)
+    uint8_t payload[WEBSOCKET_CONTROL_MAX];
+    size_t len = websocket_close_payload(payload, code, reason);
+    if (queue_frame(ws, WEBSOCKET_CLOSE, payload, len) == 0)
         ws->close_sent = true;
     struct cove_error *ignored = NULL;
     ws_client_flush(ws, &ignored);
@@ -573,12 +490,10 @@ void ws_client_close(struct ws_client *ws, uint16_t code, const char *reason)
 int ws_client_read(struct ws_client *ws, struct cove_error **err)
 {
     while (!ws->eof) {
-        if (buffer_reserve(&ws->in, WS_READ_SIZE) < 0)
-            return cove_error_sys(err, "cannot read from %s", ws->server);
-        ssize_t n =
-            recv(ws->fd, ws->in.data + ws->in.start + ws->in.len, WS_READ_SIZE, MSG_DONTWAIT);
+        ssize_t n;
+        if (read_once(ws, &n, err) < 0)
+            return -1;
         if (n > 0) {
-            ws->in.len += (size_t)n;
             if ((size_t)n < WS_READ_SIZE)
                 return 0;
             continue;
@@ -593,90 +508,56 @@ int ws_client_read(struct ws_client *ws, struct cove_error **err)
     return 0;
 }
 
-static int protocol_error(struct ws_client *ws, uint16_t code, const char *what,
-                          struct cove_error **err)
+/* The server broke the protocol: tell it why (code), and the user. */
+static int protocol_error(struct ws_client *ws, uint16_t code, struct cove_error **err)
 {
+    const char *what = code == WEBSOCKET_CLOSE_TOO_BIG          ? "message too large"
+                       : code == WEBSOCKET_CLOSE_INVALID_DATA   ? "text that is not UTF-8"
+                       : code == WEBSOCKET_CLOSE_INTERNAL_ERROR ? "out of memory"
+                                                                : "invalid frame";
     ws_client_close(ws, code, what);
     return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE, "WebSocket from %s: %s", ws->server,
                           what);
 }
 
-int ws_client_next(struct ws_client *ws, struct ws_message *message, struct cove_error **err)
+int ws_client_next(struct ws_client *ws, struct websocket_message *message, struct cove_error **err)
 {
     for (;;) {
-        struct ws_frame frame;
-        long taken = ws_frame_parse(ws->in.data + ws->in.start, ws->in.len, &frame);
-        if (taken < 0)
-            return protocol_error(ws, WS_CLOSE_PROTOCOL_ERROR, "invalid frame", err);
-        if (taken == 0) {
-            if (!ws->eof)
-                return 0;
-            if (ws->close_received)
+        size_t consumed;
+        int rc = websocket_reader_feed(&ws->reader, ws->in.data + ws->in.start, ws->in.len,
+                                       &consumed, message);
+        buffer_drain(&ws->in, consumed); /* the reader keeps what it returns in its own buffer */
+        if (rc < 0)
+            return protocol_error(ws, (uint16_t)-rc, err);
+        if (rc == 0 && consumed > 0) /* a fragment */
+            continue;
+        if (rc == 0) {
+            if (!ws->eof || ws->close_received)
                 return 0;
             ws->close_received = true; /* reported once */
-            *message = (struct ws_message){.opcode = WS_CLOSE, .close_code = WS_CLOSE_ABNORMAL};
+            *message = (struct websocket_message){.opcode = WEBSOCKET_CLOSE,
+                                                  .close_code = WEBSOCKET_CLOSE_ABNORMAL};
             return 1;
         }
-        switch (frame.opcode) {
-        case WS_PING:
-            memcpy(ws->control, frame.payload, frame.len);
-            buffer_drain(&ws->in, (size_t)taken);
-            if (!ws->close_sent && queue_frame(ws, WS_PONG, ws->control, frame.len) < 0)
+        switch (message->opcode) {
+        case WEBSOCKET_PING:
+            if (!ws->close_sent && queue_frame(ws, WEBSOCKET_PONG, message->data, message->len) < 0)
                 return cove_error_sys(err, "cannot queue a WebSocket frame");
             if (ws_client_flush(ws, err) < 0)
                 return -1;
             continue;
-        case WS_PONG:
-            buffer_drain(&ws->in, (size_t)taken);
+        case WEBSOCKET_PONG:
             continue;
-        case WS_CLOSE: {
-            if (frame.len == 1)
-                return protocol_error(ws, WS_CLOSE_PROTOCOL_ERROR, "bad close frame", err);
-            uint16_t code = frame.len >= 2 ? (uint16_t)(frame.payload[0] << 8 | frame.payload[1])
-                                           : WS_CLOSE_NO_STATUS;
-            size_t reason_len = frame.len >= 2 ? (size_t)frame.len - 2 : 0;
-            memcpy(ws->control, frame.len >= 2 ? frame.payload + 2 : frame.payload, reason_len);
-            buffer_drain(&ws->in, (size_t)taken);
-            ws_client_close(ws, code == WS_CLOSE_NO_STATUS ? WS_CLOSE_NORMAL : code, NULL);
+        case WEBSOCKET_CLOSE:
+            /* Echo the code (5.5.1); the owner hears of the close like of any other end. */
+            ws_client_close(ws,
+                            message->close_code == WEBSOCKET_CLOSE_NO_STATUS
+                                ? WEBSOCKET_CLOSE_NORMAL
+                                : message->close_code,
+                            NULL);
             ws->close_received = true;
-            *message = (struct ws_message){
-                .opcode = WS_CLOSE, .data = ws->control, .len = reason_len, .close_code = code};
             return 1;
-        }
         default:
-            break;
-        }
-        /* data: whole, or a fragment to collect */
-        bool continuation = frame.opcode == WS_CONTINUATION;
-        if (continuation != (ws->message_opcode != 0))
-            return protocol_error(ws, WS_CLOSE_PROTOCOL_ERROR,
-                                  continuation ? "continuation without a message"
-                                               : "new message inside a fragmented one",
-                                  err);
-        if (frame.fin && !continuation) {
-            /* the common case: delivered from the read buffer itself (draining only moves its
-             * start: the bytes stay where they are until the next read) */
-            buffer_drain(&ws->in, (size_t)taken);
-            *message = (struct ws_message){
-                .opcode = frame.opcode, .data = frame.payload, .len = (size_t)frame.len};
-            return 1;
-        }
-        if (ws->message.len + frame.len > WS_CLIENT_MAX_MESSAGE)
-            return protocol_error(ws, WS_CLOSE_TOO_BIG, "message too large", err);
-        if (!continuation) {
-            ws->message_opcode = frame.opcode;
-            ws->message.len = ws->message.start = 0;
-        }
-        if (buffer_add(&ws->message, frame.payload, (size_t)frame.len) < 0)
-            return cove_error_sys(err, "cannot read a WebSocket message");
-        buffer_drain(&ws->in, (size_t)taken);
-        if (frame.fin) {
-            *message = (struct ws_message){.opcode = ws->message_opcode,
-                                           .data = ws->message.data + ws->message.start,
-                                           .len = ws->message.len};
-            ws->message_opcode = 0;
-            ws->message.len = 0; /* the data stays valid until the next call */
-            ws->message.start = 0;
             return 1;
         }
     }

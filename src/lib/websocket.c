@@ -1,15 +1,9 @@
-/* The low-level SHA-1 is deprecated in OpenSSL 3 in favour of EVP, but EVP's digests go through
- * the provider machinery, which adds megabytes to the static agent; SHA1_* is self-contained. */
-#define OPENSSL_SUPPRESS_DEPRECATED
-
 #include "lib/websocket.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <openssl/evp.h>
-#include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -18,7 +12,6 @@
 #include "lib/http.h"
 #include "lib/log.h"
 
-#define WEBSOCKET_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 /* After our close frame, how long the client gets to answer with its own. */
 #define CLOSE_TIMEOUT_MS 5000
 
@@ -71,202 +64,6 @@ const char *websocket_handshake_problem(const struct http_request *req)
         return "websocket: not a websocket handshake: 'Sec-WebSocket-Key' header must be Base64 "
                "encoded value of 16-byte length";
     return NULL;
-}
-
-void websocket_accept_key(const char *key, char accept[WEBSOCKET_ACCEPT_SIZE])
-{
-    unsigned char digest[SHA_DIGEST_LENGTH];
-    SHA_CTX sha;
-    SHA1_Init(&sha);
-    SHA1_Update(&sha, key, strlen(key));
-    SHA1_Update(&sha, WEBSOCKET_GUID, strlen(WEBSOCKET_GUID));
-    SHA1_Final(digest, &sha);
-    EVP_EncodeBlock((unsigned char *)accept, digest, SHA_DIGEST_LENGTH);
-}
-
-/* --- frames --- */
-
-bool websocket_utf8_valid(const uint8_t *s, size_t len)
-{
-    size_t i = 0;
-    while (i < len) {
-        uint8_t c = s[i];
-        size_t need;
-        uint32_t cp, min;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            need = 1, cp = c & 0x1f, min = 0x80;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            need = 2, cp = c & 0x0f, min = 0x800;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            need = 3, cp = c & 0x07, min = 0x10000;
-        } else {
-            return false;
-        }
-        if (len - i - 1 < need)
-            return false;
-        for (size_t k = 1; k <= need; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += need + 1;
-    }
-    return true;
-}
-
-void websocket_reader_init(struct websocket_reader *reader, size_t max_message)
-{
-    memset(reader, 0, sizeof(*reader));
-    reader->max_message = max_message;
-}
-
-void websocket_reader_free(struct websocket_reader *reader)
-{
-    free(reader->message);
-    reader->message = NULL;
-    reader->message_len = reader->message_cap = 0;
-    reader->message_opcode = 0;
-}
-
-/* Codes a peer may send (RFC 6455 7.4, and the IANA registry for 1012-1014). */
-static bool close_code_valid(uint16_t code)
-{
-    return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) ||
-           (code >= 3000 && code <= 4999);
-}
-
-static void unmask(uint8_t *out, const uint8_t *in, size_t len, const uint8_t mask[4])
-{
-    for (size_t i = 0; i < len; i++)
-        out[i] = in[i] ^ mask[i & 3];
-}
-
-int websocket_reader_feed(struct websocket_reader *reader, const uint8_t *data, size_t len,
-                          size_t *consumed, struct websocket_message *message)
-{
-    *consumed = 0;
-    if (len < 2)
-        return 0;
-    bool fin = data[0] & 0x80;
-    int opcode = data[0] & 0x0f;
-    bool masked = data[1] & 0x80;
-    uint64_t payload_len = data[1] & 0x7f;
-    bool control = opcode & 0x8;
-    if (data[0] & 0x70) /* RSV bits: no extension was negotiated */
-        return -WEBSOCKET_CLOSE_PROTOCOL_ERROR;
-    if (opcode != WEBSOCKET_CONTINUATION && opcode != WEBSOCKET_TEXT &&
-        opcode != WEBSOCKET_BINARY && opcode != WEBSOCKET_CLOSE && opcode != WEBSOCKET_PING &&
-        opcode != WEBSOCKET_PONG)
-        return -WEBSOCKET_CLOSE_PROTOCOL_ERROR;
-    if (!masked) /* every client frame is masked (5.1) */
-        return -WEBSOCKET_CLOSE_PROTOCOL_ERROR;
-    if (control && (!fin || payload_len > 125))
-        return -WEBSOCKET_CLOSE_PROTOCOL_ERROR;
-    size_t header_len = 2;
-    if (payload_len == 126) {
-        if (len < 4)
-            return 0;
-        payload_len = (uint64_t)data[2] << 8 | data[3];
-        header_len = 4;
-    } else if (payload_len == 127) {
-        if (len < 10)
-            return 0;
-        payload_len = 0;
-        for (int i = 2; i < 10; i++)
-            payload_len = payload_len << 8 | data[i];
-        if (payload_len >> 63)
-            return -WEBSOCKET_CLOSE_PROTOCOL_ERROR;
-        header_len = 10;
-    }
-    if (!control) {
-        /* Fragments continue a message; a new message cannot start inside another (5.4). */
-        if ((opcode == WEBSOCKET_CONTINUATION) != (reader->message_opcode != 0))
-            return -WEBSOCKET_CLOSE_PROTOCOL_ERROR;
-        size_t have = opcode == WEBSOCKET_CONTINUATION ? reader->message_len : 0;
-        if (payload_len > reader->max_message - have) /* refused before it is buffered */
-            return -WEBSOCKET_CLOSE_TOO_BIG;
-    }
-    const uint8_t *mask = data + header_len;
-    header_len += 4;
-    if (len < header_len || len - header_len < payload_len)
-        return 0;
-    const uint8_t *payload = data + header_len;
-    size_t n = (size_t)payload_len;
-    *consumed = header_len + n;
-
-    if (control) {
-        unmask(reader->control, payload, n, mask);
-        *message = (struct websocket_message){.opcode = opcode, .data = reader->control, .len = n};
-        if (opcode != WEBSOCKET_CLOSE)
-            return 1;
-        message->close_code = WEBSOCKET_CLOSE_NO_STATUS;
-        if (n == 0)
-            return 1;
-        if (n == 1)
-            return -WEBSOCKET_CLOSE_PROTOCOL_ERROR;
-        message->close_code = (uint16_t)(reader->control[0] << 8 | reader->control[1]);
-        if (!close_code_valid(message->close_code))
-            return -WEBSOCKET_CLOSE_PROTOCOL_ERROR;
-        message->data = reader->control + 2;
-        message->len = n - 2;
-        if (!websocket_utf8_valid(message->data, message->len))
-            return -WEBSOCKET_CLOSE_INVALID_DATA;
-        return 1;
-    }
-
-    if (opcode != WEBSOCKET_CONTINUATION) {
-        reader->message_opcode = opcode;
-        reader->message_len = 0;
-    }
-    if (reader->message_len + n > reader->message_cap) {
-        size_t cap = reader->message_cap ? reader->message_cap : 4096;
-        while (cap < reader->message_len + n)
-            cap *= 2;
-        if (cap > reader->max_message)
-            cap = reader->max_message;
-        uint8_t *grown = realloc(reader->message, cap ? cap : 1);
-        if (grown == NULL)
-            return -WEBSOCKET_CLOSE_INTERNAL_ERROR;
-        reader->message = grown;
-        reader->message_cap = cap;
-    }
-    if (n > 0) /* an empty first frame has no buffer yet */
-        unmask(reader->message + reader->message_len, payload, n, mask);
-    reader->message_len += n;
-    if (!fin)
-        return 0;
-    int message_opcode = reader->message_opcode;
-    reader->message_opcode = 0;
-    if (message_opcode == WEBSOCKET_TEXT &&
-        !websocket_utf8_valid(reader->message, reader->message_len))
-        return -WEBSOCKET_CLOSE_INVALID_DATA;
-    *message = (struct websocket_message){
-        .opcode = message_opcode, .data = reader->message, .len = reader->message_len};
-    return 1;
-}
-
-size_t websocket_frame_header(uint8_t header[10], int opcode, uint64_t payload_len)
-{
-    header[0] = 0x80 | (uint8_t)opcode;
-    if (payload_len < 126) {
-        header[1] = (uint8_t)payload_len;
-        return 2;
-    }
-    if (payload_len <= 0xffff) {
-        header[1] = 126;
-        header[2] = (uint8_t)(payload_len >> 8);
-        header[3] = (uint8_t)payload_len;
-        return 4;
-    }
-    header[1] = 127;
-    for (int i = 0; i < 8; i++)
-        header[2 + i] = (uint8_t)(payload_len >> (56 - 8 * i));
-    return 10;
 }
 
 /* --- connections --- */
@@ -325,8 +122,8 @@ static bool settle(struct websocket *ws)
 static void send_frame(struct websocket *ws, int opcode, const void *prefix, size_t prefix_len,
                        const void *data, size_t len)
 {
-    uint8_t header[10];
-    size_t header_len = websocket_frame_header(header, opcode, prefix_len + len);
+    uint8_t header[WEBSOCKET_HEADER_MAX];
+    size_t header_len = websocket_frame_header(header, opcode, prefix_len + len, NULL);
     struct evbuffer *out = bufferevent_get_output(ws->bev);
     evbuffer_add(out, header, header_len);
     if (prefix_len > 0)
@@ -337,17 +134,8 @@ static void send_frame(struct websocket *ws, int opcode, const void *prefix, siz
 
 static void send_close(struct websocket *ws, uint16_t code, const char *reason)
 {
-    uint8_t payload[125];
-    size_t len = 0;
-    if (code != WEBSOCKET_CLOSE_NO_STATUS) {
-        payload[0] = (uint8_t)(code >> 8);
-        payload[1] = (uint8_t)code;
-        size_t reason_len = reason ? strlen(reason) : 0;
-        if (reason_len > sizeof(payload) - 2)
-            reason_len = sizeof(payload) - 2;
-        memcpy(payload + 2, reason, reason_len);
-        len = 2 + reason_len;
-    }
+    uint8_t payload[WEBSOCKET_CONTROL_MAX];
+    size_t len = websocket_close_payload(payload, code, reason);
     send_frame(ws, WEBSOCKET_CLOSE, NULL, 0, payload, len);
 }
 
@@ -420,24 +208,6 @@ static void handle_message(struct websocket *ws, const struct websocket_message 
     }
 }
 
-/* The whole length of the frame that starts with header (len bytes of it), or 0 when the
- * header itself is not all there yet. */
-static uint64_t frame_length(const uint8_t *header, size_t len)
-{
-    if (len < 2)
-        return 0;
-    uint64_t payload = header[1] & 0x7f, extra = payload == 126 ? 2 : payload == 127 ? 8 : 0;
-    if (len < 2 + extra)
-        return 0;
-    if (extra > 0) {
-        payload = 0;
-        for (size_t i = 0; i < extra; i++)
-            payload = payload << 8 | header[2 + i];
-    }
-    uint64_t mask = header[1] & 0x80 ? 4 : 0;
-    return payload > UINT64_MAX - 14 ? UINT64_MAX : 2 + extra + mask + payload;
-}
-
 /* Handles the complete frames waiting in the input. */
 static void process_input(struct websocket *ws)
 {
@@ -450,9 +220,9 @@ static void process_input(struct websocket *ws)
         /* One frame made contiguous once it is all there: a large frame arriving piece by
          * piece is not copied again for every piece. Until then the reader sees the header
          * only, which is enough for it to refuse a frame, or to say it waits for more. */
-        uint8_t header[14];
+        uint8_t header[WEBSOCKET_HEADER_MAX];
         ev_ssize_t header_len = evbuffer_copyout(input, header, sizeof(header));
-        uint64_t whole = frame_length(header, header_len > 0 ? (size_t)header_len : 0);
+        uint64_t whole = websocket_frame_length(header, header_len > 0 ? (size_t)header_len : 0);
         len = whole == 0 || whole > len ? (size_t)header_len : (size_t)whole;
         const uint8_t *data = evbuffer_pullup(input, (ev_ssize_t)len);
         size_t consumed;
@@ -574,7 +344,7 @@ struct websocket *websocket_accept(struct event_base *base, struct http_request 
     ws->owned = true;
     ws->state = STATE_OPEN;
     ws->last_received_ms = ws->last_ping_ms = monotonic_ms();
-    websocket_reader_init(&ws->reader, config->max_message);
+    websocket_reader_init(&ws->reader, WEBSOCKET_PEER_CLIENT, config->max_message);
     evbuffer_add_printf(bufferevent_get_output(ws->bev),
                         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                         "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",

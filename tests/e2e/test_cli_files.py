@@ -521,6 +521,8 @@ class FakeAgent:
     def __init__(self, frames):
         self.frames = frames
         self.requests = []
+        self.from_client = b""  # what the client sent on the WebSocket
+        self.client_gone = threading.Event()
         self.server = socket.socket()
         self.server.bind(("127.0.0.1", 0))
         self.server.listen(8)
@@ -564,8 +566,12 @@ class FakeAgent:
                     conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                                  b"Connection: Upgrade\r\nSec-WebSocket-Accept: " +
                                  accept.encode() + b"\r\n\r\n" + b"".join(self.frames))
-                    while conn.recv(65536):  # silent until the client goes
-                        pass
+                    while True:  # silent until the client goes
+                        data = conn.recv(65536)
+                        if not data:
+                            break
+                        self.from_client += data
+                    self.client_gone.set()
                     return
                 body = b'{"session_id":"s1"}' if method == "POST" else b""
                 conn.sendall(b"HTTP/1.1 %d OK\r\nContent-Type: application/json\r\n"
@@ -578,25 +584,83 @@ class FakeAgent:
         self.server.close()
 
 
-def ws_frame(opcode, payload):
+def ws_frame(opcode, payload, fin=True, mask=None):
     assert len(payload) < 126
-    return bytes([0x80 | opcode, len(payload)]) + payload
+    if mask is not None:
+        return (bytes([0x80 * fin | opcode, 0x80 | len(payload)]) + mask
+                + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+    return bytes([0x80 * fin | opcode, len(payload)]) + payload
 
 
-def test_shell_handles_frames_that_come_with_the_handshake(coved):
-    agent = FakeAgent([ws_frame(1, b'{"type":"connected","session_id":"s1","mode":"pty"}'),
-                       ws_frame(2, b"\x01coalesced-output\r\n"),
-                       ws_frame(2, b"\x03" + bytes(8) + b"replayed\r\n"),
-                       ws_frame(1, b'{"type":"exit","exit_code":5}')])
+def client_frames(data):
+    """The client's frames as (first byte, unmasked payload); each must be masked."""
+    frames = []
+    while data:
+        b0, b1 = data[0], data[1]
+        assert b1 & 0x80, "a client's frames are masked"
+        n, at = b1 & 0x7F, 2
+        if n == 126:
+            n, at = struct.unpack(">H", data[2:4])[0], 4
+        elif n == 127:
+            n, at = struct.unpack(">Q", data[2:10])[0], 10
+        mask, payload = data[at:at + 4], data[at + 4:at + 4 + n]
+        frames.append((b0, bytes(b ^ mask[i % 4] for i, b in enumerate(payload))))
+        data = data[at + 4 + n:]
+    return frames
+
+
+def shell_against(coved, frames):
+    """`cove shell sbx` against a FakeAgent whose WebSocket sends frames, to its end: the
+    result, and the agent (what it was asked, what the client sent it)."""
+    agent = FakeAgent(frames)
     try:
         r = cli(coved, "shell", "sbx", input=b"", text=False, timeout=20, check=False,
                 env={"COVE_SERVER": agent.url})
+        assert agent.client_gone.wait(10)
     finally:
         agent.close()
+    return r, agent
+
+
+def test_shell_handles_frames_that_come_with_the_handshake(coved):
+    r, agent = shell_against(coved, [
+        ws_frame(1, b'{"type":"connected","session_id":"s1","mode":"pty"}'),
+        ws_frame(2, b"\x01coalesced-output\r\n"),
+        ws_frame(2, b"\x03" + bytes(8) + b"replayed\r\n"),
+        ws_frame(1, b'{"type":"exit","exit_code":5}')])
     assert r.returncode == 5, r
     assert r.stdout == b"coalesced-output\r\nreplayed\r\n"
     paths = [(m, t.split("/proxy/44772", 1)[1]) for m, t in agent.requests]
     assert paths == [("POST", "/pty"), ("GET", "/pty/s1/ws"), ("DELETE", "/pty/s1")]
+
+
+def test_shell_answers_pings_joins_fragments_and_echoes_the_close(coved):
+    """`cove shell` keeps RFC 6455 with the server: a ping (even between the fragments of a
+    message) gets its pong, fragments make one message, and a close is answered with its code
+    and reported; everything it sends is masked."""
+    r, agent = shell_against(coved, [
+        ws_frame(9, b"hb-1"),
+        ws_frame(1, b'{"type":"connected","session_id":"s1","mode":"pty"}'),
+        ws_frame(2, b"\x01frag", fin=False), ws_frame(9, b"hb-2"),
+        ws_frame(0, b"ment", fin=False), ws_frame(0, b"ed\r\n"),
+        ws_frame(8, struct.pack(">H", 1011) + b"agent trouble")])
+    assert r.returncode == 1, r
+    assert r.stdout == b"fragmented\r\n"
+    assert b"(1011: agent trouble)" in r.stderr, r.stderr
+    sent = client_frames(agent.from_client)
+    assert (0x8A, b"hb-1") in sent and (0x8A, b"hb-2") in sent
+    assert sent[-1] == (0x88, struct.pack(">H", 1011))
+
+
+def test_shell_refuses_a_masked_server_frame(coved):
+    """A server never masks (RFC 6455 5.1): `cove shell` closes with 1002 and says why."""
+    r, agent = shell_against(coved, [
+        ws_frame(1, b'{"type":"connected","session_id":"s1","mode":"pty"}',
+                 mask=b"\x01\x02\x03\x04")])
+    assert r.returncode != 0, r
+    assert b"invalid frame" in r.stderr, r.stderr
+    closes = [payload for b0, payload in client_frames(agent.from_client) if b0 == 0x88]
+    assert closes and closes[0][:2] == struct.pack(">H", 1002)
 
 
 # ---- usage and reachability -------------------------------------------------------------

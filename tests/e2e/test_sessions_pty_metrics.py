@@ -207,18 +207,22 @@ class WebSocket:
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
+    def frame(self):
+        """The next frame as (first byte, payload), pings and pongs included."""
+        b0, b1 = self._read(2)
+        assert not b1 & 0x80, "server frames are not masked"
+        n = b1 & 0x7F
+        if n == 126:
+            n = struct.unpack(">H", self._read(2))[0]
+        elif n == 127:
+            n = struct.unpack(">Q", self._read(8))[0]
+        return b0, self._read(n)
+
     def recv(self):
         """The next message as (opcode, payload); pings are answered on the way."""
         message, opcode = b"", None
         while True:
-            b0, b1 = self._read(2)
-            assert not b1 & 0x80, "server frames are not masked"
-            n = b1 & 0x7F
-            if n == 126:
-                n = struct.unpack(">H", self._read(2))[0]
-            elif n == 127:
-                n = struct.unpack(">Q", self._read(8))[0]
-            payload = self._read(n)
+            b0, payload = self.frame()
             op = b0 & 0x0F
             if op == 9:
                 self.send(10, payload)
@@ -412,6 +416,59 @@ def test_pty_with_a_command_and_bad_requests(coved, sandbox):
     assert status == 404 and body["code"] == "CONTEXT_NOT_FOUND"
     assert call(coved, sandbox, "DELETE", "/pty/nope")[0] == 404
     assert call(coved, sandbox, "POST", "/pty", raw="[1]")[0] == 400
+
+
+def client_frame(first_byte, payload, masked=True):
+    """One client frame with first_byte (FIN, opcode) as given, masked unless told."""
+    n = len(payload)
+    length = bytes([n]) if n < 126 else bytes([126]) + struct.pack(">H", n) if n < 65536 \
+        else bytes([127]) + struct.pack(">Q", n)
+    if not masked:
+        return bytes([first_byte]) + length + payload
+    mask = os.urandom(4)
+    return (bytes([first_byte, length[0] | 0x80]) + length[1:] + mask
+            + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+
+def test_pty_websocket_protocol_rules(coved, sandbox):
+    """The agent's WebSocket, through the gateway, keeps RFC 6455: a message in fragments with
+    a ping between them, the ping's pong, the closing handshake echoing the code; an unmasked
+    frame is answered with 1002 and a message over 1 MiB with 1009 before its payload came."""
+    p = new_pty(coved, sandbox)
+    ws = WebSocket(coved, sandbox, f"/pty/{p}/ws")
+    assert ws.json()["type"] == "connected"
+    text = json.dumps({"type": "stdin", "data": "echo frag-$((3+4))\r"}).encode()
+    ws.sock.sendall(client_frame(0x01, text[:7]) + client_frame(0x89, b"heartbeat")
+                    + client_frame(0x00, text[7:20]) + client_frame(0x80, text[20:]))
+    while True:  # the pong comes before the shell's echo of what the message typed
+        b0, payload = ws.frame()
+        assert b0 & 0x0F != 8, payload
+        if b0 == 0x8A:
+            assert payload == b"heartbeat"
+            break
+    ws.read_until(b"frag-7\r\n")
+    ws.sock.sendall(client_frame(0x88, struct.pack(">H", 1000) + b"done"))
+    assert ws.wait_close() == struct.pack(">H", 1000)
+    assert ws.sock.recv(1) == b""  # and the agent drops the connection
+    ws.sock.close()
+
+    hostile = [client_frame(0x81, b'{"type":"ping"}', masked=False),
+               # 1 MiB + 1 announced: refused from the header, nothing more is sent
+               bytes([0x82, 0xFF]) + struct.pack(">Q", 1024 * 1024 + 1) + os.urandom(4)]
+    for frame, code in zip(hostile, (1002, 1009)):
+        time.sleep(0.3)  # the previous client is gone from the session
+        ws = WebSocket(coved, sandbox, f"/pty/{p}/ws?since=999999999")
+        assert ws.status == 101
+        assert ws.json()["type"] == "connected"
+        ws.sock.sendall(frame)
+        ws.wait_close()
+        assert ws.close_code == code
+        ws.sock.close()
+
+    coved.health()
+    status, body, _ = call(coved, sandbox, "GET", f"/pty/{p}")
+    assert status == 200 and body["running"] is True  # the shell outlived its clients
+    assert call(coved, sandbox, "DELETE", f"/pty/{p}")[0] == 200
 
 
 # ---- metrics ----
