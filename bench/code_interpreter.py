@@ -19,37 +19,20 @@ Only the standard library (and python3-jupyter-client for the host row)."""
 import json
 import os
 import socket
-import statistics
 import time
 
-AGENT_PORT = 44772
+from machine import now
+from measure import summary
+from tools import AGENT_PORT, EventStream
+
 THINK_S = 1.5
-
-
-def now():
-    return time.perf_counter()
-
-
-def summary(values):
-    s = sorted(v * 1000 for v in values)
-    if not s:
-        return {"n": 0}
-
-    def pct(p):
-        k = (len(s) - 1) * p / 100.0
-        lo = int(k)
-        hi = min(lo + 1, len(s) - 1)
-        return s[lo] + (s[hi] - s[lo]) * (k - lo)
-    return {"n": len(s), "p50": pct(50), "p95": pct(95), "mean": statistics.fmean(s),
-            "min": s[0], "max": s[-1]}
 
 
 class CodeClient:
     """POST /code through coved's gateway on one kept-alive connection."""
 
-    def __init__(self, cove, event_stream):
+    def __init__(self, cove):
         self.cove = cove
-        self.event_stream = event_stream
         self.sock = None
 
     def connect(self):
@@ -71,7 +54,7 @@ class CodeClient:
                f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
         t0 = now()
-        stream = self.event_stream()
+        stream = EventStream()
         first = None
         self.sock.sendall(req)
         while not stream.done:
@@ -91,25 +74,16 @@ class CodeClient:
         return first - t0, end - t0
 
 
-def create(cove, template, memory="1Gi"):
-    status, payload = cove.request("POST", "/v1/sandboxes", {
-        "image": {"uri": template}, "entrypoint": ["sleep", "infinity"],
-        "resourceLimits": {"cpu": "1", "memory": memory}})
-    if status != 202:
-        raise RuntimeError(f"create {template}: HTTP {status}: {payload[:300]!r}")
-    sid = json.loads(payload)["id"]
-    with cove.lock:
-        cove.ids.add(sid)
-        cove.all_ids.add(sid)
-    return sid
+def create(cove, template):
+    return cove.create(template=template, memory="1Gi")
 
 
-def measure_cove(cove, args, event_stream):
+def measure_cove(cove, args):
     out = {"tool": "cove",
            "note": "coved HTTP API and gateway; POST .../proxy/44772/code on a kept-alive "
                    "connection; kernel: the host's ipykernel in the sandbox (python3 "
                    "kernelspec), run by cove-kernel over ZeroMQ"}
-    client = CodeClient(cove, event_stream)
+    client = CodeClient(cove)
     try:
         sid = create(cove, "code-interpreter")
         ctx = {"language": "python"}

@@ -105,8 +105,10 @@ class Coved:
     """One coved process with its own state dir and port."""
 
     def __init__(self, api_keys=("test-key",), extra_args=(), state_dir=None, env=None,
-                 wrapper=()):
+                 wrapper=(), coved=COVED, agent=AGENT):
+        """coved, agent: the binaries (the bench runs private copies of the build's)."""
         self.state_dir = state_dir or tempfile.mkdtemp(prefix="cove-test-")
+        self.coved_path, self.agent_path = coved, agent
         self.api_keys = list(api_keys)
         self.key = self.api_keys[0] if self.api_keys else None
         self.extra_args = list(extra_args)
@@ -121,8 +123,8 @@ class Coved:
     def start(self, port=0, new_session=False):
         """new_session: coved leads a session and process group of its own, as a shell's
         foreground job does (its group is then os.getpgid(coved.proc.pid))."""
-        args = self.wrapper + [COVED, "--listen", f"127.0.0.1:{port}", "--state-dir",
-                               self.state_dir, "--agent", AGENT]
+        args = self.wrapper + [self.coved_path, "--listen", f"127.0.0.1:{port}", "--state-dir",
+                               self.state_dir, "--agent", self.agent_path]
         for k in self.api_keys:
             args += ["--api-key", k]
         args += self.extra_args

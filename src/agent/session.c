@@ -23,7 +23,7 @@
 #include "lib/log.h"
 
 /* Each session costs a little memory and its environment: bounded, those of code contexts
- * (bounded by code.c) included; those of clients are bounded by the idle limits. */
+ * (bounded by code_contexts.c) included; those of clients are bounded by the idle limits. */
 #define SESSION_MAX 256
 /* A run's report (directory and environment) beyond this is ignored and the state kept. */
 #define STATE_MAX (1024 * 1024)

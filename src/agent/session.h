@@ -15,7 +15,7 @@ struct http_request;
 struct api_params;
 struct idle_limits;
 
-/* Sessions of clients (not those of code contexts, which code.c bounds and closes) are
+/* Sessions of clients (not those of code contexts, which code_contexts.c bounds and closes) are
  * capped and closed when idle (idle.h). */
 void session_init(struct event_base *base, const struct idle_limits *limits);
 
@@ -26,7 +26,7 @@ void session_handle_delete(struct http_request *req, const struct api_params *pa
 /* Forgets every session (at exit; processes are dealt with by the caller). */
 void session_cleanup(void);
 
-/* For code contexts of language bash (code.c): the same sessions, without their HTTP
+/* For code contexts of language bash (code_contexts.c): the same sessions, without their HTTP
  * requests. session_open makes one in cwd (NULL: the agent's; made if missing) and gives its
  * id; session_run streams one run to req as runInSession does (404 CONTEXT_NOT_FOUND when the
  * session is gone; on failure nothing was sent); session_close ends it and what it runs. */

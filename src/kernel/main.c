@@ -2,8 +2,8 @@
  *
  *   cove-kernel --language LANG
  *
- * The agent (src/agent/code.c) starts one per code context and talks to it over its stdin and
- * stdout, one JSON object per line:
+ * The agent (src/agent/code_helper.c) starts one per code context and talks to it over its
+ * stdin and stdout, one JSON object per line:
  *
  *   agent -> helper  {"op":"execute","code":"..."}  run code (one execution at a time)
  *                    {"op":"interrupt"}             interrupt the execution under way

@@ -1,0 +1,56 @@
+/* The code contexts the agent holds and each one's run queue. A kernel context owns at most one
+ * kernel helper (code_helper.h) at a time and sends it its runs one after another; a context
+ * of language bash is a bash session of the same id (session.h), whose runs the API sends
+ * there. A context whose kernel never started is forgotten with it. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "lib/error.h"
+
+struct event_base;
+struct json_t;
+struct http_request;
+struct code_context;
+
+/* A language's name, lowercased, with its NUL. */
+#define CODE_LANGUAGE_SIZE 32
+
+void code_contexts_init(struct event_base *base);
+/* Stops every kernel and forgets every context (at exit); no response is sent. */
+void code_contexts_cleanup(void);
+
+/* A new context of language (normalized), registered; a bash one opens its session. cwd
+ * (NULL: $HOME) is taken, also on failure. At most a few dozen exist (503 beyond). */
+struct code_context *code_context_new(const char *language, bool is_default, char *cwd,
+                                      struct cove_error **err);
+struct code_context *code_context_find(const char *id);
+/* The language's default context (the one runs without a context id use), or NULL. */
+struct code_context *code_context_default(const char *language);
+
+const char *code_context_id(const struct code_context *ctx);
+const char *code_context_language(const struct code_context *ctx);
+bool code_context_is_bash(const struct code_context *ctx);
+/* {"id", "language"}, as createCodeContext and listContexts answer. */
+struct json_t *code_context_json(const struct code_context *ctx);
+/* Every context, or every one of language when it is not NULL. */
+struct json_t *code_contexts_json(const char *language);
+
+/* Starts the kernel of a new kernel context. req, when not NULL, gets the context's JSON once
+ * the kernel is ready, or the error if it does not start. On failure the context is forgotten. */
+int code_context_start(struct code_context *ctx, struct http_request *req, struct cove_error **err);
+
+/* Queues a run of code; req gets its event stream (200 once it can only succeed: at once with
+ * the kernel up, else when it starts) or the error of a kernel that does not start. */
+int code_context_run(struct code_context *ctx, struct http_request *req, const char *code,
+                     struct cove_error **err);
+
+/* Interrupts the run under way, if any (the kernel stays). */
+void code_context_interrupt(struct code_context *ctx);
+
+/* Forgets the context: its kernel stops and its runs end (with an error event if under way,
+ * whose text is why). */
+void code_context_delete(struct code_context *ctx, const char *why);
+/* The same for every context of language; returns how many there were. */
+size_t code_contexts_delete_language(const char *language, const char *why);
