@@ -28,6 +28,7 @@
 #include "lib/environment.h"
 #include "lib/http.h"
 #include "lib/log.h"
+#include "lib/clock.h"
 
 /* Bytes read from a pipe at once (one HTTP chunk of events at most). */
 #define READ_SIZE (64 * 1024)
@@ -89,13 +90,6 @@ struct command {
 
 static struct event_base *event_base;
 static struct command *commands; /* newest first */
-
-static int64_t monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
 
 static struct timeval timeval_from_ms(int64_t ms)
 {
@@ -186,7 +180,7 @@ static void stream_finish(struct command *cmd)
     int64_t now = sse_now_ms();
     if (cmd->exit_code == 0 && !cmd->timed_out) {
         struct sse_event done = {.type = "execution_complete",
-                                 .execution_time = monotonic_ms() - cmd->started_mono_ms,
+                                 .execution_time = cove_monotonic_ms() - cmd->started_mono_ms,
                                  .timestamp = now};
         event_stream_append(&cmd->stream, &done);
     } else {
@@ -693,7 +687,7 @@ static struct command *command_new(const char *content, bool background, int64_t
     cmd->background = background;
     cmd->timeout_ms = timeout_ms;
     clock_gettime(CLOCK_REALTIME, &cmd->started_at);
-    cmd->started_mono_ms = monotonic_ms();
+    cmd->started_mono_ms = cove_monotonic_ms();
     cmd->pipes[0].fd = cmd->pipes[1].fd = -1;
     cmd->next = commands;
     if (commands != NULL)
@@ -797,7 +791,7 @@ void command_handle_run(struct http_request *req, const struct api_params *param
     if (cmd->background) {
         /* execd answers a background command with init and execution_complete at once. */
         struct sse_event done = {.type = "execution_complete",
-                                 .execution_time = monotonic_ms() - cmd->started_mono_ms,
+                                 .execution_time = cove_monotonic_ms() - cmd->started_mono_ms,
                                  .timestamp = sse_now_ms()};
         event_stream_append(&cmd->stream, &done);
         event_stream_end(&cmd->stream);
@@ -868,11 +862,8 @@ void command_handle_interrupt(struct http_request *req, const struct api_params 
 
 static json_t *rfc3339(const struct timespec *ts)
 {
-    struct tm tm;
-    char text[64];
-    gmtime_r(&ts->tv_sec, &tm);
-    snprintf(text, sizeof(text), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts->tv_nsec / 1000000);
+    char text[COVE_RFC3339_SIZE];
+    cove_rfc3339(ts, 3, text);
     return json_string(text);
 }
 

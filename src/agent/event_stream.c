@@ -9,19 +9,13 @@
 #include "agent/sse.h"
 #include "lib/http.h"
 #include "lib/log.h"
+#include "lib/clock.h"
 
 /* Producers stop reading while more than this waits to go to the client, and resume once it
  * is sent: memory stays flat however much is produced and however slow the client is. */
 #define STREAM_HIGH_WATER (256 * 1024)
 /* execd sends a ping event every 3 s; this agent sends one after 3 s without output. */
 #define PING_INTERVAL_MS 3000
-
-static int64_t monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
 
 void event_stream_flush(struct event_stream *stream)
 {
@@ -30,7 +24,7 @@ void event_stream_flush(struct event_stream *stream)
         return;
     stream->queued = http_stream_write(stream->req, evbuffer_pullup(stream->frames, -1), len);
     evbuffer_drain(stream->frames, len);
-    stream->last_write_ms = monotonic_ms();
+    stream->last_write_ms = cove_monotonic_ms();
 }
 
 void event_stream_append(struct event_stream *stream, const struct sse_event *event)
@@ -77,7 +71,7 @@ static void on_ping(evutil_socket_t fd, short what, void *arg)
 {
     struct event_stream *stream = arg;
     if (stream->req == NULL || stream->queued > 0 ||
-        monotonic_ms() - stream->last_write_ms < PING_INTERVAL_MS)
+        cove_monotonic_ms() - stream->last_write_ms < PING_INTERVAL_MS)
         return;
     struct sse_event ping = {.type = "ping",
                              .text = "pong",

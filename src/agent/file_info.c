@@ -6,22 +6,7 @@
 
 #include "agent/users.h"
 #include "lib/utf8.h"
-
-void file_info_time(const struct timespec *ts, char *out, size_t size)
-{
-    struct tm tm;
-    time_t sec = ts->tv_sec;
-    gmtime_r(&sec, &tm);
-    char fraction[16] = "";
-    if (ts->tv_nsec > 0) {
-        snprintf(fraction, sizeof(fraction), ".%09ld", ts->tv_nsec);
-        size_t n = strlen(fraction);
-        while (n > 1 && fraction[n - 1] == '0')
-            fraction[--n] = '\0';
-    }
-    snprintf(out, size, "%04d-%02d-%02dT%02d:%02d:%02d%sZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, fraction);
-}
+#include "lib/clock.h"
 
 int file_info_mode_digits(mode_t mode)
 {
@@ -44,8 +29,8 @@ static const char *type_name(mode_t mode)
 json_t *file_info_json(const char *path, size_t path_len, const struct stat *st)
 {
     char modified[48], created[48], owner[64], group[64];
-    file_info_time(&st->st_mtim, modified, sizeof(modified));
-    file_info_time(&st->st_ctim, created, sizeof(created));
+    cove_rfc3339(&st->st_mtim, -1, modified); /* as execd: every digit of the fraction */
+    cove_rfc3339(&st->st_ctim, -1, created);
     users_user_name(st->st_uid, owner, sizeof(owner));
     users_group_name(st->st_gid, group, sizeof(group));
     json_t *shown_path = utf8_json_string(path, path_len);

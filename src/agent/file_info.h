@@ -13,8 +13,5 @@
 /* Call users_refresh() once before a batch. NULL only when out of memory. */
 json_t *file_info_json(const char *path, size_t path_len, const struct stat *st);
 
-/* "2025-11-16T14:30:45.123456789Z" (trailing zeros of the fraction trimmed, none if 0). */
-void file_info_time(const struct timespec *ts, char *out, size_t size);
-
 /* 0755 -> 755: how execd writes a mode. */
 int file_info_mode_digits(mode_t mode);

@@ -1,4 +1,5 @@
 #include "agent/idle.h"
+#include "lib/clock.h"
 
 #include <event2/event.h>
 #include <stdlib.h>
@@ -16,17 +17,10 @@ struct idle_timer {
     void *arg;
 };
 
-int64_t idle_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct idle_timer *timer = arg;
-    int64_t now = idle_now_ms(), elapsed = now - timer->last_ms;
+    int64_t now = cove_monotonic_ms(), elapsed = now - timer->last_ms;
     timer->last_ms = now;
     /* Much later than the tick asked for: the sandbox was frozen (or the host suspended). */
     int64_t stopped = elapsed > 2 * timer->tick_ms ? elapsed - timer->tick_ms : 0;
@@ -47,7 +41,7 @@ struct idle_timer *idle_timer_new(struct event_base *base, int64_t timeout_ms,
         timer->tick_ms = TICK_MIN_MS;
     if (timer->tick_ms > TICK_MAX_MS)
         timer->tick_ms = TICK_MAX_MS;
-    timer->last_ms = idle_now_ms();
+    timer->last_ms = cove_monotonic_ms();
     timer->on_tick = on_tick;
     timer->arg = arg;
     timer->event = event_new(base, -1, EV_PERSIST, on_timer, timer);

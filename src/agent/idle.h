@@ -21,9 +21,6 @@ struct idle_limits {
     size_t max;         /* open at once, of each kind */
 };
 
-/* A clock for idle times: milliseconds, monotonic. */
-int64_t idle_now_ms(void);
-
 /* Calls on_tick often enough to close sessions within a quarter of the timeout of it
  * expiring, with the time the agent was stopped since the last call (frozen: add it to each
  * session's last use). NULL when the timeout is 0 or the event cannot be made. */

@@ -26,6 +26,7 @@
 #include "lib/http.h"
 #include "lib/log.h"
 #include "lib/websocket.h"
+#include "lib/clock.h"
 
 /* Output kept for replay, as execd's replay buffer (1 MiB). */
 #define REPLAY_MAX (1024 * 1024)
@@ -251,7 +252,7 @@ static void on_shell_exit(pid_t pid, int status, void *arg)
         send_json(s, json_pack("{s:s, s:i}", "type", "exit", "exit_code", s->exit_code));
         websocket_close(s->ws, WEBSOCKET_CLOSE_NORMAL, "process exited");
         s->ws = NULL;
-        s->last_active_ms = idle_now_ms();
+        s->last_active_ms = cove_monotonic_ms();
     }
 }
 
@@ -485,7 +486,7 @@ static void on_client_close(struct websocket *ws, uint16_t code, void *arg)
     struct pty_session *s = arg;
     log_info("pty session %s: client gone (%u); the shell goes on", s->id, code);
     s->ws = NULL;
-    s->last_active_ms = idle_now_ms();
+    s->last_active_ms = cove_monotonic_ms();
     outputs_pause(s, false); /* output keeps going to the replay buffer */
 }
 
@@ -576,7 +577,7 @@ bool pty_head_ws(struct http_request *req, const struct api_params *params)
         websocket_close(s->ws, CLOSE_TAKEN_OVER, "TAKEN_OVER");
     }
     s->ws = ws;
-    s->last_active_ms = idle_now_ms();
+    s->last_active_ms = cove_monotonic_ms();
     if (s->pid == 0 && shell_start(s, terminal, &err) < 0) {
         log_warn("pty session %s: %s", s->id, err->message);
         send_error(s, "START_FAILED", err->message);
@@ -659,7 +660,7 @@ void pty_handle_create(struct http_request *req, const struct api_params *params
     s->cwd = dir;
     s->master = s->input_fd = -1;
     s->exit_code = -1;
-    s->last_active_ms = idle_now_ms();
+    s->last_active_ms = cove_monotonic_ms();
     json_int_t c = json_integer_value(cols), r = json_integer_value(rows);
     s->cols = c > 0 && c <= 0xffff ? (unsigned short)c : 80; /* execd's size */
     s->rows = r > 0 && r <= 0xffff ? (unsigned short)r : 24;
@@ -680,7 +681,7 @@ void pty_handle_status(struct http_request *req, const struct api_params *params
         api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "pty session %s not found", id);
         return;
     }
-    s->last_active_ms = idle_now_ms();
+    s->last_active_ms = cove_monotonic_ms();
     api_respond_json(req, 200,
                      json_pack("{s:s, s:b, s:I}", "session_id", s->id, "running", s->pid > 0,
                                "output_offset", (json_int_t)s->replay_total));

@@ -21,6 +21,7 @@
 #include "lib/environment.h"
 #include "lib/http.h"
 #include "lib/log.h"
+#include "lib/clock.h"
 
 /* Each session costs a little memory and its environment: bounded, those of code contexts
  * (bounded by code_contexts.c) included; those of clients are bounded by the idle limits. */
@@ -120,7 +121,7 @@ static struct session *session_new(char *dir, bool of_client, struct cove_error 
     ids_uuid(session->id);
     session->cwd = dir;
     session->of_client = of_client;
-    session->last_active_ms = idle_now_ms();
+    session->last_active_ms = cove_monotonic_ms();
     session->next = sessions;
     sessions = session;
     sessions_len++;
@@ -242,7 +243,7 @@ static void on_run_done(struct command *cmd, int exit_code, void *arg)
     else
         log_warn("session %s: the state a run reported is over %d bytes, ignored", run->session->id,
                  STATE_MAX);
-    run->session->last_active_ms = idle_now_ms(); /* idle from the end of its last run */
+    run->session->last_active_ms = cove_monotonic_ms(); /* idle from the end of its last run */
     run_unlink(run);
     run_free(run);
 }
@@ -439,7 +440,7 @@ void session_handle_run(struct http_request *req, const struct api_params *param
         api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
         return;
     }
-    session->last_active_ms = idle_now_ms();
+    session->last_active_ms = cove_monotonic_ms();
     json_t *body = read_body(req, false, &err);
     if (body == NULL) {
         api_respond_cove_error(req, err);

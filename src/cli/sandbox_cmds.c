@@ -11,7 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/output.h"
-#include "coved/api/rfc3339.h"
+#include "lib/clock.h"
 
 #define SANDBOX_DEFAULT_TEMPLATE "base"
 /* OpenSandbox requires resourceLimits and asks clients for these defaults. */
@@ -535,13 +535,12 @@ static int renew_time_from_now(long long seconds, char *out, size_t size, struct
 {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    time_t when = now.tv_sec + (time_t)seconds;
-    struct tm tm;
-    if (seconds > RENEW_MAX_SECONDS || gmtime_r(&when, &tm) == NULL)
+    if (seconds > RENEW_MAX_SECONDS)
         return cli_usage_error(err, "--timeout %lld is too far away", seconds);
-    char date[32];
-    strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, size, "%s.%03ldZ", date, now.tv_nsec / 1000000);
+    now.tv_sec += (time_t)seconds;
+    char date[COVE_RFC3339_SIZE];
+    cove_rfc3339(&now, 3, date);
+    snprintf(out, size, "%s", date);
     return 0;
 }
 

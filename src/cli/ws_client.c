@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "cli/client.h"
+#include "lib/clock.h"
 
 #define WS_CONNECT_TIMEOUT_MS 10000
 /* The answer to the opening handshake: its head, and a refusal's body. */
@@ -71,18 +72,11 @@ static void buffer_drain(struct ws_buffer *b, size_t len)
 
 /* --- the connection --- */
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits until fd is ready for events or the deadline passes: 1, 0 (timeout) or -1. */
 static int wait_for(int fd, short events, long long deadline)
 {
     for (;;) {
-        long long left = deadline - now_ms();
+        long long left = deadline - cove_monotonic_ms();
         if (left <= 0)
             return 0;
         struct pollfd p = {.fd = fd, .events = events};
@@ -142,7 +136,7 @@ static int connect_to(const char *server, const char *host, const char *port,
                               gai_strerror(rc));
     int last_errno = ETIMEDOUT;
     int fd = -1;
-    long long deadline = now_ms() + WS_CONNECT_TIMEOUT_MS;
+    long long deadline = cove_monotonic_ms() + WS_CONNECT_TIMEOUT_MS;
     for (struct addrinfo *a = addresses; a != NULL && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
         if (fd < 0) {
@@ -312,7 +306,7 @@ static int handshake(struct ws_client *ws, const char *host_header, const char *
         free(request);
         return cove_error_sys(err, "cannot build the WebSocket handshake");
     }
-    long long deadline = now_ms() + WS_HANDSHAKE_TIMEOUT_MS;
+    long long deadline = cove_monotonic_ms() + WS_HANDSHAKE_TIMEOUT_MS;
     int rc = send_all_blocking(ws, request, request_len, deadline, err);
     free(request);
     if (rc < 0)

@@ -8,6 +8,7 @@
 
 #include "coved/config.h"
 #include "coved/gateway/route_keyring.h"
+#include "lib/clock.h"
 
 static const char usage[] =
     "Usage: coved route-key list|rotate|retire ID [--state-dir DIR] [--config FILE]\n"
@@ -31,10 +32,8 @@ static int list(const char *state_dir, struct cove_error **err)
     printf("ID  STATE    CREATED\n");
     for (size_t i = 0; i < ring->count; i++) {
         const struct route_key *k = &ring->keys[i];
-        char when[32];
-        time_t t = (time_t)k->created;
-        struct tm tm;
-        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+        char when[COVE_RFC3339_SIZE];
+        cove_rfc3339(&(struct timespec){.tv_sec = (time_t)k->created}, 0, when);
         printf("%c   %-8s %s\n", k->id, k->current ? "current" : "verify", when);
     }
     route_keyring_free(ring);

@@ -41,6 +41,7 @@
 #include "kernel/jupyter.h"
 #include "kernel/kernelspec.h"
 #include "lib/environment.h"
+#include "lib/clock.h"
 
 /* How long a kernel may take to answer its first kernel_info_request (IPython with pandas
  * preloaded by a startup script can be slow on a loaded host). */
@@ -91,13 +92,6 @@ struct helper {
     bool interrupted;          /* an interrupt was asked for this execution */
     int64_t reply_deadline_ms; /* idle seen without a reply: give up waiting then (0: no) */
 };
-
-static int64_t monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
 
 static int64_t unix_ms(void)
 {
@@ -318,7 +312,7 @@ static void finish_if_complete(struct helper *h)
 {
     if (!h->running || !h->reply_seen || !h->idle_seen)
         return;
-    emit(h, kernel_event_complete(monotonic_ms() - h->started_ms, unix_ms()));
+    emit(h, kernel_event_complete(cove_monotonic_ms() - h->started_ms, unix_ms()));
     emit(h, json_pack("{s:s}", "cove", "done"));
     h->running = false;
 }
@@ -348,7 +342,7 @@ static void execute(struct helper *h, const char *code)
     h->running = true;
     h->reply_seen = h->idle_seen = h->input_seen = h->interrupt_early = h->interrupted = false;
     h->reply_deadline_ms = 0;
-    h->started_ms = monotonic_ms();
+    h->started_ms = cove_monotonic_ms();
 }
 
 static void interrupt(struct helper *h)
@@ -476,7 +470,7 @@ static void handle_iopub(struct helper *h, struct wire_message *msg)
     if (strcmp(msg->msg_type, "status") == 0 && state != NULL && strcmp(state, "idle") == 0) {
         h->idle_seen = true;
         if (!h->reply_seen)
-            h->reply_deadline_ms = monotonic_ms() + REPLY_GRACE_MS;
+            h->reply_deadline_ms = cove_monotonic_ms() + REPLY_GRACE_MS;
     }
     finish_if_complete(h);
 }
@@ -485,7 +479,7 @@ static void handle_iopub(struct helper *h, struct wire_message *msg)
 static void give_up_on_reply(struct helper *h)
 {
     if (!h->running || h->reply_seen || h->reply_deadline_ms == 0 ||
-        monotonic_ms() < h->reply_deadline_ms)
+        cove_monotonic_ms() < h->reply_deadline_ms)
         return;
     if (h->interrupted)
         emit(h, kernel_event_error("KeyboardInterrupt", "interrupted before the code began",
@@ -568,7 +562,7 @@ static void report_exit(struct helper *h)
  * of our messages (a SUB socket misses what is published before it is connected). */
 static void check_started(struct helper *h)
 {
-    int64_t now = monotonic_ms();
+    int64_t now = cove_monotonic_ms();
     if (h->info_replied && h->iopub_works) {
         h->phase = SERVING;
         emit(h, json_pack("{s:s, s:s, s:s, s:i}", "cove", "ready", "kernel", h->spec.name,
@@ -601,13 +595,13 @@ static int poll_timeout(const struct helper *h)
 {
     int timeout = -1;
     if (h->phase == STARTING) {
-        int64_t wait = h->next_info_ms - monotonic_ms();
+        int64_t wait = h->next_info_ms - cove_monotonic_ms();
         timeout = wait < 0 ? 0 : (int)wait;
     }
     if (h->kernel_pidfd < 0 && (timeout < 0 || timeout > EXIT_POLL_MS))
         timeout = EXIT_POLL_MS;
     if (h->running && !h->reply_seen && h->reply_deadline_ms > 0) {
-        int64_t wait = h->reply_deadline_ms - monotonic_ms();
+        int64_t wait = h->reply_deadline_ms - cove_monotonic_ms();
         if (timeout < 0 || wait < timeout)
             timeout = wait < 0 ? 0 : (int)wait;
     }
@@ -731,8 +725,8 @@ int main(int argc, char **argv)
         status = err->http_status == 400 ? 3 : 1;
         goto out;
     }
-    h.start_deadline_ms = monotonic_ms() + START_TIMEOUT_MS;
-    h.next_info_ms = monotonic_ms();
+    h.start_deadline_ms = cove_monotonic_ms() + START_TIMEOUT_MS;
+    h.next_info_ms = cove_monotonic_ms();
     serve(&h);
     status = 0;
 out:

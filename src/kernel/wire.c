@@ -1,4 +1,5 @@
 #include "kernel/wire.h"
+#include "lib/clock.h"
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -65,14 +66,10 @@ void wire_new_id(char id[WIRE_ID_SIZE])
 
 json_t *wire_header(const char *msg_type, const char *session, char msg_id[WIRE_ID_SIZE])
 {
-    char date[64];
+    char date[COVE_RFC3339_SIZE];
     struct timespec now;
-    struct tm tm;
     clock_gettime(CLOCK_REALTIME, &now);
-    gmtime_r(&now.tv_sec, &tm);
-    /* ISO 8601 with microseconds, as jupyter-client writes it. */
-    snprintf(date, sizeof(date), "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000);
+    cove_rfc3339(&now, 6, date); /* microseconds, as jupyter-client writes it */
     wire_new_id(msg_id);
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", msg_id, "session", session,
                      "username", "cove", "date", date, "msg_type", msg_type, "version",

@@ -1,4 +1,5 @@
 #include "lib/log.h"
+#include "lib/clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,15 +23,11 @@ void cove_log(enum cove_log_level level, const char *fmt, ...)
     static const char *names[] = {"debug", "info", "warn", "error"};
     if (level < min_level)
         return;
-    char line[2048];
+    char line[2048], when[COVE_RFC3339_SIZE];
     struct timespec now;
-    struct tm tm;
     clock_gettime(CLOCK_REALTIME, &now);
-    gmtime_r(&now.tv_sec, &tm);
-    int n = snprintf(line, sizeof(line),
-                     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ", tm.tm_year + 1900,
-                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     now.tv_nsec / 1000000, log_prefix, names[level]);
+    cove_rfc3339(&now, 3, when);
+    int n = snprintf(line, sizeof(line), "%s %s %s: ", when, log_prefix, names[level]);
     va_list ap;
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof(line))

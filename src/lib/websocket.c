@@ -11,6 +11,7 @@
 
 #include "lib/http.h"
 #include "lib/log.h"
+#include "lib/clock.h"
 
 /* After our close frame, how long the client gets to answer with its own. */
 #define CLOSE_TIMEOUT_MS 5000
@@ -89,13 +90,6 @@ struct websocket {
     int64_t last_received_ms, last_ping_ms, close_deadline_ms;
 };
 
-static int64_t monotonic_ms(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
 static void destroy(struct websocket *ws)
 {
     if (ws->timer != NULL)
@@ -141,7 +135,7 @@ static void send_close(struct websocket *ws, uint16_t code, const char *reason)
 
 static void schedule(struct websocket *ws)
 {
-    int64_t now = monotonic_ms(), next = -1;
+    int64_t now = cove_monotonic_ms(), next = -1;
     if (ws->state == STATE_OPEN) {
         if (ws->config.ping_interval_ms > 0)
             next = ws->last_ping_ms + ws->config.ping_interval_ms;
@@ -168,7 +162,7 @@ static void fail(struct websocket *ws, uint16_t code, const char *reason)
     if (ws->state == STATE_OPEN)
         send_close(ws, code, reason);
     ws->state = STATE_FLUSHING;
-    ws->close_deadline_ms = monotonic_ms() + CLOSE_TIMEOUT_MS;
+    ws->close_deadline_ms = cove_monotonic_ms() + CLOSE_TIMEOUT_MS;
     bufferevent_disable(ws->bev, EV_READ);
     if (ws->owned && ws->callbacks.on_close != NULL) {
         ws->owned = false;
@@ -234,7 +228,7 @@ static void process_input(struct websocket *ws)
             break;
         }
         if (consumed > 0)
-            ws->last_received_ms = monotonic_ms();
+            ws->last_received_ms = cove_monotonic_ms();
         if (rc == 1)
             handle_message(ws, &message);
         else if (consumed == 0)
@@ -282,7 +276,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct websocket *ws = arg;
-    int64_t now = monotonic_ms();
+    int64_t now = cove_monotonic_ms();
     if (ws->state != STATE_OPEN) {
         /* The client never answered our close, or never read it. */
         ws->free_pending = now >= ws->close_deadline_ms;
@@ -343,7 +337,7 @@ struct websocket *websocket_accept(struct event_base *base, struct http_request 
     ws->arg = arg;
     ws->owned = true;
     ws->state = STATE_OPEN;
-    ws->last_received_ms = ws->last_ping_ms = monotonic_ms();
+    ws->last_received_ms = ws->last_ping_ms = cove_monotonic_ms();
     websocket_reader_init(&ws->reader, WEBSOCKET_PEER_CLIENT, config->max_message);
     evbuffer_add_printf(bufferevent_get_output(ws->bev),
                         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
@@ -383,7 +377,7 @@ void websocket_pause(struct websocket *ws, bool paused)
         bufferevent_disable(ws->bev, EV_READ);
         return;
     }
-    ws->last_received_ms = monotonic_ms();
+    ws->last_received_ms = cove_monotonic_ms();
     bufferevent_enable(ws->bev, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(ws->bev)) > 0)
         bufferevent_trigger(ws->bev, EV_READ,
@@ -397,7 +391,7 @@ void websocket_close(struct websocket *ws, uint16_t code, const char *reason)
         return;
     send_close(ws, code, reason);
     ws->state = STATE_CLOSING;
-    ws->close_deadline_ms = monotonic_ms() + CLOSE_TIMEOUT_MS;
+    ws->close_deadline_ms = cove_monotonic_ms() + CLOSE_TIMEOUT_MS;
     if (ws->paused) { /* the client's close frame must still be read */
         ws->paused = false;
         bufferevent_enable(ws->bev, EV_READ);

@@ -12,6 +12,7 @@
 
 #include "coved/api/api.h"
 #include "coved/gateway/route_token.h"
+#include "lib/clock.h"
 
 /* Host[:port] the client used, if it is a plain host (no path, no spaces, no userinfo). */
 static bool host_header_usable(const char *host)
@@ -134,7 +135,7 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
     char b36[16], sig[ROUTE_SIG_SIZE];
     route_base36(when, b36, sizeof(b36));
     route_sign(&api->signer, by_host ? ROUTE_FORM_HOST : ROUTE_FORM_PATH, sb->id, (int)port, b36,
-               route_monotonic_ms(), sig);
+               cove_monotonic_ms(), sig);
     if (by_host) {
         snprintf(label, sizeof(label), "%s-%ld-%s-%s", sb->id, port, b36, sig);
         if (strlen(label) > 63) {

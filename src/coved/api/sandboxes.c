@@ -14,7 +14,7 @@
 
 #include "coved/api/api.h"
 #include "coved/api/quantity.h"
-#include "coved/api/rfc3339.h"
+#include "lib/clock.h"
 
 #define DEFAULT_MEMORY (1024LL << 20)
 #define DEFAULT_DISK (512LL << 20)

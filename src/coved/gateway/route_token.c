@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "lib/log.h"
+#include "lib/clock.h"
 
 void route_base36(uint64_t value, char *out, size_t size)
 {
@@ -216,13 +217,6 @@ void route_signer_close(struct route_signer *signer)
     signer->limiter = NULL;
 }
 
-int64_t route_monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void route_sign(struct route_signer *signer, enum route_form form, const char *id, int port,
                 const char *expires_b36, int64_t now_ms, char out[ROUTE_SIG_SIZE])
 {
@@ -295,6 +289,6 @@ int route_check_connection(struct route_signer *signer, const struct route *r, i
     struct route_peer peer;
     bool known = getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
                  route_peer_from_sockaddr((struct sockaddr *)&ss, len, &peer) == 0;
-    return route_check(signer, r, known ? &peer : NULL, (int64_t)time(NULL), route_monotonic_ms(),
+    return route_check(signer, r, known ? &peer : NULL, (int64_t)time(NULL), cove_monotonic_ms(),
                        err);
 }

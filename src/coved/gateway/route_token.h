@@ -67,8 +67,6 @@ void route_sign_with(const struct route_key *k, enum route_form form, const char
 /* 0 when sig is a valid signature by one of ring's keys (constant-time compare), else -1. */
 int route_verify(const struct route_keyring *ring, enum route_form form, const char *id, int port,
                  const char *expires_b36, const char *sig);
-/* Milliseconds of the monotonic clock: the time the keyring and the limiter go by. */
-int64_t route_monotonic_ms(void);
 /* Signs with the current key, after looking for a new keyring (now_ms: monotonic). */
 void route_sign(struct route_signer *signer, enum route_form form, const char *id, int port,
                 const char *expires_b36, int64_t now_ms, char out[ROUTE_SIG_SIZE]);

@@ -20,6 +20,7 @@
 
 #include "lib/http.h"
 #include "lib/log.h"
+#include "lib/clock.h"
 
 #define TUNNEL_HIGH_WATER (1024 * 1024)
 /* What is read ahead from either side while the other is not ready for it (a client's
@@ -253,16 +254,9 @@ static void drop_upstream(struct tunnel *t)
 /* How long a closing tunnel waits for its client to read what is queued for it. */
 #define TUNNEL_LINGER_S 10
 
-static int64_t monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void arm_timer(struct tunnel *t, int64_t at_ms)
 {
-    int64_t wait = at_ms - monotonic_ms();
+    int64_t wait = at_ms - cove_monotonic_ms();
     if (wait < 0)
         wait = 0;
     struct timeval tv = {.tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000};
@@ -286,7 +280,7 @@ static void tunnel_close(struct tunnel *t)
         tunnel_free(t);
         return;
     }
-    arm_timer(t, monotonic_ms() + TUNNEL_LINGER_S * 1000);
+    arm_timer(t, cove_monotonic_ms() + TUNNEL_LINGER_S * 1000);
 }
 
 /* The idle timeout (no byte either way), the head deadline (a request head trickled in),
@@ -296,7 +290,7 @@ static void tunnel_timer_turn(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct tunnel *t = arg;
-    int64_t now = monotonic_ms();
+    int64_t now = cove_monotonic_ms();
     if (t->closing) {
         tunnel_free(t);
         return;
@@ -552,7 +546,7 @@ static void process_client(struct tunnel *t)
             /* Reads do not extend a head's deadline: a trickled head is cut off. */
             int s = t->set->ops.head_timeout_s;
             t->head_begun = true;
-            t->head_deadline_ms = monotonic_ms() + (s > 0 ? s : TUNNEL_DEFAULT_HEAD_S) * 1000;
+            t->head_deadline_ms = cove_monotonic_ms() + (s > 0 ? s : TUNNEL_DEFAULT_HEAD_S) * 1000;
             arm_timer(t, t->head_deadline_ms);
         }
         http_parser_pause(&t->request_parser, 0);
@@ -711,7 +705,7 @@ static void process_upstream(struct tunnel *t)
 static void client_read_turn(struct bufferevent *bev, void *arg)
 {
     struct tunnel *t = arg;
-    t->last_activity_ms = monotonic_ms();
+    t->last_activity_ms = cove_monotonic_ms();
     process_client(t);
 }
 
@@ -719,7 +713,7 @@ static void client_write_turn(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct tunnel *t = arg;
-    t->last_activity_ms = monotonic_ms();
+    t->last_activity_ms = cove_monotonic_ms();
     if (t->closing) {
         if (evbuffer_get_length(bufferevent_get_output(t->client)) == 0)
             tunnel_free(t);
@@ -763,7 +757,7 @@ static void upstream_read_turn(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct tunnel *t = arg;
-    t->last_activity_ms = monotonic_ms();
+    t->last_activity_ms = cove_monotonic_ms();
     process_upstream(t);
 }
 
@@ -784,7 +778,7 @@ static void upstream_write_turn(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct tunnel *t = arg;
-    t->last_activity_ms = monotonic_ms();
+    t->last_activity_ms = cove_monotonic_ms();
     pass_half_close(t);
     bufferevent_enable(t->client, EV_READ);
     process_client(t);
@@ -965,7 +959,7 @@ void tunnel_start(struct tunnel *t, struct bufferevent *client, void (*on_free)(
     bufferevent_set_max_single_read(t->client, TUNNEL_IO_CHUNK);
     bufferevent_set_max_single_write(t->client, TUNNEL_IO_CHUNK);
     bufferevent_enable(t->client, EV_READ | EV_WRITE);
-    t->last_activity_ms = monotonic_ms();
+    t->last_activity_ms = cove_monotonic_ms();
     arm_timer(t, t->last_activity_ms + idle_timeout_ms(t));
     start_request(t);
     /* On the next loop turn: the server puts the first head's bytes back in front of the

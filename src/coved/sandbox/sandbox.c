@@ -14,6 +14,7 @@
 #include "coved/sandbox/health.h"
 #include "coved/store/store.h"
 #include "lib/log.h"
+#include "lib/clock.h"
 
 #define TTL_SWEEP_MS 200
 /* What one sandbox's agent may write into coved's log, over its whole life. */
@@ -56,18 +57,14 @@ int sandbox_state_parse(const char *name, enum sandbox_state *out)
 
 int64_t sandbox_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return cove_realtime_ms();
 }
 
 void sandbox_format_time(int64_t ms, char *out, size_t size)
 {
-    time_t secs = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    snprintf(out, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    char text[COVE_RFC3339_SIZE];
+    cove_rfc3339_ms(ms, text);
+    snprintf(out, size, "%s", text);
 }
 
 static void set_state(struct sandbox *sb, enum sandbox_state state, const char *reason,

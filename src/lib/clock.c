@@ -1,7 +1,8 @@
-#include "coved/api/rfc3339.h"
+#include "lib/clock.h"
 
 #include <ctype.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -76,4 +77,47 @@ int64_t rfc3339_parse_ms(const char *text)
                     .tm_sec = second == 60 ? 59 : second};
     int64_t secs = (int64_t)timegm(&tm) - (int64_t)offset_min * 60;
     return secs * 1000 + millis;
+}
+
+int64_t cove_monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t cove_realtime_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void cove_rfc3339(const struct timespec *ts, int digits, char out[COVE_RFC3339_SIZE])
+{
+    struct tm tm;
+    time_t sec = ts->tv_sec;
+    gmtime_r(&sec, &tm);
+    char fraction[16] = "";
+    if (digits < 0 && ts->tv_nsec > 0) {
+        snprintf(fraction, sizeof(fraction), ".%09ld", ts->tv_nsec);
+        size_t n = strlen(fraction);
+        while (n > 1 && fraction[n - 1] == '0')
+            fraction[--n] = '\0';
+    } else if (digits > 0) {
+        long scale = digits >= 9 ? 1 : digits >= 6 ? 1000 : 1000000;
+        snprintf(fraction, sizeof(fraction), ".%0*ld",
+                 digits >= 9   ? 9
+                 : digits >= 6 ? 6
+                               : 3,
+                 ts->tv_nsec / scale);
+    }
+    snprintf(out, COVE_RFC3339_SIZE, "%04d-%02d-%02dT%02d:%02d:%02d%sZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, fraction);
+}
+
+void cove_rfc3339_ms(int64_t ms, char out[COVE_RFC3339_SIZE])
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000};
+    cove_rfc3339(&ts, 3, out);
 }
