@@ -12,7 +12,7 @@
 #include "agent/code_contexts.h"
 #include "agent/code_helper.h"
 #include "agent/command.h"
-#include "agent/ids.h"
+#include "lib/random.h"
 #include "agent/process.h"
 #include "agent/session.h"
 #include "lib/http.h"
@@ -188,7 +188,7 @@ static void run_stateless(struct http_request *req, const char *code)
     struct process_spec spec = {.argv = argv, .envp = environ, .stdin_fd = -1};
     struct command_hooks hooks = {0};
     struct command *cmd = NULL;
-    ids_uuid_hex(id);
+    cove_uuid_hex(id);
     if (command_run_streamed(req, id, code, &spec, 0, &hooks, &cmd, &err) < 0)
         api_respond_cove_error(req, err);
 }

@@ -10,7 +10,7 @@
 #include "agent/api.h"
 #include "agent/code_helper.h"
 #include "agent/event_stream.h"
-#include "agent/ids.h"
+#include "lib/random.h"
 #include "agent/session.h"
 #include "lib/http.h"
 #include "lib/log.h"
@@ -421,7 +421,7 @@ struct code_context *code_context_new(const char *language, bool is_default, cha
             return NULL;
         }
     } else {
-        ids_uuid_hex(ctx->id); /* execd's context ids: no dashes */
+        cove_uuid_hex(ctx->id); /* execd's context ids: no dashes */
     }
     ctx->next = contexts;
     contexts = ctx;

@@ -1,5 +1,5 @@
 #include "agent/command.h"
-#include "agent/ids.h"
+#include "lib/random.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -683,7 +682,7 @@ static struct command *command_new(const char *content, bool background, int64_t
         free(cmd);
         return NULL;
     }
-    ids_uuid_hex(cmd->id); /* execd's command ids: no dashes */
+    cove_uuid_hex(cmd->id); /* execd's command ids: no dashes */
     cmd->background = background;
     cmd->timeout_ms = timeout_ms;
     clock_gettime(CLOCK_REALTIME, &cmd->started_at);

@@ -22,6 +22,7 @@
 #include "agent/users.h"
 #include "lib/utf8.h"
 #include "lib/log.h"
+#include "lib/io.h"
 
 /* Buffer of content replacement and cross-filesystem copies. */
 #define COPY_CHUNK (256 * 1024)
@@ -548,20 +549,9 @@ struct write_buffer {
     size_t len;
 };
 
-static int write_all(int fd, const char *data, size_t len)
-{
-    for (size_t done = 0; done < len;) {
-        ssize_t n = write(fd, data + done, len - done);
-        if (n < 0 && errno != EINTR)
-            return -1;
-        done += n > 0 ? (size_t)n : 0;
-    }
-    return 0;
-}
-
 static int buffer_flush(struct write_buffer *w)
 {
-    int rc = write_all(w->fd, w->data, w->len);
+    int rc = cove_write_all(w->fd, w->data, w->len);
     w->len = 0;
     return rc;
 }
@@ -571,7 +561,7 @@ static int buffer_write(struct write_buffer *w, const char *data, size_t len)
     if (w->len + len > COPY_CHUNK && buffer_flush(w) < 0)
         return -1;
     if (len > COPY_CHUNK) /* a replacement longer than the buffer: straight out */
-        return write_all(w->fd, data, len);
+        return cove_write_all(w->fd, data, len);
     if (len > 0)
         memcpy(w->data + w->len, data, len);
     w->len += len;

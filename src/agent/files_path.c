@@ -1,5 +1,5 @@
 #include "agent/files_path.h"
-#include "agent/ids.h"
+#include "lib/random.h"
 #include "agent/proc_guard.h"
 
 #include "lib/utf8.h"
@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <stdint.h>
-#include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -319,11 +318,8 @@ int files_path_lstat(const char *abs, struct stat *st)
 int files_path_create_temp(int dirfd, char *name)
 {
     for (int attempt = 0; attempt < 16; attempt++) {
-        unsigned char bytes[8];
-        ids_random_bytes(bytes, sizeof(bytes));
-        int n = snprintf(name, NAME_MAX + 1, ".cove-tmp-");
-        for (size_t i = 0; i < sizeof(bytes); i++)
-            n += snprintf(name + n, (size_t)(NAME_MAX + 1 - n), "%02x", bytes[i]);
+        memcpy(name, ".cove-tmp-", 10);
+        cove_random_hex(name + 10, 8);
         /* O_EXCL never follows a symlink, whoever put one there. */
         int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0 || errno != EEXIST)

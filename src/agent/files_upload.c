@@ -25,6 +25,7 @@
 #include "agent/multipart.h"
 #include "agent/users.h"
 #include "lib/log.h"
+#include "lib/io.h"
 
 /* Content is written in blocks of this size (the pieces a socket gives are small). */
 #define WRITE_BLOCK (256 * 1024)
@@ -138,14 +139,8 @@ static int target_directory(struct upload *u, const char *abs, struct cove_error
 
 static int write_block(struct upload *u, struct cove_error **err)
 {
-    for (size_t done = 0; done < u->block_len;) {
-        ssize_t n = write(u->fd, u->block + done, u->block_len - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return files_path_error(err, errno, "write", u->shown_path);
-        done += (size_t)n;
-    }
+    if (cove_write_all(u->fd, u->block, u->block_len) < 0)
+        return files_path_error(err, errno, "write", u->shown_path);
     u->block_len = 0;
     return 0;
 }

@@ -1,5 +1,5 @@
 #include "agent/pty.h"
-#include "agent/ids.h"
+#include "lib/random.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -13,7 +13,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/ioctl.h>
-#include <sys/random.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -656,7 +655,7 @@ void pty_handle_create(struct http_request *req, const struct api_params *params
         api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
         return;
     }
-    ids_uuid(s->id);
+    cove_uuid(s->id);
     s->cwd = dir;
     s->master = s->input_fd = -1;
     s->exit_code = -1;

@@ -1,5 +1,5 @@
 #include "agent/session.h"
-#include "agent/ids.h"
+#include "lib/random.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,7 +117,7 @@ static struct session *session_new(char *dir, bool of_client, struct cove_error 
         cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
         return NULL;
     }
-    ids_uuid(session->id);
+    cove_uuid(session->id);
     session->cwd = dir;
     session->of_client = of_client;
     session->last_active_ms = cove_monotonic_ms();

@@ -60,17 +60,3 @@ const char *agent_basename(const char *path)
     const char *slash = strrchr(path, '/');
     return slash != NULL ? slash + 1 : path;
 }
-
-int agent_write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}

@@ -29,9 +29,6 @@ long agent_mode_digits(unsigned int mode);
 /* The part of path after its last '/' (path itself when it has none). */
 const char *agent_basename(const char *path);
 
-/* Writes all of data to fd, retrying short writes; -1 with errno. */
-int agent_write_all(int fd, const char *data, size_t len);
-
 /* GET /files/download?path=remote, streamed into fd as it arrives; `shown` names fd in
  * messages. *bytes (may be NULL) gets the size received. (transfer_cmds.c) */
 int transfer_download(struct cli *cli, const char *id, const char *remote, int fd,

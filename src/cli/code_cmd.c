@@ -13,6 +13,7 @@
 #include "cli/agent.h"
 #include "cli/cli.h"
 #include "cli/event_stream.h"
+#include "lib/io.h"
 
 #define CODE_DEFAULT_LANGUAGE "python"
 #define CODE_ERROR_STREAM_ENDED "CLI::STREAM_ENDED"
@@ -94,7 +95,7 @@ static int save_image(struct code_state *state, const json_t *results, struct co
         snprintf(path, sizeof(path), "%s/result-%lld-%d.%s", state->save_dir,
                  (long long)state->execution_count, ++state->images, image_types[i].extension);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        int rc = fd >= 0 ? agent_write_all(fd, (const char *)bytes, len) : -1;
+        int rc = fd >= 0 ? cove_write_all(fd, (const char *)bytes, len) : -1;
         if (fd >= 0 && close(fd) < 0)
             rc = -1;
         if (image_types[i].base64)

@@ -1,4 +1,5 @@
 #include "cli/config.h"
+#include "lib/io.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -205,20 +206,6 @@ static int make_parents(const char *path, struct cove_error **err)
     return 0;
 }
 
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t written = write(fd, data, len);
-        if (written < 0 && errno == EINTR)
-            continue;
-        if (written <= 0)
-            return -1;
-        data += written;
-        len -= (size_t)written;
-    }
-    return 0;
-}
-
 static void sync_directory(const char *path)
 {
     char *dir = strdup(path);
@@ -290,7 +277,7 @@ int config_file_save(const struct config_file *file, struct cove_error **err)
         temporary = NULL;
         goto out;
     }
-    if (fchmod(fd, 0600) < 0 || write_all(fd, content, content_len) < 0 || fsync(fd) < 0) {
+    if (fchmod(fd, 0600) < 0 || cove_write_all(fd, content, content_len) < 0 || fsync(fd) < 0) {
         cove_error_set(err, errno, 0, CONFIG_ERROR_FILE, "cannot write %s", temporary);
         goto out;
     }

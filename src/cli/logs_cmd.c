@@ -13,6 +13,7 @@
 
 #include "cli/agent.h"
 #include "cli/cli.h"
+#include "lib/io.h"
 
 #define LOGS_TAIL_HEADER "EXECD-COMMANDS-TAIL-CURSOR"
 /* Polls come this often while output flows, slowing down to the maximum while it does not. */
@@ -30,7 +31,7 @@ struct logs_state {
 
 static int logs_write(const char *data, size_t len, void *opaque, struct cove_error **err)
 {
-    if (agent_write_all(STDOUT_FILENO, data, len) < 0)
+    if (cove_write_all(STDOUT_FILENO, data, len) < 0)
         return cove_error_sys(err, "cannot write the command's output");
     return 0;
 }

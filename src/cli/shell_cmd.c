@@ -21,6 +21,7 @@
 #include "cli/cli.h"
 #include "cli/shell_quote.h"
 #include "cli/ws_client.h"
+#include "lib/io.h"
 
 enum { SHELL_OPTION_CWD = CLI_OPTION_COMMAND };
 
@@ -103,7 +104,7 @@ static int send_resize(struct shell *shell, struct cove_error **err)
 
 static int shell_output(int fd, const uint8_t *data, size_t len, struct cove_error **err)
 {
-    if (agent_write_all(fd, (const char *)data, len) < 0)
+    if (cove_write_all(fd, (const char *)data, len) < 0)
         return cove_error_sys(err, "cannot write the shell's output");
     return 0;
 }

@@ -14,6 +14,7 @@
 
 #include "cli/agent.h"
 #include "cli/cli.h"
+#include "lib/io.h"
 
 enum { TRANSFER_OPTION_MODE = CLI_OPTION_COMMAND, TRANSFER_OPTION_OWNER, TRANSFER_OPTION_GROUP };
 
@@ -219,7 +220,7 @@ struct download_sink {
 static int download_write(const char *data, size_t len, void *opaque, struct cove_error **err)
 {
     struct download_sink *sink = opaque;
-    if (agent_write_all(sink->fd, data, len) < 0)
+    if (cove_write_all(sink->fd, data, len) < 0)
         return cove_error_set(err, errno, 0, "CLI::LOCAL_FILE", "cannot write %s", sink->shown);
     return 0;
 }

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 
 #include "cli/client.h"
 #include "lib/clock.h"
+#include "lib/random.h"
 
 #define WS_CONNECT_TIMEOUT_MS 10000
 /* The answer to the opening handshake: its head, and a refusal's body. */
@@ -446,8 +446,7 @@ int ws_client_flush(struct ws_client *ws, struct cove_error **err)
 static int queue_frame(struct ws_client *ws, int opcode, const void *data, size_t len)
 {
     uint8_t mask[4], header[WEBSOCKET_HEADER_MAX];
-    if (getrandom(mask, sizeof(mask), 0) != (ssize_t)sizeof(mask))
-        return -1;
+    cove_random_bytes(mask, sizeof(mask));
     size_t header_len = websocket_frame_header(header, opcode, len, mask);
     if (buffer_reserve(&ws->out, header_len + len) < 0)
         return -1;

@@ -1,4 +1,5 @@
 #include "kernel/connection.h"
+#include "lib/random.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -7,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -44,12 +44,9 @@ static int pick_ports(int ports[KERNEL_CHANNELS], struct cove_error **err)
 
 static int make_key(char *key, size_t size, struct cove_error **err)
 {
-    unsigned char bytes[32];
-    if (size < 2 * sizeof(bytes) + 1 ||
-        getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
-        return cove_error_sys(err, "cannot make the kernel's key");
-    for (size_t i = 0; i < sizeof(bytes); i++)
-        snprintf(key + 2 * i, 3, "%02x", bytes[i]);
+    if (size < 2 * 32 + 1)
+        return cove_error_set(err, ENOBUFS, 500, "KERNEL::KEY", "no room for the kernel's key");
+    cove_random_hex(key, 32);
     return 0;
 }
 

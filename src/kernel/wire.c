@@ -1,5 +1,6 @@
 #include "kernel/wire.h"
 #include "lib/clock.h"
+#include "lib/random.h"
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -8,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 int wire_sign(const char *key, const char *const parts[4], const size_t lens[4],
@@ -33,8 +33,7 @@ int wire_sign(const char *key, const char *const parts[4], const size_t lens[4],
             goto out;
     if (!EVP_MAC_final(ctx, digest, &digest_len, sizeof(digest)) || digest_len != sizeof(digest))
         goto out;
-    for (size_t i = 0; i < digest_len; i++)
-        snprintf(signature + 2 * i, 3, "%02x", digest[i]);
+    cove_hex(digest, digest_len, signature);
     rc = 0;
 out:
     EVP_MAC_CTX_free(ctx);
@@ -46,22 +45,7 @@ out:
 
 void wire_new_id(char id[WIRE_ID_SIZE])
 {
-    unsigned char b[16];
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
-        /* Ids only need to be unique within this kernel's session. */
-        static uint64_t counter;
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        uint64_t x = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 30), y = ++counter;
-        memcpy(b, &x, 8);
-        memcpy(b + 8, &y, 8);
-    }
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    snprintf(id, WIRE_ID_SIZE,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
+    cove_uuid(id);
 }
 
 json_t *wire_header(const char *msg_type, const char *session, char msg_id[WIRE_ID_SIZE])

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -21,6 +20,7 @@
 
 #include "lib/log.h"
 #include "lib/utf8.h"
+#include "lib/random.h"
 
 #define MAX_LISTENERS 4
 #define IDLE_TIMEOUT_S 60
@@ -914,8 +914,7 @@ int http_server_new(struct event_base *base, const struct http_server_config *co
         return cove_error_sys(err, "calloc");
     srv->base = base;
     srv->config = *config;
-    if (getrandom(&srv->peer_seed, sizeof(srv->peer_seed), GRND_NONBLOCK) != sizeof(srv->peer_seed))
-        srv->peer_seed = (uint32_t)time(NULL) ^ 2166136261u;
+    cove_random_bytes(&srv->peer_seed, sizeof(srv->peer_seed));
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < INT_MAX)
         srv->fd_limit = (int)rl.rlim_cur;

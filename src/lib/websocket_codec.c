@@ -8,9 +8,9 @@
 #include <openssl/sha.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "lib/utf8.h"
+#include "lib/random.h"
 
 #define WEBSOCKET_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -30,8 +30,7 @@ void websocket_accept_key(const char *key, char accept[WEBSOCKET_ACCEPT_SIZE])
 int websocket_new_key(char key[WEBSOCKET_KEY_SIZE])
 {
     uint8_t nonce[16];
-    if (getrandom(nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
-        return -1;
+    cove_random_bytes(nonce, sizeof(nonce));
     EVP_EncodeBlock((unsigned char *)key, nonce, sizeof(nonce));
     return 0;
 }

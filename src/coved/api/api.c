@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/random.h>
 
 #include "lib/log.h"
+#include "lib/random.h"
 
 #define API_MAX_BODY (1024 * 1024)
 #define API_MAX_CONNECTIONS 16384
@@ -79,11 +79,7 @@ static void add_request_id(struct http_request *req)
     if (ok) {
         snprintf(id, sizeof(id), "%s", given);
     } else {
-        unsigned char bytes[16];
-        if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
-            memset(bytes, 0, sizeof(bytes));
-        for (int i = 0; i < 16; i++)
-            snprintf(id + 2 * i, 3, "%02x", bytes[i]);
+        cove_random_hex(id, 16);
     }
     http_response_add_header(req, "X-Request-ID", id);
 }

@@ -6,14 +6,14 @@
 #include <string.h>
 
 #include "coved/api/api.h"
+#include "lib/random.h"
 
 static void owner_of_key(const char *key, char out[65])
 {
     unsigned char digest[32];
     unsigned int len = 0;
     EVP_Digest(key, strlen(key), digest, &len, EVP_sha256(), NULL);
-    for (unsigned int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", digest[i]);
+    cove_hex(digest, sizeof(digest), out);
 }
 
 int api_check_key(struct api *api, const char *key, struct api_caller *caller,

@@ -7,11 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "lib/log.h"
+#include "lib/random.h"
+#include "lib/io.h"
 
 #define KEYS_FILE "route_keys"
 #define LEGACY_SECRET_FILE "route_secret" /* one raw 32-byte key, before keyrings */
@@ -156,9 +157,9 @@ static int save(struct route_keyring *ring, struct cove_error **err)
     for (size_t i = 0; i < ring->count; i++) {
         const struct route_key *k = &ring->keys[i];
         fprintf(f, "%c %s %lld ", k->id, k->current ? "current" : "verify", (long long)k->created);
-        for (size_t j = 0; j < ROUTE_KEY_SECRET_SIZE; j++)
-            fprintf(f, "%02x", k->secret[j]);
-        fputc('\n', f);
+        char hex[2 * ROUTE_KEY_SECRET_SIZE + 1];
+        cove_hex(k->secret, ROUTE_KEY_SECRET_SIZE, hex);
+        fprintf(f, "%s\n", hex);
     }
     bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
@@ -209,8 +210,7 @@ static int new_key(struct route_key *k, char id, struct cove_error **err)
     k->id = id;
     k->current = true;
     k->created = (int64_t)time(NULL);
-    if (getrandom(k->secret, sizeof(k->secret), 0) != (ssize_t)sizeof(k->secret))
-        return cove_error_sys(err, "getrandom");
+    cove_random_bytes(k->secret, sizeof(k->secret));
     return 0;
 }
 
@@ -226,7 +226,7 @@ static int migrate_legacy(struct route_keyring *ring, struct cove_error **err)
     if (fd < 0)
         return cove_error_sys(err, "open %s", path);
     struct route_key *k = &ring->keys[0];
-    ssize_t n = read(fd, k->secret, sizeof(k->secret));
+    ssize_t n = cove_read_all(fd, k->secret, sizeof(k->secret));
     if (n != (ssize_t)sizeof(k->secret))
         return cove_error_set(err, 0, 500, "COVE::CONFIG",
                               "%s is damaged: remove it to make a new key", path);

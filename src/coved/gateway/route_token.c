@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #include "lib/log.h"
 #include "lib/clock.h"
+#include "lib/random.h"
 
 void route_base36(uint64_t value, char *out, size_t size)
 {
@@ -148,8 +148,7 @@ static void route_mac(const struct route_key *k, const char *id, int port, const
                        port, expires_b36);
     if (len < 0 || (size_t)len >= sizeof(canonical)) {
         /* cannot happen with the sizes of struct route; never a MAC anyone could give */
-        if (getrandom(mac, ROUTE_MAC_SIZE, 0) != ROUTE_MAC_SIZE)
-            abort();
+        cove_random_bytes(mac, ROUTE_MAC_SIZE);
         return;
     }
     unsigned char digest[EVP_MAX_MD_SIZE];
@@ -195,8 +194,7 @@ int route_signer_open(struct route_signer *signer, const char *state_dir, struct
 {
     memset(signer, 0, sizeof(*signer));
     uint64_t seed;
-    if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed))
-        return cove_error_sys(err, "getrandom");
+    cove_random_bytes(&seed, sizeof(seed));
     signer->limiter = malloc(sizeof(*signer->limiter));
     if (signer->limiter == NULL)
         return cove_error_sys(err, "malloc");

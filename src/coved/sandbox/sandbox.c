@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -15,6 +14,7 @@
 #include "coved/store/store.h"
 #include "lib/log.h"
 #include "lib/clock.h"
+#include "lib/random.h"
 
 #define TTL_SWEEP_MS 200
 /* What one sandbox's agent may write into coved's log, over its whole life. */
@@ -152,21 +152,11 @@ static void save_or_log(struct sandbox_manager *mgr, struct sandbox *sb)
     cove_error_free(err);
 }
 
-static void random_hex(char *out, size_t bytes)
-{
-    unsigned char buf[32];
-    if (bytes > sizeof(buf) || getrandom(buf, bytes, 0) != (ssize_t)bytes)
-        abort(); /* the kernel's CSPRNG does not fail once initialised */
-    for (size_t i = 0; i < bytes; i++)
-        snprintf(out + 2 * i, 3, "%02x", buf[i]);
-}
-
 static void new_id(char *out, size_t size)
 {
     static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
     unsigned char bytes[16];
-    if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes))
-        abort(); /* the kernel's CSPRNG does not fail once initialised */
+    cove_random_bytes(bytes, sizeof(bytes));
     size_t n = size - 1 < sizeof(bytes) ? size - 1 : sizeof(bytes);
     for (size_t i = 0; i < n; i++)
         out[i] = alphabet[bytes[i] % 36];
@@ -366,7 +356,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
-    random_hex(sb->access_token, 32);
+    cove_random_hex(sb->access_token, 32);
     set_state(sb, SANDBOX_PENDING, "provisioning", "sandbox is being created");
 
     char **env = build_env(sb);

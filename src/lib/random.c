@@ -1,11 +1,11 @@
-#include "agent/ids.h"
+#include "lib/random.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/random.h>
 
-void ids_random_bytes(void *buf, size_t n)
+void cove_random_bytes(void *buf, size_t n)
 {
     unsigned char *p = buf;
     while (n > 0) {
@@ -22,12 +22,12 @@ void ids_random_bytes(void *buf, size_t n)
 
 static void uuid_bytes(unsigned char b[16])
 {
-    ids_random_bytes(b, 16);
+    cove_random_bytes(b, 16);
     b[6] = (b[6] & 0x0f) | 0x40; /* version 4 */
     b[8] = (b[8] & 0x3f) | 0x80; /* RFC 4122 variant */
 }
 
-void ids_uuid(char out[37])
+void cove_uuid(char out[37])
 {
     unsigned char b[16];
     uuid_bytes(b);
@@ -36,10 +36,32 @@ void ids_uuid(char out[37])
              b[14], b[15]);
 }
 
-void ids_uuid_hex(char out[33])
+void cove_uuid_hex(char out[33])
 {
     unsigned char b[16];
     uuid_bytes(b);
-    for (int i = 0; i < 16; i++)
-        snprintf(out + 2 * i, 3, "%02x", b[i]);
+    cove_hex(b, sizeof(b), out);
+}
+
+void cove_hex(const void *bytes, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *b = bytes;
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 0x0f];
+    }
+    out[2 * n] = '\0';
+}
+
+void cove_random_hex(char *out, size_t n)
+{
+    unsigned char buf[64];
+    while (n > 0) {
+        size_t k = n < sizeof(buf) ? n : sizeof(buf);
+        cove_random_bytes(buf, k);
+        cove_hex(buf, k, out);
+        out += 2 * k;
+        n -= k;
+    }
 }
