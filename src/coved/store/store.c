@@ -240,13 +240,16 @@ void store_close(struct store *store)
 struct binding {
     sqlite3_stmt *st;
     int rc;
+    const char *missing; /* the parameter the statement lacks */
 };
 
 static int parameter(struct binding *b, const char *name)
 {
     int i = b->rc == SQLITE_OK ? sqlite3_bind_parameter_index(b->st, name) : 0;
-    if (i == 0 && b->rc == SQLITE_OK)
+    if (i == 0 && b->rc == SQLITE_OK) {
         b->rc = SQLITE_RANGE;
+        b->missing = name;
+    }
     return i;
 }
 
@@ -287,7 +290,9 @@ static void bind_json(struct binding *b, const char *name, const json_t *value)
 static int run(struct store *store, struct binding *b, struct cove_error **err, const char *what)
 {
     int rc = SQLITE_MISUSE;
-    if (b->rc != SQLITE_OK)
+    if (b->missing != NULL)
+        cove_error_set(err, 0, 500, "COVE::STORE", "%s: no parameter %s", what, b->missing);
+    else if (b->rc != SQLITE_OK)
         cove_error_set(err, 0, 500, "COVE::STORE", "%s: binding: %s", what, sqlite3_errstr(b->rc));
     else if ((rc = sqlite3_step(b->st)) != SQLITE_DONE)
         db_error(store, err, what); /* before the reset, which may change the message */
@@ -299,7 +304,7 @@ static int run(struct store *store, struct binding *b, struct cove_error **err, 
 int store_sandbox_save(struct store *store, const struct store_sandbox *rec,
                        struct cove_error **err)
 {
-    struct binding b = {store->sandbox_save, SQLITE_OK};
+    struct binding b = {store->sandbox_save, SQLITE_OK, NULL};
     bind_text(&b, ":id", rec->id);
     bind_text(&b, ":owner", rec->owner);
     bind_text(&b, ":template", rec->template_name);
@@ -324,7 +329,7 @@ int store_sandbox_save(struct store *store, const struct store_sandbox *rec,
 
 int store_sandbox_delete(struct store *store, const char *id, struct cove_error **err)
 {
-    struct binding b = {store->sandbox_delete, SQLITE_OK};
+    struct binding b = {store->sandbox_delete, SQLITE_OK, NULL};
     bind_text(&b, ":id", id);
     return run(store, &b, err, "delete sandbox");
 }
@@ -439,7 +444,7 @@ int store_quota_save(struct store *store, const char *owner, const struct quota_
                            " CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "save quota");
-    struct binding b = {st, SQLITE_OK};
+    struct binding b = {st, SQLITE_OK, NULL};
     bind_text(&b, ":owner", owner);
     for (int r = 0; r < QUOTA_RESOURCES; r++) {
         char name[32];
@@ -460,7 +465,7 @@ int store_quota_delete(struct store *store, const char *owner, struct cove_error
     if (sqlite3_prepare_v2(store->db, "DELETE FROM quotas WHERE owner = :owner", -1, &st, NULL) !=
         SQLITE_OK)
         return db_error(store, err, "delete quota");
-    struct binding b = {st, SQLITE_OK};
+    struct binding b = {st, SQLITE_OK, NULL};
     bind_text(&b, ":owner", owner);
     int rc = run_synced(store, &b, err, "delete quota");
     sqlite3_finalize(st);
