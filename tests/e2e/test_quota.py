@@ -359,6 +359,7 @@ def test_a_database_from_before_quotas_opens(fresh_coved):
     d.kill(signal.SIGTERM)
     con = sqlite3.connect(os.path.join(d.state_dir, "cove.db"))
     con.execute("DROP TABLE quotas")
+    con.execute("PRAGMA user_version = 0")  # as every Cove before schema versions left it
     con.commit()
     con.close()
     d.start()

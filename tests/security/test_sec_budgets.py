@@ -281,6 +281,7 @@ def test_store_from_before_id_ranges_is_read(fresh_coved):
     d.proc.stdout.close()
     con = sqlite3.connect(os.path.join(d.state_dir, "cove.db"))
     con.execute("ALTER TABLE sandboxes DROP COLUMN id_slot")
+    con.execute("PRAGMA user_version = 0")  # as every Cove before schema versions left it
     con.commit()
     con.close()
     d.start()

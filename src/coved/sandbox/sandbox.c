@@ -144,10 +144,73 @@ static void registry_remove(struct sandbox_manager *mgr, struct sandbox *sb)
     }
 }
 
+/* The sandbox as the store keeps it, its strings and JSON values borrowed from sb. */
+static struct store_sandbox sandbox_record(const struct sandbox *sb)
+{
+    return (struct store_sandbox){
+        .id = sb->id,
+        .owner = sb->owner,
+        .template_name = sb->template_name,
+        .state = sandbox_state_name(sb->state),
+        .reason = sb->reason,
+        .message = sb->message,
+        .transition_ms = sb->transition_ms,
+        .created_ms = sb->created_ms,
+        .expires_ms = sb->expires_ms,
+        .entrypoint = sb->entrypoint,
+        .env = sb->env,
+        .metadata = sb->metadata,
+        .limits = sb->limits,
+        .pid = sb->proc.pid,
+        .start_time = sb->proc.start_time,
+        .run_dir = sb->run_dir,
+        .access_token = sb->access_token,
+        .renew_on_access_s = sb->renew_on_access_s,
+        .id_slot = sb->id_slot,
+    };
+}
+
+/* A stored sandbox, not yet registered nor adopted; NULL when out of memory. */
+static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
+{
+    struct sandbox *sb = calloc(1, sizeof(*sb));
+    if (sb == NULL)
+        return NULL;
+    snprintf(sb->id, sizeof(sb->id), "%s", rec->id);
+    snprintf(sb->owner, sizeof(sb->owner), "%s", rec->owner);
+    snprintf(sb->template_name, sizeof(sb->template_name), "%s", rec->template_name);
+    if (sandbox_state_parse(rec->state, &sb->state) < 0)
+        sb->state = SANDBOX_FAILED;
+    snprintf(sb->reason, sizeof(sb->reason), "%s", rec->reason);
+    snprintf(sb->message, sizeof(sb->message), "%s", rec->message);
+    sb->transition_ms = rec->transition_ms;
+    sb->created_ms = rec->created_ms;
+    sb->expires_ms = rec->expires_ms;
+    sb->entrypoint = json_incref(rec->entrypoint);
+    sb->env = json_incref(rec->env);
+    sb->metadata = json_incref(rec->metadata);
+    sb->limits = json_incref(rec->limits);
+    sb->proc.pid = (pid_t)rec->pid;
+    sb->proc.start_time = rec->start_time;
+    sb->proc.log_fd = -1; /* the pipe died with the coved that made it */
+    snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", rec->run_dir);
+    snprintf(sb->access_token, sizeof(sb->access_token), "%s", rec->access_token);
+    sb->renew_on_access_s = rec->renew_on_access_s;
+    sb->id_slot = rec->id_slot;
+    return sb;
+}
+
+static int save_record(struct sandbox_manager *mgr, const struct sandbox *sb,
+                       struct cove_error **err)
+{
+    struct store_sandbox rec = sandbox_record(sb);
+    return store_sandbox_save(mgr->store, &rec, err);
+}
+
 static void save_or_log(struct sandbox_manager *mgr, struct sandbox *sb)
 {
     struct cove_error *err = NULL;
-    if (store_save(mgr->store, sb, &err) < 0)
+    if (save_record(mgr, sb, &err) < 0)
         log_error("sandbox %s: %s", sb->id, err->message);
     cove_error_free(err);
 }
@@ -279,7 +342,8 @@ static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
     cove_error_free(ignored);
     ignored = NULL;
-    store_delete(mgr->store, sb->id, &ignored); /* saved if its metadata changed meanwhile */
+    /* Saved if its metadata changed meanwhile. */
+    store_sandbox_delete(mgr->store, sb->id, &ignored);
     cove_error_free(ignored);
     registry_remove(mgr, sb);
     id_range_pool_release(&mgr->id_ranges, sb->id_slot);
@@ -310,7 +374,7 @@ static void on_start_progress(evutil_socket_t fd, short what, void *arg)
     if (rc == 0) {
         set_state(sb, SANDBOX_RUNNING, "started", "sandbox is running");
         watch_agent_log(mgr, sb);
-        if (store_save(mgr->store, sb, &err) == 0) {
+        if (save_record(mgr, sb, &err) == 0) {
             sandbox_created_fn done = sb->on_created;
             void *done_arg = sb->created_arg;
             sb->on_created = NULL;
@@ -422,7 +486,7 @@ int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t
 {
     json_t *old = sb->metadata;
     sb->metadata = json_incref(metadata);
-    if (store_save(mgr->store, sb, err) < 0) {
+    if (save_record(mgr, sb, err) < 0) {
         json_decref(sb->metadata);
         sb->metadata = old;
         return -1;
@@ -436,7 +500,7 @@ int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expir
 {
     int64_t old = sb->expires_ms;
     sb->expires_ms = expires_ms;
-    if (store_save(mgr->store, sb, err) < 0) {
+    if (save_record(mgr, sb, err) < 0) {
         sb->expires_ms = old;
         return -1;
     }
@@ -481,7 +545,7 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
         sb->expires_ms = 0; /* expiry would only try again */
         save_or_log(mgr, sb);
         log_error("sandbox %s: teardown failed: %s", sb->id, err->message);
-    } else if (store_delete(mgr->store, sb->id, &err) < 0) {
+    } else if (store_sandbox_delete(mgr->store, sb->id, &err) < 0) {
         log_error("sandbox %s: %s", sb->id, err->message);
     } else {
         log_info("sandbox %s: terminated (%s)", sb->id, sb->reason);
@@ -555,7 +619,7 @@ int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_e
         return -1;
     }
     set_state(sb, SANDBOX_PAUSED, "user_pause", "sandbox is paused");
-    return store_save(mgr->store, sb, err);
+    return save_record(mgr, sb, err);
 }
 
 int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
@@ -568,7 +632,7 @@ int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_
         return -1;
     }
     set_state(sb, SANDBOX_RUNNING, "user_resume", "sandbox is running");
-    return store_save(mgr->store, sb, err);
+    return save_record(mgr, sb, err);
 }
 
 void sandbox_foreach(struct sandbox_manager *mgr, const char *owner,
@@ -752,7 +816,17 @@ static void adopt(struct sandbox *sb, void *arg)
              sb->proc.pid);
 }
 
+static void adopt_record(const struct store_sandbox *rec, void *arg)
+{
+    struct sandbox *sb = sandbox_from_record(rec);
+    if (sb == NULL) {
+        log_error("sandbox %s: out of memory, not re-adopted", rec->id);
+        return;
+    }
+    adopt(sb, arg);
+}
+
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err)
 {
-    return store_load_all(mgr->store, adopt, mgr, err);
+    return store_sandbox_load_all(mgr->store, adopt_record, mgr, err);
 }

@@ -1,3 +1,28 @@
+/* The store: one SQLite database (STATE/cove.db) in WAL mode, used only from the event loop's
+ * thread, through one connection.
+ *
+ * Durability. Sandboxes' rows are committed with synchronous=NORMAL: a commit is a write()
+ * into the WAL, in the kernel before store_sandbox_save returns, and the WAL goes to the disk
+ * (fdatasync) only at checkpoints, SQLite's automatic one every 1000 WAL pages (about 250
+ * create/delete cycles). So:
+ *  - a crash, SIGKILL or OOM kill of coved loses nothing: the kernel writes the WAL out all
+ *    the same, and the sandboxes that outlive coved are re-adopted from it;
+ *  - an OS crash or power loss may lose the commits since the last checkpoint, never the
+ *    database's consistency (WAL frames are checksummed). That crash also kills every
+ *    sandbox, so a lost commit only concerns processes that are gone: a sandbox created just
+ *    before is missing after the reboot (its empty run dir stays in STATE/run), one deleted
+ *    just before is listed again, as Failed (gone), until deleted once more.
+ * synchronous=FULL made every commit an fdatasync on the event loop (two per create/delete
+ * cycle, 0.1-2.4 ms each on the hosts measured, docs/benchmarks.md) during which no other
+ * request, stream or byte of command output moved.
+ * Quota overrides are an administrator's settings, which outlive a reboot: their commits stay
+ * synchronous=FULL (an fdatasync before the admin API answers; admin calls are rare).
+ *
+ * Why not a writer thread with a queue instead: a commit queued to a thread is lost when coved
+ * is killed before the thread ran it (a created sandbox would run on without a row, never
+ * re-adopted nor cleaned up) unless each request waited for its commit, the very wait this
+ * removes. And coved starts sandboxes with a raw clone() whose child allocates (the seccomp
+ * filter) before it execs: a thread holding a libc lock at that moment would deadlock it. */
 #include "coved/store/store.h"
 
 #include <sqlite3.h>
@@ -6,33 +31,158 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/log.h"
+
 struct store {
     sqlite3 *db;
-    sqlite3_stmt *save;
-    sqlite3_stmt *remove;
+    sqlite3_stmt *sandbox_save;
+    sqlite3_stmt *sandbox_delete;
 };
 
-static const char schema[] =
-    "PRAGMA journal_mode=WAL;"
-    "PRAGMA synchronous=FULL;"
-    "CREATE TABLE IF NOT EXISTS sandboxes ("
-    " id TEXT PRIMARY KEY, owner TEXT NOT NULL, template TEXT NOT NULL,"
-    " state TEXT NOT NULL, reason TEXT NOT NULL, message TEXT NOT NULL,"
-    " transition_ms INTEGER NOT NULL, created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,"
-    " entrypoint TEXT NOT NULL, env TEXT NOT NULL, metadata TEXT NOT NULL, limits TEXT NOT NULL,"
-    " pid INTEGER NOT NULL, start_time INTEGER NOT NULL, run_dir TEXT NOT NULL,"
-    " access_token TEXT NOT NULL DEFAULT '', renew_on_access_s INTEGER NOT NULL DEFAULT 0,"
-    " id_slot INTEGER NOT NULL DEFAULT -1);";
+/* The schema's history, oldest first: migration N brings a database to user_version N. A
+ * released step is never edited; a change of schema is a new step at the end (and
+ * STORE_SCHEMA_VERSION + 1). Cove before user_version left every database at version 0 and
+ * made these steps itself on each open, as far as it knew them (the id_slot column and the
+ * quotas table came on two branches): so at version 0 every step runs, and one that adds a
+ * column is skipped where the column is there already. */
+struct migration {
+    const char *what;
+    const char *sql;
+    const char *table, *column; /* the column the step adds (NULL: the SQL is idempotent) */
+};
 
-/* Added after the sandboxes table: an older database gains it on open. */
-static const char quota_schema[] =
-    "CREATE TABLE IF NOT EXISTS quotas ("
-    " owner TEXT PRIMARY KEY, sandboxes INTEGER, cpu_millicores INTEGER,"
-    " memory_bytes INTEGER, disk_bytes INTEGER, updated_ms INTEGER NOT NULL);";
+static const struct migration migrations[] = {
+    {"sandboxes",
+     "CREATE TABLE IF NOT EXISTS sandboxes ("
+     " id TEXT PRIMARY KEY, owner TEXT NOT NULL, template TEXT NOT NULL,"
+     " state TEXT NOT NULL, reason TEXT NOT NULL, message TEXT NOT NULL,"
+     " transition_ms INTEGER NOT NULL, created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,"
+     " entrypoint TEXT NOT NULL, env TEXT NOT NULL, metadata TEXT NOT NULL,"
+     " limits TEXT NOT NULL, pid INTEGER NOT NULL, start_time INTEGER NOT NULL,"
+     " run_dir TEXT NOT NULL)",
+     NULL, NULL},
+    {"access tokens", "ALTER TABLE sandboxes ADD COLUMN access_token TEXT NOT NULL DEFAULT ''",
+     "sandboxes", "access_token"},
+    {"renew on access",
+     "ALTER TABLE sandboxes ADD COLUMN renew_on_access_s INTEGER NOT NULL DEFAULT 0", "sandboxes",
+     "renew_on_access_s"},
+    {"per-key quota overrides",
+     "CREATE TABLE IF NOT EXISTS quotas ("
+     " owner TEXT PRIMARY KEY, sandboxes INTEGER, cpu_millicores INTEGER,"
+     " memory_bytes INTEGER, disk_bytes INTEGER, updated_ms INTEGER NOT NULL)",
+     NULL, NULL},
+    /* -1: the one range that sandboxes from before shared, as they keep doing. */
+    {"per-sandbox id ranges",
+     "ALTER TABLE sandboxes ADD COLUMN id_slot INTEGER NOT NULL DEFAULT -1", "sandboxes",
+     "id_slot"},
+};
+
+_Static_assert(sizeof(migrations) / sizeof(migrations[0]) == STORE_SCHEMA_VERSION,
+               "STORE_SCHEMA_VERSION is the number of migrations");
+
+/* The quotas table's column of each resource (enum quota_resource). */
+static const char *const quota_columns[QUOTA_RESOURCES] = {
+    [QUOTA_SANDBOXES] = "sandboxes",
+    [QUOTA_CPU] = "cpu_millicores",
+    [QUOTA_MEMORY] = "memory_bytes",
+    [QUOTA_DISK] = "disk_bytes",
+};
 
 static int db_error(struct store *store, struct cove_error **err, const char *what)
 {
     return cove_error_set(err, 0, 500, "COVE::STORE", "%s: %s", what, sqlite3_errmsg(store->db));
+}
+
+static int exec(struct store *store, const char *sql, struct cove_error **err, const char *what)
+{
+    if (sqlite3_exec(store->db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return db_error(store, err, what);
+    return 0;
+}
+
+static int schema_version(struct store *store, int *out, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "read the schema version");
+    int rc = sqlite3_step(st);
+    *out = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW)
+        return db_error(store, err, "read the schema version");
+    return 0;
+}
+
+/* Refuses a database a newer Cove made: its rows may mean what this coved cannot know. */
+static int check_version(struct store *store, const char *path, int *version,
+                         struct cove_error **err)
+{
+    if (schema_version(store, version, err) < 0)
+        return -1;
+    if (*version > STORE_SCHEMA_VERSION)
+        return cove_error_set(err, 0, 500, "COVE::STORE",
+                              "%s has schema version %d, newer than this coved knows (%d): it "
+                              "was written by a newer Cove; run that one, or move the state "
+                              "dir's cove.db away to start afresh",
+                              path, *version, STORE_SCHEMA_VERSION);
+    return 0;
+}
+
+static int column_exists(struct store *store, const char *table, const char *column, bool *out,
+                         struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?", -1, &st,
+                           NULL) != SQLITE_OK)
+        return db_error(store, err, "read the schema");
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return db_error(store, err, "read the schema");
+    *out = rc == SQLITE_ROW;
+    return 0;
+}
+
+/* All pending steps in one transaction: a failed or interrupted migration leaves the
+ * database as it was. */
+static int migrate(struct store *store, const char *path, struct cove_error **err)
+{
+    int from;
+    if (exec(store, "BEGIN IMMEDIATE", err, "begin the migration") < 0)
+        return -1;
+    /* Again inside the transaction: another coved on this state dir may have been first. */
+    bool existed = false;
+    if (check_version(store, path, &from, err) < 0 ||
+        column_exists(store, "sandboxes", "id", &existed, err) < 0)
+        goto fail;
+    for (int version = from + 1; version <= STORE_SCHEMA_VERSION; version++) {
+        const struct migration *m = &migrations[version - 1];
+        bool there = false;
+        if (m->column != NULL && column_exists(store, m->table, m->column, &there, err) < 0)
+            goto fail;
+        if (!there && sqlite3_exec(store->db, m->sql, NULL, NULL, NULL) != SQLITE_OK) {
+            char what[128];
+            snprintf(what, sizeof(what), "migration %d (%s)", version, m->what);
+            db_error(store, err, what);
+            goto fail;
+        }
+    }
+    char set_version[64];
+    snprintf(set_version, sizeof(set_version), "PRAGMA user_version = %d", STORE_SCHEMA_VERSION);
+    if (exec(store, set_version, err, "set the schema version") < 0 ||
+        exec(store, "COMMIT", err, "commit the migration") < 0)
+        goto fail;
+    if (!existed)
+        log_info("store: %s created, schema version %d", path, STORE_SCHEMA_VERSION);
+    else if (from != STORE_SCHEMA_VERSION)
+        log_info("store: %s migrated from schema version %d%s to %d", path, from,
+                 from == 0 ? " (Cove before schema versions)" : "", STORE_SCHEMA_VERSION);
+    return 0;
+fail:
+    sqlite3_exec(store->db, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
 }
 
 int store_open(const char *path, struct store **out, struct cove_error **err)
@@ -40,198 +190,286 @@ int store_open(const char *path, struct store **out, struct cove_error **err)
     struct store *store = calloc(1, sizeof(*store));
     if (store == NULL)
         return cove_error_sys(err, "calloc");
+    int version;
     if (sqlite3_open_v2(path, &store->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK ||
-        sqlite3_busy_timeout(store->db, 5000) != SQLITE_OK ||
-        sqlite3_exec(store->db, schema, NULL, NULL, NULL) != SQLITE_OK ||
-        sqlite3_exec(store->db, quota_schema, NULL, NULL, NULL) != SQLITE_OK ||
-        /* A database from before access tokens: add the column (fails harmlessly if there). */
-        (sqlite3_exec(store->db,
-                      "ALTER TABLE sandboxes ADD COLUMN access_token TEXT NOT NULL DEFAULT ''",
-                      NULL, NULL, NULL),
-         false) ||
-        (sqlite3_exec(store->db,
-                      "ALTER TABLE sandboxes ADD COLUMN renew_on_access_s INTEGER NOT NULL "
-                      "DEFAULT 0",
-                      NULL, NULL, NULL),
-         false) ||
-        /* From before id ranges of their own: -1, the range such sandboxes shared. */
-        (sqlite3_exec(store->db,
-                      "ALTER TABLE sandboxes ADD COLUMN id_slot INTEGER NOT NULL DEFAULT -1", NULL,
-                      NULL, NULL),
-         false) ||
-        sqlite3_prepare_v2(store->db,
-                           "INSERT OR REPLACE INTO sandboxes VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                           -1, &store->save, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(store->db, "DELETE FROM sandboxes WHERE id = ?", -1, &store->remove,
-                           NULL) != SQLITE_OK) {
+        sqlite3_busy_timeout(store->db, 5000) != SQLITE_OK) {
         db_error(store, err, path);
-        store_close(store);
-        return -1;
+        goto fail;
+    }
+    /* Before anything is written: a newer Cove's database is left exactly as it is. */
+    if (check_version(store, path, &version, err) < 0 ||
+        exec(store, "PRAGMA journal_mode=WAL", err, path) < 0 ||
+        (version < STORE_SCHEMA_VERSION && migrate(store, path, err) < 0) ||
+        /* After the migration, which is synced (FULL is SQLite's default): see the top. */
+        exec(store, "PRAGMA synchronous=NORMAL", err, path) < 0)
+        goto fail;
+    if (sqlite3_prepare_v2(
+            store->db,
+            "INSERT OR REPLACE INTO sandboxes (id, owner, template, state, reason, message,"
+            " transition_ms, created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
+            " start_time, run_dir, access_token, renew_on_access_s, id_slot)"
+            " VALUES (:id, :owner, :template, :state, :reason, :message, :transition_ms,"
+            " :created_ms, :expires_ms, :entrypoint, :env, :metadata, :limits, :pid,"
+            " :start_time, :run_dir, :access_token, :renew_on_access_s, :id_slot)",
+            -1, &store->sandbox_save, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(store->db, "DELETE FROM sandboxes WHERE id = :id", -1,
+                           &store->sandbox_delete, NULL) != SQLITE_OK) {
+        db_error(store, err, path);
+        goto fail;
     }
     *out = store;
     return 0;
+fail:
+    store_close(store);
+    return -1;
 }
 
 void store_close(struct store *store)
 {
     if (store == NULL)
         return;
-    sqlite3_finalize(store->save);
-    sqlite3_finalize(store->remove);
+    sqlite3_finalize(store->sandbox_save);
+    sqlite3_finalize(store->sandbox_delete);
     sqlite3_close(store->db);
     free(store);
 }
 
-static void bind_json(sqlite3_stmt *st, int col, const json_t *j)
+/* Binds by parameter name; the first failure (a name the statement lacks, too) sticks. */
+struct binding {
+    sqlite3_stmt *st;
+    int rc;
+    const char *missing; /* the parameter the statement lacks */
+};
+
+static int parameter(struct binding *b, const char *name)
 {
-    char *text = json_dumps(j ? j : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
-    sqlite3_bind_text(st, col, text ? text : "null", -1, SQLITE_TRANSIENT);
-    free(text);
+    int i = b->rc == SQLITE_OK ? sqlite3_bind_parameter_index(b->st, name) : 0;
+    if (i == 0 && b->rc == SQLITE_OK) {
+        b->rc = SQLITE_RANGE;
+        b->missing = name;
+    }
+    return i;
 }
 
-int store_save(struct store *store, const struct sandbox *sb, struct cove_error **err)
+static void bind_text(struct binding *b, const char *name, const char *value)
 {
-    sqlite3_stmt *st = store->save;
-    sqlite3_reset(st);
-    sqlite3_bind_text(st, 1, sb->id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, sb->owner, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, sb->template_name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, sandbox_state_name(sb->state), -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, sb->reason, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, sb->message, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 7, sb->transition_ms);
-    sqlite3_bind_int64(st, 8, sb->created_ms);
-    sqlite3_bind_int64(st, 9, sb->expires_ms);
-    bind_json(st, 10, sb->entrypoint);
-    bind_json(st, 11, sb->env);
-    bind_json(st, 12, sb->metadata);
-    bind_json(st, 13, sb->limits);
-    sqlite3_bind_int64(st, 14, sb->proc.pid);
-    sqlite3_bind_int64(st, 15, (sqlite3_int64)sb->proc.start_time);
-    sqlite3_bind_text(st, 16, sb->run_dir, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 17, sb->access_token, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 18, sb->renew_on_access_s);
-    sqlite3_bind_int64(st, 19, sb->id_slot);
-    int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
-    if (rc != SQLITE_DONE)
-        return db_error(store, err, "save sandbox");
-    return 0;
+    int i = parameter(b, name);
+    if (i > 0)
+        b->rc = sqlite3_bind_text(b->st, i, value ? value : "", -1, SQLITE_STATIC);
 }
 
-int store_delete(struct store *store, const char *id, struct cove_error **err)
+static void bind_int(struct binding *b, const char *name, int64_t value)
 {
-    sqlite3_stmt *st = store->remove;
-    sqlite3_reset(st);
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
-        return db_error(store, err, "delete sandbox");
-    return 0;
+    int i = parameter(b, name);
+    if (i > 0)
+        b->rc = sqlite3_bind_int64(b->st, i, value);
 }
 
-static json_t *column_json(sqlite3_stmt *st, int col)
+static void bind_null(struct binding *b, const char *name)
 {
-    const char *text = (const char *)sqlite3_column_text(st, col);
-    json_t *j = text ? json_loads(text, JSON_DECODE_ANY, NULL) : NULL;
+    int i = parameter(b, name);
+    if (i > 0)
+        b->rc = sqlite3_bind_null(b->st, i);
+}
+
+static void bind_json(struct binding *b, const char *name, const json_t *value)
+{
+    int i = parameter(b, name);
+    if (i <= 0)
+        return;
+    char *text = json_dumps(value ? value : json_null(), JSON_COMPACT | JSON_ENCODE_ANY);
+    if (text == NULL)
+        b->rc = SQLITE_NOMEM;
+    else
+        b->rc = sqlite3_bind_text(b->st, i, text, -1, free); /* SQLite frees it */
+}
+
+/* Runs a bound statement and resets it for the next use. */
+static int run(struct store *store, struct binding *b, struct cove_error **err, const char *what)
+{
+    int rc = SQLITE_MISUSE;
+    if (b->missing != NULL)
+        cove_error_set(err, 0, 500, "COVE::STORE", "%s: no parameter %s", what, b->missing);
+    else if (b->rc != SQLITE_OK)
+        cove_error_set(err, 0, 500, "COVE::STORE", "%s: binding: %s", what, sqlite3_errstr(b->rc));
+    else if ((rc = sqlite3_step(b->st)) != SQLITE_DONE)
+        db_error(store, err, what); /* before the reset, which may change the message */
+    sqlite3_reset(b->st);
+    sqlite3_clear_bindings(b->st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int store_sandbox_save(struct store *store, const struct store_sandbox *rec,
+                       struct cove_error **err)
+{
+    struct binding b = {store->sandbox_save, SQLITE_OK, NULL};
+    bind_text(&b, ":id", rec->id);
+    bind_text(&b, ":owner", rec->owner);
+    bind_text(&b, ":template", rec->template_name);
+    bind_text(&b, ":state", rec->state);
+    bind_text(&b, ":reason", rec->reason);
+    bind_text(&b, ":message", rec->message);
+    bind_int(&b, ":transition_ms", rec->transition_ms);
+    bind_int(&b, ":created_ms", rec->created_ms);
+    bind_int(&b, ":expires_ms", rec->expires_ms);
+    bind_json(&b, ":entrypoint", rec->entrypoint);
+    bind_json(&b, ":env", rec->env);
+    bind_json(&b, ":metadata", rec->metadata);
+    bind_json(&b, ":limits", rec->limits);
+    bind_int(&b, ":pid", rec->pid);
+    bind_int(&b, ":start_time", (int64_t)rec->start_time);
+    bind_text(&b, ":run_dir", rec->run_dir);
+    bind_text(&b, ":access_token", rec->access_token);
+    bind_int(&b, ":renew_on_access_s", rec->renew_on_access_s);
+    bind_int(&b, ":id_slot", rec->id_slot);
+    return run(store, &b, err, "save sandbox");
+}
+
+int store_sandbox_delete(struct store *store, const char *id, struct cove_error **err)
+{
+    struct binding b = {store->sandbox_delete, SQLITE_OK, NULL};
+    bind_text(&b, ":id", id);
+    return run(store, &b, err, "delete sandbox");
+}
+
+/* Result columns by name: a row is read by what its columns are called, never by where they
+ * happen to be. */
+static int column_index(sqlite3_stmt *st, const char *name)
+{
+    for (int i = 0; i < sqlite3_column_count(st); i++) {
+        if (strcmp(sqlite3_column_name(st, i), name) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static const char *column_text(sqlite3_stmt *st, const char *name)
+{
+    int i = column_index(st, name);
+    const char *text = i < 0 ? NULL : (const char *)sqlite3_column_text(st, i);
+    return text ? text : "";
+}
+
+static int64_t column_int(sqlite3_stmt *st, const char *name)
+{
+    int i = column_index(st, name);
+    return i < 0 ? 0 : sqlite3_column_int64(st, i);
+}
+
+static bool column_is_null(sqlite3_stmt *st, const char *name)
+{
+    int i = column_index(st, name);
+    return i < 0 || sqlite3_column_type(st, i) == SQLITE_NULL;
+}
+
+static json_t *column_json(sqlite3_stmt *st, const char *name)
+{
+    json_t *j = json_loads(column_text(st, name), JSON_DECODE_ANY, NULL);
     return j ? j : json_null();
 }
 
-static void column_copy(sqlite3_stmt *st, int col, char *out, size_t size)
-{
-    const char *text = (const char *)sqlite3_column_text(st, col);
-    snprintf(out, size, "%s", text ? text : "");
-}
-
-int store_load_all(struct store *store, void (*fn)(struct sandbox *sb, void *arg), void *arg,
-                   struct cove_error **err)
+int store_sandbox_load_all(struct store *store,
+                           void (*fn)(const struct store_sandbox *rec, void *arg), void *arg,
+                           struct cove_error **err)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(store->db,
                            "SELECT id, owner, template, state, reason, message, transition_ms,"
                            " created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
                            " start_time, run_dir, access_token, renew_on_access_s, id_slot"
-                           " FROM sandboxes"
-                           " ORDER BY created_ms, id",
+                           " FROM sandboxes ORDER BY created_ms, id",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "load sandboxes");
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct sandbox *sb = calloc(1, sizeof(*sb));
-        if (sb == NULL)
-            break;
-        column_copy(st, 0, sb->id, sizeof(sb->id));
-        column_copy(st, 1, sb->owner, sizeof(sb->owner));
-        column_copy(st, 2, sb->template_name, sizeof(sb->template_name));
-        char state[32];
-        column_copy(st, 3, state, sizeof(state));
-        if (sandbox_state_parse(state, &sb->state) < 0)
-            sb->state = SANDBOX_FAILED;
-        column_copy(st, 4, sb->reason, sizeof(sb->reason));
-        column_copy(st, 5, sb->message, sizeof(sb->message));
-        sb->transition_ms = sqlite3_column_int64(st, 6);
-        sb->created_ms = sqlite3_column_int64(st, 7);
-        sb->expires_ms = sqlite3_column_int64(st, 8);
-        sb->entrypoint = column_json(st, 9);
-        sb->env = column_json(st, 10);
-        sb->metadata = column_json(st, 11);
-        sb->limits = column_json(st, 12);
-        sb->proc.pid = (pid_t)sqlite3_column_int64(st, 13);
-        sb->proc.start_time = (uint64_t)sqlite3_column_int64(st, 14);
-        sb->proc.log_fd = -1; /* the pipe died with the coved that made it */
-        column_copy(st, 15, sb->run_dir, sizeof(sb->run_dir));
-        column_copy(st, 16, sb->access_token, sizeof(sb->access_token));
-        sb->renew_on_access_s = sqlite3_column_int64(st, 17);
-        sb->id_slot = (int)sqlite3_column_int64(st, 18);
-        fn(sb, arg);
+        struct store_sandbox rec = {
+            .id = column_text(st, "id"),
+            .owner = column_text(st, "owner"),
+            .template_name = column_text(st, "template"),
+            .state = column_text(st, "state"),
+            .reason = column_text(st, "reason"),
+            .message = column_text(st, "message"),
+            .transition_ms = column_int(st, "transition_ms"),
+            .created_ms = column_int(st, "created_ms"),
+            .expires_ms = column_int(st, "expires_ms"),
+            .entrypoint = column_json(st, "entrypoint"),
+            .env = column_json(st, "env"),
+            .metadata = column_json(st, "metadata"),
+            .limits = column_json(st, "limits"),
+            .pid = column_int(st, "pid"),
+            .start_time = (uint64_t)column_int(st, "start_time"),
+            .run_dir = column_text(st, "run_dir"),
+            .access_token = column_text(st, "access_token"),
+            .renew_on_access_s = column_int(st, "renew_on_access_s"),
+            .id_slot = (int)column_int(st, "id_slot"),
+        };
+        fn(&rec, arg);
+        json_decref(rec.entrypoint);
+        json_decref(rec.env);
+        json_decref(rec.metadata);
+        json_decref(rec.limits);
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return db_error(store, err, "load sandboxes");
     return 0;
+}
+
+/* A quota statement, committed with synchronous=FULL: an override outlives a reboot. */
+static int run_synced(struct store *store, struct binding *b, struct cove_error **err,
+                      const char *what)
+{
+    if (exec(store, "PRAGMA synchronous=FULL", err, what) < 0)
+        return -1;
+    int rc = run(store, b, err, what);
+    struct cove_error *ignored = NULL;
+    if (exec(store, "PRAGMA synchronous=NORMAL", &ignored, what) < 0) {
+        log_error("store: %s", ignored->message);
+        cove_error_free(ignored);
+    }
+    return rc;
 }
 
 int store_quota_save(struct store *store, const char *owner, const struct quota_amounts *limits,
                      struct cove_error **err)
 {
     sqlite3_stmt *st;
+    /* updated_ms: milliseconds since the epoch, by SQLite's clock. */
     if (sqlite3_prepare_v2(store->db,
                            "INSERT OR REPLACE INTO quotas (owner, sandboxes, cpu_millicores,"
-                           " memory_bytes, disk_bytes, updated_ms) VALUES (?,?,?,?,?,?)",
+                           " memory_bytes, disk_bytes, updated_ms) VALUES (:owner, :sandboxes,"
+                           " :cpu_millicores, :memory_bytes, :disk_bytes,"
+                           " CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "save quota");
-    sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
+    struct binding b = {st, SQLITE_OK, NULL};
+    bind_text(&b, ":owner", owner);
     for (int r = 0; r < QUOTA_RESOURCES; r++) {
+        char name[32];
+        snprintf(name, sizeof(name), ":%s", quota_columns[r]);
         if (limits->v[r] == QUOTA_INHERIT)
-            sqlite3_bind_null(st, 2 + r);
+            bind_null(&b, name);
         else
-            sqlite3_bind_int64(st, 2 + r, limits->v[r]);
+            bind_int(&b, name, limits->v[r]);
     }
-    sqlite3_bind_int64(st, 6, sandbox_now_ms());
-    int rc = sqlite3_step(st);
+    int rc = run_synced(store, &b, err, "save quota");
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE)
-        return db_error(store, err, "save quota");
-    return 0;
+    return rc;
 }
 
 int store_quota_delete(struct store *store, const char *owner, struct cove_error **err)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(store->db, "DELETE FROM quotas WHERE owner = ?", -1, &st, NULL) !=
+    if (sqlite3_prepare_v2(store->db, "DELETE FROM quotas WHERE owner = :owner", -1, &st, NULL) !=
         SQLITE_OK)
         return db_error(store, err, "delete quota");
-    sqlite3_bind_text(st, 1, owner, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
+    struct binding b = {st, SQLITE_OK, NULL};
+    bind_text(&b, ":owner", owner);
+    int rc = run_synced(store, &b, err, "delete quota");
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE)
-        return db_error(store, err, "delete quota");
-    return 0;
+    return rc;
 }
 
 int store_quota_load_all(struct store *store,
@@ -240,21 +478,22 @@ int store_quota_load_all(struct store *store,
                          void *arg, struct cove_error **err)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(store->db,
-                           "SELECT owner, sandboxes, cpu_millicores, memory_bytes, disk_bytes"
-                           " FROM quotas ORDER BY owner",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            store->db,
+            "SELECT owner, sandboxes, cpu_millicores, memory_bytes, disk_bytes FROM quotas"
+            " ORDER BY owner",
+            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "load quotas");
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         char owner[65];
-        column_copy(st, 0, owner, sizeof(owner));
+        snprintf(owner, sizeof(owner), "%s", column_text(st, "owner"));
         struct quota_amounts limits;
         for (int r = 0; r < QUOTA_RESOURCES; r++) {
-            bool inherit = sqlite3_column_type(st, 1 + r) == SQLITE_NULL;
-            int64_t v = sqlite3_column_int64(st, 1 + r);
+            int64_t v = column_int(st, quota_columns[r]);
             /* Anything but a limit or "unlimited" can only come from outside coved. */
-            limits.v[r] = inherit || v < QUOTA_UNLIMITED ? QUOTA_INHERIT : v;
+            limits.v[r] =
+                column_is_null(st, quota_columns[r]) || v < QUOTA_UNLIMITED ? QUOTA_INHERIT : v;
         }
         fn(owner, &limits, arg);
     }

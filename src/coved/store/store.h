@@ -1,20 +1,61 @@
-/* SQLite persistence of sandboxes (WAL, synchronous=FULL: a write that matters is on disk
- * before the API answers). */
+/* SQLite persistence of sandboxes and quota overrides: plain records, one field per named
+ * column. The schema's versions are numbered migrations kept in PRAGMA user_version; a
+ * database from any earlier Cove is migrated on open, one from a newer Cove is refused.
+ * Durability (store.c, at store_open): every write is in the kernel before the call returns,
+ * so a crash or SIGKILL of coved loses nothing, and no write waits for the disk on the event
+ * loop; quota overrides are also on the disk before their call returns. */
 #pragma once
 
+#include <jansson.h>
+#include <stdint.h>
+
 #include "coved/api/quota_policy.h"
-#include "coved/sandbox/sandbox.h"
 #include "lib/error.h"
+
+/* The schema version this coved writes: the number of migrations in store.c. */
+#define STORE_SCHEMA_VERSION 5
 
 struct store;
 
+/* One row of the sandboxes table. Strings and JSON values are borrowed: from the caller
+ * when saving, from the store for the duration of the callback when loading (keep a JSON
+ * value with json_incref, copy a string). */
+struct store_sandbox {
+    const char *id;
+    const char *owner;
+    const char *template_name;
+    const char *state; /* sandbox_state_name() */
+    const char *reason;
+    const char *message;
+    int64_t transition_ms;
+    int64_t created_ms;
+    int64_t expires_ms;
+    json_t *entrypoint; /* loaded as JSON null when a stored value is not JSON */
+    json_t *env;
+    json_t *metadata;
+    json_t *limits;
+    int64_t pid;
+    uint64_t start_time;
+    const char *run_dir;
+    const char *access_token;
+    int64_t renew_on_access_s;
+    int id_slot; /* -1 in rows from before per-sandbox id ranges */
+};
+
+/* Opens (creating) the database at path and migrates it to STORE_SCHEMA_VERSION; fails,
+ * changing nothing, when its version is newer. */
 int store_open(const char *path, struct store **out, struct cove_error **err);
 void store_close(struct store *store);
-int store_save(struct store *store, const struct sandbox *sb, struct cove_error **err);
-int store_delete(struct store *store, const char *id, struct cove_error **err);
-/* Calls fn with each stored sandbox (fn takes ownership of it), oldest first. */
-int store_load_all(struct store *store, void (*fn)(struct sandbox *sb, void *arg), void *arg,
-                   struct cove_error **err);
+
+/* Saving replaces the row of the same id. */
+int store_sandbox_save(struct store *store, const struct store_sandbox *rec,
+                       struct cove_error **err);
+/* 0 also when there was no such row. */
+int store_sandbox_delete(struct store *store, const char *id, struct cove_error **err);
+/* Calls fn with each stored sandbox, oldest first. */
+int store_sandbox_load_all(struct store *store,
+                           void (*fn)(const struct store_sandbox *rec, void *arg), void *arg,
+                           struct cove_error **err);
 
 /* Per-key quota overrides (the admin API), by owner id; QUOTA_INHERIT fields are stored as
  * NULL. Saving replaces the owner's override. */
