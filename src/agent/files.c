@@ -23,6 +23,7 @@
 #include "lib/utf8.h"
 #include "lib/log.h"
 #include "lib/io.h"
+#include "lib/cleanup.h"
 
 /* Buffer of content replacement and cross-filesystem copies. */
 #define COPY_CHUNK (256 * 1024)
@@ -627,25 +628,19 @@ static long long replace_in_file(const char *raw, const char *old, size_t old_le
         return -1;
     if (files_path_resolve_final(abs, real, sizeof(real)) < 0)
         return files_path_error(err, errno, "open", raw);
-    int dir = files_path_open_parent(real, name, sizeof(name));
+    cleanup_fd int dir = files_path_open_parent(real, name, sizeof(name));
     if (dir < 0)
         return files_path_error(err, errno, "open", raw);
-    int in = name[0] ? openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
+    cleanup_fd int in =
+        name[0] ? openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
     struct stat st;
-    if (in < 0 || fstat(in, &st) < 0) {
-        int saved = name[0] ? errno : EISDIR;
-        if (in >= 0)
-            close(in);
-        close(dir);
-        return files_path_error(err, saved, "open", raw);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(in);
-        close(dir);
+    if (in < 0 || fstat(in, &st) < 0)
+        return files_path_error(err, name[0] ? errno : EISDIR, "open", raw);
+    if (!S_ISREG(st.st_mode))
         return files_path_error(err, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, "replace content in",
                                 raw);
-    }
-    struct write_buffer out = {.fd = files_path_create_temp(dir, temp), .data = malloc(COPY_CHUNK)};
+    cleanup_free char *data = malloc(COPY_CHUNK);
+    struct write_buffer out = {.fd = files_path_create_temp(dir, temp), .data = data};
     long long count = -1;
     int saved = ENOMEM;
     if (out.fd >= 0 && out.data != NULL) {
@@ -665,9 +660,6 @@ static long long replace_in_file(const char *raw, const char *old, size_t old_le
         if (count <= 0)
             unlinkat(dir, temp, 0);
     }
-    free(out.data);
-    close(in);
-    close(dir);
     if (count < 0)
         return files_path_error(err, saved, "replace content in", raw);
     return count;

@@ -12,7 +12,7 @@ int agent_path(struct cli *cli, const char *id, const char *agent_path, char **p
     cleanup_free char *escaped = NULL;
     if (client_escape(cli->client, id, &escaped, err) < 0)
         return -1;
-    if (asprintf(path, "/sandboxes/%s/proxy/%d%s", escaped, AGENT_PORT, agent_path) < 0) {
+    if (asprintf(path, "/sandboxes/%s/proxy/%d%s", escaped, COVE_AGENT_PORT, agent_path) < 0) {
         *path = NULL;
         return cove_error_sys(err, "cannot build the request path");
     }

@@ -6,9 +6,9 @@
 #include <stddef.h>
 
 #include "cli/cli.h"
+#include "lib/agent_port.h"
 
 /* The gateway maps this port of every sandbox to its agent. */
-#define AGENT_PORT 44772
 
 /* *path = "/sandboxes/{id}/proxy/44772{agent_path}", the id escaped; agent_path is used as
  * given. Free with free(). */

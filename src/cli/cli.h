@@ -10,6 +10,7 @@
 #include "cli/client.h"
 #include "cli/config.h"
 #include "lib/error.h"
+#include "lib/cleanup.h"
 
 /* `cove exec` exits with the command's own status instead. */
 enum cli_exit_status {
@@ -98,14 +99,3 @@ int cli_parse_assignment(const char *text, json_t *object, const char *option,
 
 /* Prints err the way scripts and people expect and returns the matching exit status. */
 int cli_report_error(const struct cli *cli, const struct cove_error *err);
-
-static inline void cli_free_pointer(void *pointer)
-{
-    free(*(void **)pointer);
-}
-static inline void cli_json_decref(json_t **json)
-{
-    json_decref(*json);
-}
-#define cleanup_free __attribute__((cleanup(cli_free_pointer)))
-#define cleanup_json __attribute__((cleanup(cli_json_decref)))

@@ -9,9 +9,9 @@
 #include "cli/cli.h"
 #include "cli/event_stream.h"
 #include "cli/shell_quote.h"
+#include "lib/agent_port.h"
 
 /* The gateway maps this port of every sandbox to its agent. */
-#define EXEC_AGENT_PORT 44772
 /* What timeout(1) exits with, for a command the agent reports as timed out. */
 #define EXEC_EXIT_TIMEOUT 124
 #define EXEC_ERROR_STREAM_ENDED "CLI::STREAM_ENDED"
@@ -197,7 +197,7 @@ static int exec_run(struct cli *cli, int argc, char **argv, struct cove_error **
     cleanup_free char *path = NULL;
     if (cli_connect(cli, err) < 0 || client_escape(cli->client, id, &escaped_id, err) < 0)
         return -1;
-    if (asprintf(&path, "/sandboxes/%s/proxy/%d/command", escaped_id, EXEC_AGENT_PORT) < 0) {
+    if (asprintf(&path, "/sandboxes/%s/proxy/%d/command", escaped_id, COVE_AGENT_PORT) < 0) {
         path = NULL;
         return cove_error_sys(err, "cannot build the request path");
     }

@@ -31,6 +31,7 @@
 #include "coved/api/api.h"
 #include "coved/gateway/route_token.h"
 #include "coved/gateway/tunnel.h"
+#include "lib/cleanup.h"
 #include "lib/log.h"
 
 /* Descriptors kept free when a tunnel opens its upstream socket (sandbox set-up, database). */
@@ -53,29 +54,24 @@ static int socket_in_sandbox(const struct sandbox *sb, struct cove_error **err)
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->proc.pid);
-    int target = open(path, O_RDONLY | O_CLOEXEC);
+    cleanup_fd int target = open(path, O_RDONLY | O_CLOEXEC);
     if (target < 0)
         return cove_error_sys(err, "open %s", path);
-    int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-    if (self < 0) {
-        close(target);
+    cleanup_fd int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (self < 0)
         return cove_error_sys(err, "open own netns");
+    if (setns(target, CLONE_NEWNET) < 0)
+        return cove_error_sys(err, "enter sandbox netns");
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int saved = errno;
+    if (setns(self, CLONE_NEWNET) < 0) {
+        /* coved must never keep running inside a sandbox's namespace. */
+        log_error("cannot return to coved's network namespace: %s", strerror(errno));
+        abort();
     }
-    int fd = -1;
-    if (setns(target, CLONE_NEWNET) < 0) {
-        cove_error_sys(err, "enter sandbox netns");
-    } else {
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            cove_error_sys(err, "socket");
-        if (setns(self, CLONE_NEWNET) < 0) {
-            /* coved must never keep running inside a sandbox's namespace. */
-            log_error("cannot return to coved's network namespace: %s", strerror(errno));
-            abort();
-        }
-    }
-    close(target);
-    close(self);
+    errno = saved;
+    if (fd < 0)
+        return cove_error_sys(err, "socket");
     return fd;
 }
 

@@ -12,26 +12,13 @@
 
 #include "lib/log.h"
 #include "lib/random.h"
+#include "lib/cleanup.h"
 #include "lib/io.h"
 
 #define KEYS_FILE "route_keys"
 #define LEGACY_SECRET_FILE "route_secret" /* one raw 32-byte key, before keyrings */
 #define LOCK_FILE "route_keys.lock"
 #define REFRESH_INTERVAL_MS 1000
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-}
-#define cleanup_fd __attribute__((cleanup(close_fd)))
-
-static void close_file(FILE **f)
-{
-    if (*f != NULL)
-        fclose(*f);
-}
-#define cleanup_file __attribute__((cleanup(close_file)))
 
 static void wipe_ring(struct route_keyring *ring)
 {

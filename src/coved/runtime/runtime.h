@@ -10,6 +10,7 @@
 #include "coved/runtime/file_budget.h"
 #include "coved/runtime/id_range.h"
 #include "lib/error.h"
+#include "lib/agent_port.h"
 
 /* The owners of templates' files on disk: sandbox id N is stored as this base + N, and
  * each sandbox sees its template through an idmapped mount onto its own id range
@@ -22,7 +23,7 @@
 #define RUNTIME_NS_OWNER_BASE ID_RANGE_LIMIT
 /* The agent listens on this TCP port inside sandboxes reached over TCP; the gateway maps this
  * port to the agent's unix socket for native sandboxes. */
-#define RUNTIME_AGENT_PORT 44772
+#define RUNTIME_AGENT_PORT COVE_AGENT_PORT
 /* RLIMIT_NOFILE of the agent itself: above the gateway's default cap of connections to one
  * sandbox (1024) and the agent's own (1152). */
 #define RUNTIME_AGENT_NOFILE 2048u
