@@ -1,0 +1,60 @@
+/* Which sandbox and port a gateway request names (src/coved/gateway/route.c), by path and by
+ * host name. */
+#include <string.h>
+
+#include "check.h"
+#include "coved/gateway/route.h"
+
+int main(void)
+{
+    static const struct {
+        const char *target;
+        bool matches;
+        const char *id;
+        int port;
+        bool signed_route;
+        const char *rest;
+    } paths[] = {
+        {"/sandboxes/abc123/proxy/8080/x/y?q=1", true, "abc123", 8080, false, "/x/y?q=1"},
+        {"/v1/sandboxes/abc123/proxy/44772/ping", true, "abc123", 44772, false, "/ping"},
+        {"/sandboxes/abc123/proxy/8080", true, "abc123", 8080, false, ""},
+        {"/sandboxes/abc123/proxy/0/x", true, "abc123", -1, false, "/x"},
+        {"/sandboxes/abc123/proxy/65536/x", true, "abc123", -1, false, "/x"},
+        {"/sandboxes/abc123/proxy/80a/x", true, "abc123", -1, false, "/x"},
+        {"/route/abc123/8080/tpd09k/0aQ3PR0Ty_1hhslzsZBlWcQ/x", true, "abc123", 8080, true, "/x"},
+        {"/sandboxes/abc123/prox/8080/x", false, NULL, 0, false, NULL},
+        {"/sandboxes//proxy/8080/x", false, NULL, 0, false, NULL},
+        {"/v1/sandboxes/abc123", false, NULL, 0, false, NULL},
+        {"/health", false, NULL, 0, false, NULL},
+        {"/route/abc123/8080/tpd09k", false, NULL, 0, false, NULL},
+        {"/sandboxes/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa/proxy/80/", false, NULL, 0, false, NULL},
+    };
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        struct route r;
+        bool m = route_match_path(paths[i].target, &r);
+        CHECK(m == paths[i].matches);
+        if (!m || !paths[i].matches)
+            continue;
+        CHECK(strcmp(r.id, paths[i].id) == 0);
+        CHECK_EQ_INT(r.port, paths[i].port);
+        CHECK(r.signed_route == paths[i].signed_route);
+        CHECK(strcmp(r.rest, paths[i].rest) == 0);
+    }
+
+    struct route r;
+    CHECK(route_match_host("sb.example", "8080-abc123.sb.example", "/a?b", &r));
+    CHECK(strcmp(r.id, "abc123") == 0 && r.port == 8080 && !r.signed_route);
+    CHECK(strcmp(r.rest, "/a?b") == 0); /* host routing keeps the whole path */
+    CHECK(route_match_host("sb.example", "8080-ABC123.SB.example:9000", "/", &r));
+    CHECK(strcmp(r.id, "abc123") == 0); /* host names are read without case */
+    CHECK(route_match_host("sb.example",
+                           "abc123-8080-tpd09k-0abcdefghijklmnopqrstuvwxyz.sb.example", "/", &r));
+    CHECK(r.signed_route && r.port == 8080 && r.form == ROUTE_FORM_HOST);
+    CHECK(!route_match_host("sb.example", "8080-abc123.other.example", "/", &r));
+    CHECK(!route_match_host("sb.example", "8080-abc123.sb.example.evil", "/", &r));
+    CHECK(!route_match_host("sb.example", "a-b-c.sb.example", "/", &r));
+    CHECK(!route_match_host(NULL, "8080-abc123.sb.example", "/", &r));
+    CHECK(!route_match_host("", "8080-abc123.sb.example", "/", &r));
+    CHECK(!route_match_host("sb.example", NULL, "/", &r));
+    return CHECK_DONE();
+}
