@@ -104,10 +104,12 @@ class Coved:
     """One coved process with its own state dir and port."""
 
     def __init__(self, api_keys=("test-key",), extra_args=(), state_dir=None, env=None,
-                 wrapper=()):
+                 wrapper=(), admin_keys=()):
         self.state_dir = state_dir or tempfile.mkdtemp(prefix="cove-test-")
         self.api_keys = list(api_keys)
         self.key = self.api_keys[0] if self.api_keys else None
+        self.admin_keys = list(admin_keys)  # --admin-api-key: templates, quotas
+        self.admin_key = self.admin_keys[0] if self.admin_keys else None
         self.extra_args = list(extra_args)
         self.wrapper = list(wrapper)  # e.g. valgrind and its options
         self.env = env
@@ -124,6 +126,8 @@ class Coved:
                                self.state_dir, "--agent", AGENT]
         for k in self.api_keys:
             args += ["--api-key", k]
+        for k in self.admin_keys:
+            args += ["--admin-api-key", k]
         args += self.extra_args
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,

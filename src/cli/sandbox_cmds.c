@@ -11,7 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/output.h"
-#include "coved/api/rfc3339.h"
+#include "lib/rfc3339.h"
 
 #define SANDBOX_DEFAULT_TEMPLATE "base"
 /* OpenSandbox requires resourceLimits and asks clients for these defaults. */

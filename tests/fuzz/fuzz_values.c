@@ -8,7 +8,7 @@
 
 #include "agent/multipart.h"
 #include "coved/api/quantity.h"
-#include "coved/api/rfc3339.h"
+#include "lib/rfc3339.h"
 #include "coved/gateway/route_token.h"
 #include "fuzz_input.h"
 

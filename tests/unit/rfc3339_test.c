@@ -1,5 +1,5 @@
 #include "check.h"
-#include "coved/api/rfc3339.h"
+#include "lib/rfc3339.h"
 
 int main(void)
 {

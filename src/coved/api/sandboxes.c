@@ -14,7 +14,7 @@
 
 #include "coved/api/api.h"
 #include "coved/api/quantity.h"
-#include "coved/api/rfc3339.h"
+#include "lib/rfc3339.h"
 
 #define DEFAULT_MEMORY (1024LL << 20)
 #define DEFAULT_DISK (512LL << 20)
@@ -458,6 +458,7 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
                sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0) {
         api_respond_error(reply_wait_end(w), err);
     }
+    template_unref(sreq.template);
     cove_error_free(err);
     json_decref(body);
 }

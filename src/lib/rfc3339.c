@@ -1,4 +1,4 @@
-#include "coved/api/rfc3339.h"
+#include "lib/rfc3339.h"
 
 #include <ctype.h>
 #include <stdbool.h>
