@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tarfile
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from covetest import CLI, Coved, sanitizer_problems
+from covetest import CLI, COVED, Coved, sanitizer_problems
 
 BUSYBOX = shutil.which("busybox") or "/usr/bin/busybox"
 ADMIN = "templates-admin-key"
@@ -117,6 +118,13 @@ def test_template_changes_need_an_admin_key(coved, tmp_path):
     assert templates_dir(coved) == before
 
 
+def test_max_template_size_is_checked(tmp_path):
+    for flags, env in ((["--max-template-size", "lots"], {}), ([], {"COVE_MAX_TEMPLATE_BYTES": "0"})):
+        r = subprocess.run([COVED, "--state-dir", str(tmp_path), *flags], capture_output=True,
+                           text=True, timeout=30, env=dict(os.environ, **env))
+        assert r.returncode == 2 and "max_template_bytes" in r.stderr, r.stderr
+
+
 def test_builtins_cannot_be_removed_and_unknown_is_404(coved):
     for name in BUILTINS:
         assert_error(*delete(coved, name)[:2], 409, "TEMPLATE::BUILTIN")
@@ -134,6 +142,8 @@ def test_bad_registrations_are_4xx_and_change_nothing(coved, tmp_path):
         register_dir(coved, "a-file", tmp_path / "r" / "etc" / "marker"),
         register_dir(coved, "Bad Name", root),
         register_dir(coved, "base", root),
+        register_dir(coved, "itself", coved.state_dir),
+        register_dir(coved, "root", "/"),
         coved.request("POST", "/v1/templates", {"name": "x"}, headers=admin_headers("application/json")),
         upload(coved, "", tarball(root)),
         upload(coved, "../evil", tarball(root)),
@@ -146,7 +156,8 @@ def test_bad_registrations_are_4xx_and_change_nothing(coved, tmp_path):
         assert 400 <= status < 500, (status, body)
         assert body.get("code") and body.get("message"), body
     assert [c[0] for c in cases[-3:]] == [400, 400, 415]
-    assert cases[4][0] == 409 and cases[8][0] == 409
+    assert cases[4][0] == 409 and cases[10][0] == 409
+    assert cases[5][1]["code"] == cases[6][1]["code"] == "TEMPLATE::INVALID_ROOTFS"
     assert listed(coved) == BUILTINS
     assert templates_dir(coved) == before
 
@@ -214,6 +225,27 @@ def test_cli_template_add_ls_rm_against_the_api(coved, tmp_path):
     assert cli(coved, "template", "rm", *names).stdout.split() == list(names)
     assert listed(coved) == BUILTINS
     assert cli(coved, "template", "rm", "base", check=False).returncode == 1
+
+
+@pytest.mark.static_agent
+def test_in_use_survives_a_restart(tmp_path):
+    """A sandbox re-adopted after a restart holds its template as much as a new one."""
+    root = busybox_rootfs(str(tmp_path / "r"))
+    d = Coved(admin_keys=(ADMIN,))
+    try:
+        d.start()
+        assert register_dir(d, "kept", root)[0] == 201
+        sid = d.create(template="kept", entrypoint=["/bin/sleep", "3600"])
+        d.kill(signal.SIGTERM)
+        d.start()
+        assert "kept" in listed(d)
+        assert_error(*delete(d, "kept")[:2], 409, "TEMPLATE::IN_USE")
+        assert d.sh(sid, "cat /etc/marker") == "from the template\n"
+        d.delete(sid)
+        assert delete(d, "kept")[0] == 204
+    finally:
+        d.cleanup()
+    assert sanitizer_problems(d) is None
 
 
 # ---- hostile archives -------------------------------------------------------------------

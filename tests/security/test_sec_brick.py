@@ -26,7 +26,7 @@ HEALTHY_PROBES = 4
 @pytest.fixture(scope="module")
 def coved():
     """This module's daemon probes every second."""
-    d = Coved(extra_args=["--health-interval", "1"]).start()
+    d = Coved(extra_args=["--health-interval", "1"], admin_keys=("test-admin-key",)).start()
     try:
         yield d
     finally:

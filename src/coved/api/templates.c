@@ -5,6 +5,7 @@
  *   DELETE /v1/templates/N  (409 while a sandbox uses it, and for `base`/`code-interpreter`).
  * A registration answers 201 once the template is in place, with its JSON; a failed one leaves
  * nothing in the state dir (sandbox/template_import.h). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -94,6 +95,19 @@ static struct registration *registration_start(struct api *api, struct http_requ
     return r;
 }
 
+/* True if dir is, or is above, the templates' directory (where the copy is written). */
+static bool holds_templates(const char *templates, const char *dir)
+{
+    char real_templates[PATH_MAX], real_dir[PATH_MAX];
+    if (realpath(templates, real_templates) == NULL || realpath(dir, real_dir) == NULL)
+        return true; /* cannot tell: refuse */
+    size_t len = strlen(real_dir);
+    if (len == 1)
+        return true; /* "/" */
+    return strncmp(real_templates, real_dir, len) == 0 &&
+           (real_templates[len] == '\0' || real_templates[len] == '/');
+}
+
 void api_templates_create(struct api *api, struct http_request *req, const struct api_caller *c)
 {
     if (require_admin(req, c) < 0)
@@ -114,6 +128,10 @@ void api_templates_create(struct api *api, struct http_request *req, const struc
         api_respond_errorf(req, 400, "TEMPLATE::INVALID_ROOTFS",
                            "rootfs %.300s is not a directory on coved's host (a tarball is "
                            "uploaded as the body instead)",
+                           rootfs);
+    } else if (holds_templates(template_registry_dir(api->templates), rootfs)) {
+        api_respond_errorf(req, 400, "TEMPLATE::INVALID_ROOTFS",
+                           "rootfs %.300s holds coved's templates: a copy would copy itself",
                            rootfs);
     } else {
         registration_start(api, req, name, rootfs);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -26,7 +27,7 @@
      ARCHIVE_EXTRACT_SECURE_NODOTDOT | ARCHIVE_EXTRACT_SECURE_SYMLINKS |                           \
      ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS)
 #define IMPORT_BLOCK (64 * 1024)
-#define IMPORT_RESULT_MAX 1024
+#define IMPORT_RESULT_MAX 4096 /* a verdict is one write of at most PIPE_BUF */
 
 struct template_import {
     struct template_registry *reg;
@@ -290,6 +291,7 @@ static __attribute__((noreturn)) void child_main(const char *rootfs, const char 
     status_fd = 1;
     syscall(SYS_close_range, 3u, ~0u, 0u);
     signal(SIGPIPE, SIG_DFL);
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* no copy goes on once coved is gone */
     int rc = -1;
     if (chdir(rootfs) < 0)
         cove_error_sys(&err, "chdir %s", rootfs);
