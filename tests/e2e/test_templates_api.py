@@ -378,3 +378,27 @@ def tarball_prefix():
     with tarfile.open(fileobj=buf, mode="w") as t:
         member(t, "big", b"y" * 300000)
     return buf.getvalue()[:200000]
+
+
+def test_coved_stopping_during_an_upload_leaves_nothing():
+    d = Coved(admin_keys=(ADMIN,))
+    s = None
+    try:
+        d.start()
+        before = templates_dir(d)
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        s.sendall((f"POST /v1/templates?name=stopped HTTP/1.1\r\nHost: x\r\n"
+                   f"OPEN-SANDBOX-API-KEY: {ADMIN}\r\nContent-Type: application/x-tar\r\n"
+                   f"Content-Length: {4 << 20}\r\n\r\n").encode() + tarball_prefix())
+        deadline = time.time() + 10
+        while time.time() < deadline and not [n for n in templates_dir(d) if n.startswith(".")]:
+            time.sleep(0.05)
+        assert [n for n in templates_dir(d) if n.startswith(".staging-")]
+        d.kill(signal.SIGTERM)
+        assert d.proc.returncode == 0
+        assert templates_dir(d) == before
+    finally:
+        if s is not None:
+            s.close()
+        d.cleanup()
+    assert sanitizer_problems(d) is None
