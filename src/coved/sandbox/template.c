@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +13,8 @@
 #include <unistd.h>
 
 #include "coved/runtime/runtime.h"
+#include "coved/sandbox/template_import.h"
 #include "lib/log.h"
-
-extern char **environ;
 
 #define CODE_INTERPRETER_PRESTART "python"
 #define SANDBOX_USER_UID 1000
@@ -57,24 +55,6 @@ bool template_name_valid(const char *name)
             return false;
     }
     return true;
-}
-
-static int run_tool(char *const argv[], struct cove_error **err)
-{
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
-    if (rc != 0) {
-        errno = rc;
-        return cove_error_sys(err, "run %s", argv[0]);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return cove_error_sys(err, "wait for %s", argv[0]);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return cove_error_set(err, 0, 400, "TEMPLATE::IMPORT_FAILED", "%s failed (status %d)",
-                              argv[0], status);
-    return 0;
 }
 
 /* Moves every owner into the sandbox's id range, so that root inside owns what the template's
@@ -153,17 +133,17 @@ static int build_base_rootfs(const char *rootfs, struct cove_error **err)
         if (symlink(target, path) < 0 && errno != EEXIST)
             return cove_error_sys(err, "symlink %s", path);
     }
-    for (size_t i = 0; i < sizeof(etc_whitelist) / sizeof(etc_whitelist[0]); i++) {
-        char host[256];
-        snprintf(host, sizeof(host), "/etc/%s", etc_whitelist[i]);
-        struct stat st;
-        if (lstat(host, &st) < 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/etc/", rootfs);
-        char *argv[] = {"cp", "-a", "--no-preserve=ownership", host, path, NULL};
-        if (run_tool(argv, err) < 0)
-            return -1;
+    /* Copied as an import copies (template_import.h), not by a cp run as root. */
+    size_t count = sizeof(etc_whitelist) / sizeof(etc_whitelist[0]);
+    char host[sizeof(etc_whitelist) / sizeof(etc_whitelist[0])][64];
+    const char *sources[sizeof(etc_whitelist) / sizeof(etc_whitelist[0])];
+    for (size_t i = 0; i < count; i++) {
+        snprintf(host[i], sizeof(host[i]), "/etc/%s", etc_whitelist[i]);
+        sources[i] = host[i];
     }
+    snprintf(path, sizeof(path), "%s/etc", rootfs);
+    if (template_copy_into(path, sources, count, err) < 0)
+        return cove_error_wrap(err, "copy the host's /etc");
     snprintf(path, sizeof(path), "%s/etc/passwd", rootfs);
     if (write_text(path,
                    "root:x:0:0:root:/root:/bin/bash\n"

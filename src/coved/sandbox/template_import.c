@@ -64,7 +64,7 @@ static int64_t shift_id(int64_t id)
 }
 
 /* 1: skip the entry; 0: write it (shifted and stripped); -1: refuse the whole import. */
-static int prepare_entry(struct archive_entry *e, struct cove_error **err)
+static int prepare_entry(struct archive_entry *e, bool root_owned, struct cove_error **err)
 {
     mode_t type = archive_entry_filetype(e);
     if (type == AE_IFCHR || type == AE_IFBLK)
@@ -74,8 +74,8 @@ static int prepare_entry(struct archive_entry *e, struct cove_error **err)
                               archive_entry_pathname(e));
     if (type == AE_IFSOCK)
         return 1; /* a socket is nothing without its process */
-    archive_entry_set_uid(e, shift_id(archive_entry_uid(e)));
-    archive_entry_set_gid(e, shift_id(archive_entry_gid(e)));
+    archive_entry_set_uid(e, shift_id(root_owned ? 0 : archive_entry_uid(e)));
+    archive_entry_set_gid(e, shift_id(root_owned ? 0 : archive_entry_gid(e)));
     archive_entry_set_perm(e, archive_entry_perm(e) & 01777);
     archive_entry_xattr_clear(e);
     archive_entry_acl_clear(e);
@@ -126,7 +126,7 @@ static int extract_archive(int in_fd, int64_t max_bytes, struct cove_error **err
             archive_refused(in, "bad archive", err);
             goto out;
         }
-        int prepared = prepare_entry(e, err);
+        int prepared = prepare_entry(e, false, err);
         if (prepared < 0)
             goto out;
         if (prepared > 0)
@@ -205,7 +205,8 @@ static int copy_file_data(struct archive *out, const FTSENT *f, int64_t *total, 
 
 /* The directory's entries go through the same writer, with the same checks, as an archive's
  * (their names come from the directory, relative to it). */
-static int copy_tree(const char *source, int64_t max_bytes, struct cove_error **err)
+static int copy_tree(const char *source, const char *root_name, bool root_owned, int64_t max_bytes,
+                     struct cove_error **err)
 {
     char *roots[] = {(char *)source, NULL};
     FTS *fts = fts_open(roots, FTS_PHYSICAL | FTS_XDEV | FTS_NOCHDIR, NULL);
@@ -231,8 +232,10 @@ static int copy_tree(const char *source, int64_t max_bytes, struct cove_error **
         const char *rel = f->fts_path + prefix;
         while (*rel == '/')
             rel++;
+        char name[4096];
+        snprintf(name, sizeof(name), "%s%s%s", root_name, *rel ? "/" : "", rel);
         archive_entry_clear(e);
-        archive_entry_copy_pathname(e, *rel ? rel : ".");
+        archive_entry_copy_pathname(e, name);
         archive_entry_copy_stat(e, f->fts_statp);
         if (S_ISLNK(f->fts_statp->st_mode)) {
             char target[4096];
@@ -245,7 +248,7 @@ static int copy_tree(const char *source, int64_t max_bytes, struct cove_error **
             target[n] = '\0';
             archive_entry_copy_symlink(e, target);
         }
-        int prepared = prepare_entry(e, err);
+        int prepared = prepare_entry(e, root_owned, err);
         if (prepared < 0)
             goto out;
         if (prepared > 0)
@@ -278,27 +281,53 @@ out:
     return rc;
 }
 
-static __attribute__((noreturn)) void child_main(const char *rootfs, const char *source, int in_fd,
-                                                 int status_fd, int64_t max_bytes)
+/* What a copying child does, in the directory it copies into. */
+struct copy_job {
+    const char *source;         /* a directory copied as "." */
+    const char *const *sources; /* or these files and directories, each under its base name */
+    size_t count;
+    int64_t max_bytes;
+};
+
+static int run_job(const struct copy_job *job, int in_fd, struct cove_error **err)
+{
+    if (job->source != NULL)
+        return copy_tree(job->source, ".", false, job->max_bytes, err);
+    if (job->sources == NULL)
+        return extract_archive(in_fd, job->max_bytes, err);
+    for (size_t i = 0; i < job->count; i++) {
+        struct stat st;
+        const char *base = strrchr(job->sources[i], '/');
+        if (lstat(job->sources[i], &st) < 0 || base == NULL || base[1] == '\0')
+            continue; /* absent here */
+        /* The host's own owners mean nothing inside (its groups are not in the sandbox's
+         * /etc/group): root's, as if made there. */
+        if (copy_tree(job->sources[i], base + 1, true, job->max_bytes, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static __attribute__((noreturn)) void child_main(const char *dest, const struct copy_job *job,
+                                                 int in_fd, int status_fd)
 {
     struct cove_error *err = NULL;
     /* Only the archive (as 0) and the verdict (as 1): not the listeners or the sandboxes'
      * descriptors, which this child must not keep open. Both are above 2 in coved. */
-    if (in_fd >= 0)
+    if (in_fd >= 0) {
         dup2(in_fd, 0);
+        in_fd = 0;
+    }
     dup2(status_fd, 1);
-    in_fd = 0;
     status_fd = 1;
     syscall(SYS_close_range, 3u, ~0u, 0u);
     signal(SIGPIPE, SIG_DFL);
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* no copy goes on once coved is gone */
     int rc = -1;
-    if (chdir(rootfs) < 0)
-        cove_error_sys(&err, "chdir %s", rootfs);
-    else if (source != NULL)
-        rc = copy_tree(source, max_bytes, &err);
+    if (chdir(dest) < 0)
+        cove_error_sys(&err, "chdir %s", dest);
     else
-        rc = extract_archive(in_fd, max_bytes, &err);
+        rc = run_job(job, in_fd, &err);
     json_t *verdict = rc == 0 ? json_pack("{s:i}", "status", 0)
                               : json_pack("{s:i, s:s, s:s}", "status", err->http_status, "code",
                                           err->code, "message", err->message);
@@ -309,6 +338,68 @@ static __attribute__((noreturn)) void child_main(const char *rootfs, const char 
 }
 
 /* ---- coved's side ---- */
+
+/* The child's verdict: 0, or -1 with the error it reported. */
+static int read_verdict(const char *text, size_t len, int exit_status, struct cove_error **err)
+{
+    json_t *verdict = json_loadb(text, len, 0, NULL);
+    json_t *status = json_object_get(verdict, "status");
+    int rc = 0;
+    if (!json_is_integer(status)) {
+        rc = cove_error_set(err, 0, 500, "TEMPLATE::IMPORT_FAILED",
+                            "the copy of the template ended without a verdict (exit status %d)",
+                            exit_status);
+    } else if (json_integer_value(status) != 0) {
+        int http = (int)json_integer_value(status);
+        const char *code = json_string_value(json_object_get(verdict, "code"));
+        const char *message = json_string_value(json_object_get(verdict, "message"));
+        rc = cove_error_set(err, 0, http >= 400 && http < 600 ? http : 500,
+                            code ? code : "TEMPLATE::IMPORT_FAILED", "%s",
+                            message ? message : "the copy failed");
+    }
+    json_decref(verdict);
+    return rc;
+}
+
+/* Exit signal 0: no SIGCHLD, and no waitpid(-1) elsewhere can take the child; the pidfd is
+ * its one owner. Returns the pid (0 in the child), -1 on failure. */
+static pid_t clone_copier(int *pidfd)
+{
+    return (pid_t)syscall(SYS_clone, CLONE_PIDFD, NULL, pidfd, NULL, 0);
+}
+
+int template_copy_into(const char *dest_dir, const char *const *sources, size_t count,
+                       struct cove_error **err)
+{
+    int status[2];
+    if (pipe2(status, O_CLOEXEC) < 0)
+        return cove_error_sys(err, "pipe");
+    int pidfd = -1;
+    pid_t pid = clone_copier(&pidfd);
+    if (pid < 0) {
+        close(status[0]);
+        close(status[1]);
+        return cove_error_sys(err, "clone");
+    }
+    if (pid == 0) {
+        struct copy_job job = {.sources = sources, .count = count, .max_bytes = INT64_MAX};
+        child_main(dest_dir, &job, -1, status[1]);
+    }
+    close(status[1]);
+    char verdict[IMPORT_RESULT_MAX];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof(verdict) &&
+           ((n = read(status[0], verdict + len, sizeof(verdict) - len)) > 0 ||
+            (n < 0 && errno == EINTR)))
+        len += n > 0 ? (size_t)n : 0;
+    close(status[0]);
+    siginfo_t info = {0};
+    while (waitid(P_PIDFD, (id_t)pidfd, &info, WEXITED | __WALL) < 0 && errno == EINTR)
+        ;
+    close(pidfd);
+    return read_verdict(verdict, len, info.si_status, err);
+}
 
 static void import_free(struct template_import *imp)
 {
@@ -384,21 +475,8 @@ static void finish(struct template_import *imp)
     close_input(imp);
     struct cove_error *err = imp->failure;
     imp->failure = NULL;
-    json_t *verdict = err ? NULL : json_loadb(imp->result, imp->result_len, 0, NULL);
-    json_t *status = json_object_get(verdict, "status");
-    if (err == NULL && !json_is_integer(status)) {
-        cove_error_set(&err, 0, 500, "TEMPLATE::IMPORT_FAILED",
-                       "the copy of the template ended without a verdict (exit status %d)",
-                       info.si_status);
-    } else if (err == NULL && json_integer_value(status) != 0) {
-        int http = (int)json_integer_value(status);
-        const char *code = json_string_value(json_object_get(verdict, "code"));
-        const char *message = json_string_value(json_object_get(verdict, "message"));
-        cove_error_set(&err, 0, http >= 400 && http < 600 ? http : 500,
-                       code ? code : "TEMPLATE::IMPORT_FAILED", "%s",
-                       message ? message : "the copy failed");
-    }
-    json_decref(verdict);
+    if (err == NULL)
+        read_verdict(imp->result, imp->result_len, info.si_status, &err);
     if (err == NULL && install(imp, &err) == 0) {
         log_info("template %s: registered", imp->t.name);
         imp->done(&imp->t, NULL, imp->arg); /* a copy of what the registry holds */
@@ -557,16 +635,16 @@ int template_import_begin(struct template_registry *reg, struct event_base *base
         cove_error_set(err, ENOMEM, 500, "COVE::INTERNAL", "out of memory");
         goto fail;
     }
-    /* Exit signal 0: no SIGCHLD, and no waitpid(-1) elsewhere can take it; the pidfd is
-     * its one owner. */
     int pidfd = -1;
-    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PIDFD, NULL, &pidfd, NULL, 0);
+    pid_t pid = clone_copier(&pidfd);
     if (pid < 0) {
         cove_error_sys(err, "clone");
         goto fail;
     }
-    if (pid == 0)
-        child_main(rootfs, source_dir, data[0], status[1], max_bytes);
+    if (pid == 0) {
+        struct copy_job job = {.source = source_dir, .max_bytes = max_bytes};
+        child_main(rootfs, &job, data[0], status[1]);
+    }
     imp->pidfd = pidfd;
     close(status[1]);
     imp->status_fd = status[0];

@@ -44,3 +44,9 @@ void template_import_on_drain(struct template_import *imp, void (*cb)(void *arg)
 void template_import_end_input(struct template_import *imp);
 /* Stops the import and removes what it made; done is not called. */
 void template_import_cancel(struct template_import *imp);
+/* Copies each of sources (absolute files or directories; absent ones are skipped) into
+ * dest_dir under its base name, as an import copies (set-id bits dropped, device nodes
+ * refused) but owned by the range's root, and waits for it: building `base` at coved's
+ * start. */
+int template_copy_into(const char *dest_dir, const char *const *sources, size_t count,
+                       struct cove_error **err);
