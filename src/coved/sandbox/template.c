@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <stdint.h>
 #include <unistd.h>
 
 #include "coved/runtime/runtime.h"
