@@ -86,6 +86,8 @@ static int pack_directory(const char *dir, int fd, struct cove_error **err)
             goto out;
         }
         archive_read_disk_descend(disk);
+        if (archive_entry_filetype(entry) == AE_IFSOCK)
+            continue; /* tar has no sockets (and coved would skip them) */
         const char *path = archive_entry_pathname(entry);
         const char *rel = strlen(path) >= prefix ? path + prefix : "";
         while (*rel == '/')

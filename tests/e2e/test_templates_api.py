@@ -203,6 +203,9 @@ def test_register_create_delete_in_use_then_removed(coved, tmp_path, how):
 @pytest.mark.static_agent
 def test_cli_template_add_ls_rm_against_the_api(coved, tmp_path):
     root = busybox_rootfs(str(tmp_path / "r"))
+    listener = socket.socket(socket.AF_UNIX)  # a socket in the directory is left out
+    listener.bind(os.path.join(root, "tmp", "s"))
+    listener.close()
     tar = tmp_path / "r.tar.gz"
     tar.write_bytes(tarball(root, compress=True))
     names = {"cli-dir-" + secrets.token_hex(2): root, "cli-tgz-" + secrets.token_hex(2): str(tar)}
