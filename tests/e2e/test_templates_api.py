@@ -266,7 +266,8 @@ def member(t, name, data=b"pwned\n", **fields):
 
 def hostile(kind, outside):
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as t:
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8",
+                      errors="surrogateescape") as t:
         member(t, "bin", type=tarfile.DIRTYPE, mode=0o755)
         member(t, "bin/ok", b"fine\n", mode=0o755)
         if kind == "dotdot":
@@ -289,6 +290,8 @@ def hostile(kind, outside):
             member(t, "dev/mem", type=tarfile.CHRTYPE, devmajor=1, devminor=1)
         elif kind == "block-device":
             member(t, "sda", type=tarfile.BLKTYPE, devmajor=8, devminor=0)
+        elif kind == "dotdot-not-utf8":
+            member(t, "../\udcff\udcfe-name")  # bytes 0xff 0xfe: not UTF-8
         elif kind == "truncated":
             pass
     data = buf.getvalue()
@@ -301,7 +304,8 @@ def hostile(kind, outside):
 
 
 HOSTILE = ["dotdot", "dotdot-inside", "absolute", "symlink-then-file", "symlink-dir-then-file",
-           "hardlink-outside", "hardlink-dotdot", "char-device", "block-device", "truncated"]
+           "hardlink-outside", "hardlink-dotdot", "char-device", "block-device", "truncated",
+           "dotdot-not-utf8"]
 
 
 def test_hostile_archives_are_400_and_leave_nothing(coved, tmp_path):

@@ -19,6 +19,7 @@
 
 #include "coved/runtime/runtime.h"
 #include "lib/log.h"
+#include "lib/utf8.h"
 
 /* libarchive's writer refuses "..", absolute paths and writing through symlinks; it sets
  * owners (shifted first), modes and times, and never extended attributes, ACLs or flags. */
@@ -328,9 +329,13 @@ static __attribute__((noreturn)) void child_main(const char *dest, const struct 
         cove_error_sys(&err, "chdir %s", dest);
     else
         rc = run_job(job, in_fd, &err);
+    /* The message may quote an archive's names, which need not be UTF-8. */
+    char message[sizeof(err->message) * 3];
+    if (rc != 0)
+        utf8_sanitize(err->message, message, sizeof(message));
     json_t *verdict = rc == 0 ? json_pack("{s:i}", "status", 0)
                               : json_pack("{s:i, s:s, s:s}", "status", err->http_status, "code",
-                                          err->code, "message", err->message);
+                                          err->code, "message", message);
     char *text = json_dumps(verdict, JSON_COMPACT);
     if (text != NULL && write(status_fd, text, strlen(text)) < 0)
         _exit(2);
