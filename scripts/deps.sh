@@ -8,6 +8,8 @@ packages=(
   clang libclang-rt-14-dev
   libevent-dev libjansson-dev libsqlite3-dev libseccomp-dev libhttp-parser-dev
   libssl-dev libcurl4-openssl-dev libinih-dev
+  # templates: tarballs are unpacked (and directories copied) with libarchive
+  libarchive-dev
   libzmq3-dev
   python3 python3-pytest python3-ipykernel
   # What the code-interpreter template's kernel offers (and its tests use). About 390 MB

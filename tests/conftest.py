@@ -7,6 +7,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from covetest import Coved, serve  # noqa: E402
 
+# The shared daemons' admin key (coved.admin_key): registering templates needs one.
+ADMIN_KEY = "test-admin-key"
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: waits on real timers (skipped in the sanitizer pass)")
@@ -36,7 +39,7 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(scope="module")
 def coved():
     """A daemon shared by one test module; each test makes its own sandboxes."""
-    with serve() as d:
+    with serve(admin_keys=(ADMIN_KEY,)) as d:
         yield d
 
 

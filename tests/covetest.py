@@ -105,12 +105,14 @@ class Coved:
     """One coved process with its own state dir and port."""
 
     def __init__(self, api_keys=("test-key",), extra_args=(), state_dir=None, env=None,
-                 wrapper=(), coved=COVED, agent=AGENT):
+                 wrapper=(), coved=COVED, agent=AGENT, admin_keys=()):
         """coved, agent: the binaries (the bench runs private copies of the build's)."""
         self.state_dir = state_dir or tempfile.mkdtemp(prefix="cove-test-")
         self.coved_path, self.agent_path = coved, agent
         self.api_keys = list(api_keys)
         self.key = self.api_keys[0] if self.api_keys else None
+        self.admin_keys = list(admin_keys)  # --admin-api-key: templates, quotas
+        self.admin_key = self.admin_keys[0] if self.admin_keys else None
         self.extra_args = list(extra_args)
         self.wrapper = list(wrapper)  # e.g. valgrind and its options
         self.env = env
@@ -127,6 +129,8 @@ class Coved:
                                self.state_dir, "--agent", self.agent_path]
         for k in self.api_keys:
             args += ["--api-key", k]
+        for k in self.admin_keys:
+            args += ["--admin-api-key", k]
         args += self.extra_args
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,

@@ -231,7 +231,22 @@ static int transfer_configure(struct client *client, const char *url, const char
         failed |= curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, transfer_header);
         failed |= curl_easy_setopt(curl, CURLOPT_HEADERDATA, transfer);
     }
-    if (mime != NULL) {
+    if (transfer->request->raw != NULL) {
+        const struct client_part *raw = transfer->request->raw;
+        failed |= curl_easy_setopt(curl, CURLOPT_POST, 1L);
+        if (strcmp(method, "POST") != 0)
+            failed |= curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+        if (raw->data != NULL) {
+            failed |= curl_easy_setopt(curl, CURLOPT_POSTFIELDS, raw->data);
+            failed |= curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)raw->len);
+        } else {
+            failed |= curl_easy_setopt(curl, CURLOPT_READFUNCTION, part_read);
+            failed |= curl_easy_setopt(curl, CURLOPT_READDATA, &transfer->readers[0]);
+            failed |= curl_easy_setopt(curl, CURLOPT_SEEKFUNCTION, part_seek);
+            failed |= curl_easy_setopt(curl, CURLOPT_SEEKDATA, &transfer->readers[0]);
+            failed |= curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)raw->size);
+        }
+    } else if (mime != NULL) {
         failed |= curl_easy_setopt(curl, CURLOPT_MIMEPOST, mime);
         if (strcmp(method, "POST") != 0)
             failed |= curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
@@ -259,6 +274,11 @@ static struct curl_slist *transfer_headers(const struct client *client,
     struct curl_slist *appended = headers;
     if (appended != NULL && json)
         appended = curl_slist_append(headers, "Content-Type: application/json");
+    char type[256];
+    if (appended != NULL && request->raw != NULL && request->raw->type != NULL) {
+        snprintf(type, sizeof(type), "Content-Type: %s", request->raw->type);
+        appended = curl_slist_append(headers, type);
+    }
     /* curl would otherwise wait for "100 Continue" before sending a large body */
     if (appended != NULL)
         appended = curl_slist_append(headers, "Expect:");
@@ -273,9 +293,15 @@ static struct curl_slist *transfer_headers(const struct client *client,
     return headers;
 }
 
+/* The descriptors read: one per multipart part, or the raw body's. */
+static size_t transfer_readers(const struct client_request *request)
+{
+    return request->raw != NULL ? 1 : request->parts_len;
+}
+
 static bool transfer_read_failed(const struct transfer *transfer)
 {
-    for (size_t i = 0; transfer->readers != NULL && i < transfer->request->parts_len; i++)
+    for (size_t i = 0; transfer->readers != NULL && i < transfer_readers(transfer->request); i++)
         if (transfer->readers[i].errnum != 0)
             return true;
     return false;
@@ -286,7 +312,7 @@ static bool transfer_read_failed(const struct transfer *transfer)
 static int transfer_failure(struct client *client, struct transfer *transfer, CURLcode code,
                             struct cove_error **err)
 {
-    for (size_t i = 0; i < transfer->request->parts_len; i++)
+    for (size_t i = 0; i < transfer_readers(transfer->request); i++)
         if (transfer->readers != NULL && transfer->readers[i].errnum != 0)
             return cove_error_set(err, transfer->readers[i].errnum, 0, "CLI::LOCAL_FILE",
                                   "cannot read the file to upload");
@@ -323,7 +349,18 @@ static int transfer_run(struct client *client, struct transfer *transfer, struct
         goto out;
     }
     headers = transfer_headers(client, request, payload != NULL);
-    if (headers == NULL || (request->parts_len > 0 && transfer_mime(client, transfer, &mime) < 0) ||
+    if (request->raw != NULL && request->raw->data == NULL) {
+        transfer->readers = calloc(1, sizeof(*transfer->readers));
+        if (transfer->readers != NULL) {
+            transfer->readers[0].fd = request->raw->fd;
+            transfer->readers[0].start = lseek(request->raw->fd, 0, SEEK_CUR);
+            if (transfer->readers[0].start < 0)
+                transfer->readers[0].start = 0;
+        }
+    }
+    if (headers == NULL ||
+        (request->raw != NULL && request->raw->data == NULL && transfer->readers == NULL) ||
+        (request->parts_len > 0 && transfer_mime(client, transfer, &mime) < 0) ||
         transfer_configure(client, url, payload, mime, headers, transfer) < 0) {
         cove_error_set(err, 0, 0, "CLI::INTERNAL", "cannot set up the HTTP request");
         goto out;
@@ -338,7 +375,7 @@ static int transfer_run(struct client *client, struct transfer *transfer, struct
     request->bytes_sent = sent;
     request->bytes_received = received;
     request->bytes_read = 0;
-    for (size_t i = 0; transfer->readers != NULL && i < request->parts_len; i++)
+    for (size_t i = 0; transfer->readers != NULL && i < transfer_readers(request); i++)
         request->bytes_read += transfer->readers[i].bytes;
     if (code != CURLE_OK && !transfer->stopped) {
         /* an error status answered before the whole body was sent is still an answer */

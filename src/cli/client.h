@@ -64,6 +64,8 @@ struct client_request {
     const json_t *body;              /* sent as JSON */
     const struct client_part *parts; /* or a multipart/form-data body of these parts */
     size_t parts_len;
+    /* or this part's bytes as the whole body, its type the Content-Type (an archive) */
+    const struct client_part *raw;
     const char *const *headers; /* more request headers ("Name: value"), NULL-terminated */
     const char *accept;         /* the Accept header's value; NULL: application/json */
     /* A 2xx body goes to on_body when set; else it is JSON, parsed into *response. */

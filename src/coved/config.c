@@ -10,6 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "coved/api/quantity.h"
 #include "coved/api/quota_policy.h"
 #include "coved/runtime/file_budget.h"
 #include "lib/log.h"
@@ -18,6 +19,7 @@
 #define DEFAULT_STATE_DIR "/var/lib/cove"
 #define DEFAULT_CONFIG_FILE "/etc/cove/coved.ini"
 #define DEFAULT_MAX_TIMEOUT_S (7 * 24 * 3600)
+#define DEFAULT_MAX_TEMPLATE_BYTES ((int64_t)16 << 30)
 /* Memory limits are ceilings, and idle agent sandboxes use a small part of theirs: half
  * again the RAM leaves room for that, while sandboxes that all fill up cannot take the host
  * more than that far into reclaim and the OOM killer. */
@@ -116,6 +118,9 @@ static const char usage[] =
     "  --max-tunnels-per-sandbox N   max_tunnels_per_sandbox\n"
     "                                COVE_MAX_TUNNELS_PER_SANDBOX\n"
     "      gateway connections open to one sandbox (default 1024)\n"
+    "  --max-template-size BYTES     max_template_bytes  COVE_MAX_TEMPLATE_BYTES\n"
+    "      a template registered over the API (POST /v1/templates, admin keys): its\n"
+    "      uploaded archive, and the file data it extracts to (default 16Gi; \"512Mi\")\n"
     "  -h, --help             this text\n"
     "\n"
     "Route keys (the keys that sign ?expires= routes, in STATE_DIR/route_keys; a running\n"
@@ -302,6 +307,12 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         if (parse_bool(value, &cfg->insecure) < 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: insecure takes true or false",
                                   from);
+    } else if (strcmp(key, "max_template_bytes") == 0) {
+        int64_t v = quantity_parse_bytes(value);
+        if (v < 1)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: max_template_bytes takes bytes like 16Gi or 512Mi", from);
+        cfg->max_template_bytes = v;
     } else if (strcmp(key, "max_sandbox_timeout_seconds") == 0) {
         long long v = strtoll(value, &end, 10);
         if (*value == '\0' || *end != '\0' || v < 60)
@@ -410,6 +421,7 @@ static const struct {
     {"COVE_MAX_CONNECTIONS", "max_connections"},
     {"COVE_MAX_CONNECTIONS_PER_PEER", "max_connections_per_peer"},
     {"COVE_MAX_TUNNELS_PER_SANDBOX", "max_tunnels_per_sandbox"},
+    {"COVE_MAX_TEMPLATE_BYTES", "max_template_bytes"},
     {"COVE_ADMIN_API_KEYS", "admin_api_keys"},
     {"COVE_QUOTA_SANDBOXES", "quota_sandboxes"},
     {"COVE_QUOTA_CPU", "quota_cpu"},
@@ -456,6 +468,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     default_path_near_coved("cove-kernel", "kernel", cfg->kernel_helper,
                             sizeof(cfg->kernel_helper));
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
+    cfg->max_template_bytes = DEFAULT_MAX_TEMPLATE_BYTES;
     cfg->health_interval_s = DEFAULT_HEALTH_INTERVAL_S;
     cfg->log_level = COVE_LOG_INFO;
     for (int r = 0; r < QUOTA_RESOURCES; r++)
@@ -485,6 +498,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"max-connections", required_argument, NULL, 1003},
         {"max-connections-per-peer", required_argument, NULL, 1004},
         {"max-tunnels-per-sandbox", required_argument, NULL, 1005},
+        {"max-template-size", required_argument, NULL, 1006},
         {"admin-api-key", required_argument, NULL, OPTION_ADMIN_API_KEY},
         {"quota-sandboxes", required_argument, NULL, OPTION_QUOTA_SANDBOXES},
         {"quota-cpu", required_argument, NULL, OPTION_QUOTA_CPU},
@@ -591,6 +605,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 1005:
             key = "max_tunnels_per_sandbox";
+            break;
+        case 1006:
+            key = "max_template_bytes";
             break;
         case 'I':
             key = "health_interval";

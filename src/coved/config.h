@@ -29,6 +29,7 @@ struct coved_config {
     bool insecure;
     bool resume_on_access; /* gateway traffic resumes a paused sandbox */
     int64_t max_timeout_s;
+    int64_t max_template_bytes;  /* a template registered over the API */
     unsigned sandbox_file_share; /* a sandbox may hold 1/N of fs.file-max */
     int log_level;               /* enum cove_log_level */
     /* Connections (lib/http.c and the gateway); 0 means the built-in default. */

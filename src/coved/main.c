@@ -158,6 +158,7 @@ int main(int argc, char **argv)
         .api_keys = o.keys,
         .insecure = o.insecure,
         .max_timeout_s = o.max_timeout_s,
+        .max_template_bytes = o.max_template_bytes,
         .public_host = o.public_host,
         .domain = o.domain,
         .resume_on_access = o.resume_on_access,

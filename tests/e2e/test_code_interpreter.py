@@ -423,8 +423,8 @@ def test_template_without_the_helpers_libraries_has_no_kernels(coved, tmp_path):
     shutil.copy(BUSYBOX, rootfs / "bin" / "busybox")
     for applet in ("sh", "sleep"):
         os.symlink("busybox", rootfs / "bin" / applet)
-    env = dict(os.environ, COVE_SERVER=f"http://127.0.0.1:{coved.port}", COVE_API_KEY=coved.key,
-               COVE_STATE_DIR=coved.state_dir)
+    env = dict(os.environ, COVE_SERVER=f"http://127.0.0.1:{coved.port}",
+               COVE_API_KEY=coved.admin_key)  # registering templates needs an admin key
     name = "bb-code-" + secrets.token_hex(3)
     subprocess.run([CLI, "template", "add", name, "--rootfs", str(rootfs)], env=env, check=True,
                    capture_output=True, timeout=60)

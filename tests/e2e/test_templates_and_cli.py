@@ -25,9 +25,10 @@ def make_busybox_rootfs(path):
     os.chmod(os.path.join(path, "tmp"), 0o1777)
 
 
-def cli(coved, *args, check=True, input=None):
+def cli(coved, *args, check=True, input=None, admin=False):
+    """admin: with the daemon's admin key, which registering templates needs."""
     env = dict(os.environ, COVE_SERVER=f"http://127.0.0.1:{coved.port}",
-               COVE_API_KEY=coved.key, COVE_STATE_DIR=coved.state_dir)
+               COVE_API_KEY=coved.admin_key if admin else coved.key, COVE_STATE_DIR=coved.state_dir)
     r = subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=120,
                        input=input)
     if check and r.returncode != 0:
@@ -47,7 +48,7 @@ def test_busybox_template_runs_agent_without_libc(coved, as_tarball, tmp_path):
         source = str(tmp_path / "rootfs.tar")
         with tarfile.open(source, "w") as t:
             t.add(str(rootfs), arcname=".")
-    assert cli(coved, "template", "add", name, "--rootfs", source).stdout.strip() == name
+    assert cli(coved, "template", "add", name, "--rootfs", source, admin=True).stdout.strip() == name
     names = [t["name"] for t in coved.ok("GET", "/v1/templates")["items"]]
     assert name in names
     sid = coved.create(template=name, entrypoint=["/bin/sleep", "3600"])
@@ -62,10 +63,12 @@ def test_busybox_template_runs_agent_without_libc(coved, as_tarball, tmp_path):
 def test_template_add_refuses_bad_names_and_duplicates(coved, tmp_path):
     rootfs = tmp_path / "r"
     make_busybox_rootfs(str(rootfs))
-    assert cli(coved, "template", "add", "../evil", "--rootfs", str(rootfs), check=False).returncode != 0
-    assert cli(coved, "template", "add", "Base", "--rootfs", str(rootfs), check=False).returncode != 0
-    assert cli(coved, "template", "add", "base", "--rootfs", str(rootfs), check=False).returncode != 0
-    r = cli(coved, "template", "add", "x", "--rootfs", str(tmp_path / "missing"), check=False)
+    def add(name, source):
+        return cli(coved, "template", "add", name, "--rootfs", source, check=False, admin=True)
+    assert add("../evil", str(rootfs)).returncode != 0
+    assert add("Base", str(rootfs)).returncode != 0
+    assert add("base", str(rootfs)).returncode != 0
+    r = add("x", str(tmp_path / "missing"))
     assert r.returncode == 2
 
 

@@ -26,7 +26,7 @@ HEALTHY_PROBES = 4
 @pytest.fixture(scope="module")
 def coved():
     """This module's daemon probes every second."""
-    with serve("--health-interval", "1") as d:
+    with serve("--health-interval", "1", admin_keys=("test-admin-key",)) as d:
         yield d
 
 
@@ -120,7 +120,7 @@ def make_writable_rootfs(root):
 
 def add_template(coved, name, rootfs):
     env = dict(os.environ, COVE_SERVER=f"http://127.0.0.1:{coved.port}",
-               COVE_API_KEY=coved.key, COVE_STATE_DIR=coved.state_dir)
+               COVE_API_KEY=coved.admin_key)  # registering templates needs an admin key
     r = subprocess.run([CLI, "template", "add", name, "--rootfs", rootfs], capture_output=True,
                        text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr

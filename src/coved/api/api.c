@@ -68,8 +68,7 @@ json_t *api_parse_json_object(struct http_request *req)
     return j;
 }
 
-/* Echoes a sane X-Request-ID or makes one. */
-static void add_request_id(struct http_request *req)
+void api_add_request_id(struct http_request *req)
 {
     const char *given = http_request_header(req, "X-Request-ID");
     char id[REQUEST_ID_MAX + 1];
@@ -128,7 +127,7 @@ static void method_not_allowed(struct http_request *req, const char *allowed)
 static void on_request(struct http_request *req, void *arg)
 {
     struct api *api = arg;
-    add_request_id(req);
+    api_add_request_id(req);
     char segs[8][128];
     int n = split_path(http_request_path(req), segs);
     if (n < 0) {
@@ -143,7 +142,7 @@ static void on_request(struct http_request *req, void *arg)
     }
     struct api_caller caller;
     bool known = (n >= 1 && n <= 4 && strcmp(segs[0], "sandboxes") == 0) ||
-                 (n == 1 && strcmp(segs[0], "templates") == 0) ||
+                 (n >= 1 && n <= 2 && strcmp(segs[0], "templates") == 0) ||
                  (n >= 1 && strcmp(segs[0], "snapshots") == 0);
     known = known || (n == 1 && strcmp(segs[0], "quota") == 0) ||
             (n >= 2 && n <= 3 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "quotas") == 0);
@@ -155,9 +154,16 @@ static void on_request(struct http_request *req, void *arg)
     if (api_authenticate(api, req, &caller) < 0)
         return;
     if (strcmp(segs[0], "templates") == 0) {
+        if (n == 2) {
+            if (method_is(req, "DELETE"))
+                return api_template_delete(api, req, &caller, segs[1]);
+            return method_not_allowed(req, "DELETE");
+        }
         if (method_is(req, "GET"))
             return api_templates_list(api, req, &caller);
-        return method_not_allowed(req, "GET");
+        if (method_is(req, "POST"))
+            return api_templates_create(api, req, &caller);
+        return method_not_allowed(req, "GET, POST");
     }
     if (strcmp(segs[0], "quota") == 0) {
         if (method_is(req, "GET"))
@@ -239,6 +245,8 @@ static void on_request(struct http_request *req, void *arg)
 static bool on_head(struct http_request *req, void *arg)
 {
     struct api *api = arg;
+    if (api_templates_head(api, req))
+        return false; /* streamed into an import, or answered */
     return gateway_handle(api->gateway, req);
 }
 
@@ -246,7 +254,7 @@ static void on_error(struct http_request *req, int status, const char *code, con
                      void *arg)
 {
     (void)arg;
-    add_request_id(req);
+    api_add_request_id(req);
     http_respond_error(req, status, code, message);
 }
 

@@ -35,6 +35,7 @@ struct api_config {
     char **admin_keys;                  /* NULL-terminated; also valid as API keys */
     struct quota_amounts default_quota; /* of every key without an override */
     double memory_overcommit, cpu_overcommit;
+    int64_t max_template_bytes; /* an uploaded archive, and the file data of any import */
 };
 
 struct api_quotas;
@@ -102,6 +103,14 @@ void api_sandbox_renew(struct api *api, struct http_request *req, const struct a
 void api_sandbox_endpoint(struct api *api, struct http_request *req, const struct api_caller *c,
                           const char *id, const char *port);
 void api_templates_list(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_templates_create(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_template_delete(struct api *api, struct http_request *req, const struct api_caller *c,
+                         const char *name);
+/* From on_head: true if this is an archive upload to POST /v1/templates, which it then
+ * streams (or answers at once). */
+bool api_templates_head(struct api *api, struct http_request *req);
+/* Echoes a sane X-Request-ID or makes one (on_request does it for every other route). */
+void api_add_request_id(struct http_request *req);
 
 /* Admission control (api/quota.c). Loads the overrides; called by api_start. */
 int api_quotas_open(struct api *api, struct cove_error **err);

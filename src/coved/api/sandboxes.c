@@ -458,6 +458,7 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
                sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0) {
         api_respond_error(reply_wait_end(w), err);
     }
+    template_unref(sreq.template);
     cove_error_free(err);
     json_decref(body);
 }

@@ -116,6 +116,7 @@ static void sandbox_free(struct sandbox *sb)
     json_decref(sb->env);
     json_decref(sb->metadata);
     json_decref(sb->limits);
+    template_unref(sb->template);
     free(sb);
 }
 
@@ -412,6 +413,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     new_id(sb->id, sizeof(sb->id) < 17 ? sizeof(sb->id) : 17);
     snprintf(sb->owner, sizeof(sb->owner), "%s", req->owner);
     snprintf(sb->template_name, sizeof(sb->template_name), "%s", req->template->name);
+    sb->template = template_ref(req->template);
     sb->created_ms = sandbox_now_ms();
     sb->expires_ms = req->timeout_s > 0 ? sb->created_ms + req->timeout_s * 1000 : 0;
     sb->renew_on_access_s = req->renew_on_access_s;

@@ -29,6 +29,7 @@ struct sandbox {
     char id[SANDBOX_ID_SIZE];
     char owner[65]; /* hex SHA-256 of the API key that created it */
     char template_name[TEMPLATE_NAME_SIZE];
+    const struct template *template; /* a reference (NULL once restored: the name is kept) */
     enum sandbox_state state;
     char reason[64];
     char message[256];
@@ -71,7 +72,7 @@ typedef void (*sandbox_created_fn)(struct sandbox *sb, const struct cove_error *
 /* What a create request asks for, already validated. */
 struct sandbox_request {
     const char *owner;
-    const struct template *template;
+    const struct template *template; /* borrowed: sandbox_create takes its own reference */
     json_t *entrypoint, *env, *metadata, *limits; /* borrowed */
     struct cgroup_limits cgroup;
     int64_t disk_bytes;

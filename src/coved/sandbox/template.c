@@ -4,28 +4,25 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "coved/runtime/runtime.h"
+#include "coved/sandbox/template_import.h"
 #include "lib/log.h"
 
-extern char **environ;
-
-#define TEMPLATE_BASE "base"
-#define TEMPLATE_CODE_INTERPRETER "code-interpreter"
 #define CODE_INTERPRETER_PRESTART "python"
 #define SANDBOX_USER_UID 1000
 
 struct template_registry {
-    char dir[512]; /* STATE/templates */
-    struct template *items;
+    char dir[512];           /* STATE/templates */
+    struct template **items; /* each holding one reference */
     size_t count;
+    char (*reserved)[TEMPLATE_NAME_SIZE]; /* names of imports under way */
+    size_t reserved_count;
 };
 
 /* Host /etc entries a sandbox on the host's OS needs to work, and nothing secret: never
@@ -56,24 +53,6 @@ bool template_name_valid(const char *name)
             return false;
     }
     return true;
-}
-
-static int run_tool(char *const argv[], struct cove_error **err)
-{
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
-    if (rc != 0) {
-        errno = rc;
-        return cove_error_sys(err, "run %s", argv[0]);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return cove_error_sys(err, "wait for %s", argv[0]);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return cove_error_set(err, 0, 400, "TEMPLATE::IMPORT_FAILED", "%s failed (status %d)",
-                              argv[0], status);
-    return 0;
 }
 
 /* Moves every owner into the sandbox's id range, so that root inside owns what the template's
@@ -152,17 +131,17 @@ static int build_base_rootfs(const char *rootfs, struct cove_error **err)
         if (symlink(target, path) < 0 && errno != EEXIST)
             return cove_error_sys(err, "symlink %s", path);
     }
-    for (size_t i = 0; i < sizeof(etc_whitelist) / sizeof(etc_whitelist[0]); i++) {
-        char host[256];
-        snprintf(host, sizeof(host), "/etc/%s", etc_whitelist[i]);
-        struct stat st;
-        if (lstat(host, &st) < 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/etc/", rootfs);
-        char *argv[] = {"cp", "-a", "--no-preserve=ownership", host, path, NULL};
-        if (run_tool(argv, err) < 0)
-            return -1;
+    /* Copied as an import copies (template_import.h), not by a cp run as root. */
+    size_t count = sizeof(etc_whitelist) / sizeof(etc_whitelist[0]);
+    char host[sizeof(etc_whitelist) / sizeof(etc_whitelist[0])][64];
+    const char *sources[sizeof(etc_whitelist) / sizeof(etc_whitelist[0])];
+    for (size_t i = 0; i < count; i++) {
+        snprintf(host[i], sizeof(host[i]), "/etc/%s", etc_whitelist[i]);
+        sources[i] = host[i];
     }
+    snprintf(path, sizeof(path), "%s/etc", rootfs);
+    if (template_copy_into(path, sources, count, err) < 0)
+        return cove_error_wrap(err, "copy the host's /etc");
     snprintf(path, sizeof(path), "%s/etc/passwd", rootfs);
     if (write_text(path,
                    "root:x:0:0:root:/root:/bin/bash\n"
@@ -194,7 +173,7 @@ static int build_base_rootfs(const char *rootfs, struct cove_error **err)
     return 0;
 }
 
-static int save_template(const char *dir, const struct template *t, struct cove_error **err)
+int template_save(const char *dir, const struct template *t, struct cove_error **err)
 {
     char path[1024];
     snprintf(path, sizeof(path), "%s/template.json", dir);
@@ -209,62 +188,194 @@ static int save_template(const char *dir, const struct template *t, struct cove_
     return 0;
 }
 
-static int registry_append(struct template_registry *reg, const struct template *t,
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) < 0 && errno != ENOENT)
+        return -1;
+    return 0;
+}
+
+int template_remove_tree(const char *path, struct cove_error **err)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0 && errno == ENOENT)
+        return 0;
+    /* FTW_MOUNT: a mount someone made inside is left alone (its directory then stays). */
+    if (nftw(path, remove_entry, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+        return cove_error_sys(err, "remove %s", path);
+    return 0;
+}
+
+const struct template *template_ref(const struct template *t)
+{
+    /* The count is bookkeeping, not the template's content: holders see it as const. */
+    if (t != NULL)
+        ((struct template *)t)->refs++;
+    return t;
+}
+
+void template_unref(const struct template *t)
+{
+    struct template *mutable = (struct template *)t;
+    if (mutable != NULL && --mutable->refs == 0)
+        free(mutable);
+}
+
+static struct template *template_new(const struct template *fields)
+{
+    struct template *t = malloc(sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    *t = *fields;
+    t->refs = 1;
+    return t;
+}
+
+static int registry_append(struct template_registry *reg, const struct template *fields,
                            struct cove_error **err)
 {
-    struct template *items = realloc(reg->items, (reg->count + 1) * sizeof(*items));
+    struct template **items = realloc(reg->items, (reg->count + 1) * sizeof(*items));
     if (items == NULL)
         return cove_error_sys(err, "realloc");
     reg->items = items;
-    reg->items[reg->count++] = *t;
+    struct template *t = template_new(fields);
+    if (t == NULL)
+        return cove_error_sys(err, "malloc");
+    reg->items[reg->count++] = t;
     return 0;
+}
+
+static ssize_t registry_index(struct template_registry *reg, const char *name)
+{
+    for (size_t i = 0; i < reg->count; i++)
+        if (strcmp(reg->items[i]->name, name) == 0)
+            return (ssize_t)i;
+    return -1;
 }
 
 static const struct template *registry_find(struct template_registry *reg, const char *name)
 {
-    for (size_t i = 0; i < reg->count; i++)
-        if (strcmp(reg->items[i].name, name) == 0)
-            return &reg->items[i];
-    return NULL;
+    ssize_t i = registry_index(reg, name);
+    return i < 0 ? NULL : reg->items[i];
 }
 
+bool template_registry_has(struct template_registry *reg, const char *name)
+{
+    return registry_find(reg, name) != NULL;
+}
+
+int template_registry_reserve(struct template_registry *reg, const char *name,
+                              struct cove_error **err)
+{
+    if (!template_name_valid(name))
+        return cove_error_set(err, 0, 400, "TEMPLATE::INVALID_NAME",
+                              "template names are 1 to 63 lowercase letters, digits, '.', '_' "
+                              "or '-', starting with a letter or digit");
+    bool taken = registry_find(reg, name) != NULL;
+    for (size_t i = 0; !taken && i < reg->reserved_count; i++)
+        taken = strcmp(reg->reserved[i], name) == 0;
+    if (taken)
+        return cove_error_set(err, 0, 409, "TEMPLATE::EXISTS", "template %s already exists", name);
+    char(*grown)[TEMPLATE_NAME_SIZE] =
+        realloc(reg->reserved, (reg->reserved_count + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return cove_error_sys(err, "realloc");
+    reg->reserved = grown;
+    snprintf(reg->reserved[reg->reserved_count++], TEMPLATE_NAME_SIZE, "%s", name);
+    return 0;
+}
+
+void template_registry_release(struct template_registry *reg, const char *name)
+{
+    for (size_t i = 0; i < reg->reserved_count; i++) {
+        if (strcmp(reg->reserved[i], name) == 0) {
+            reg->reserved[i][0] = '\0';
+            memcpy(reg->reserved[i], reg->reserved[reg->reserved_count - 1], TEMPLATE_NAME_SIZE);
+            reg->reserved_count--;
+            return;
+        }
+    }
+}
+
+const char *template_registry_dir(const struct template_registry *reg)
+{
+    return reg->dir;
+}
+
+bool template_is_builtin(const char *name)
+{
+    return strcmp(name, TEMPLATE_BASE) == 0 || strcmp(name, TEMPLATE_CODE_INTERPRETER) == 0;
+}
+
+/* Reads STATE/templates/NAME/template.json; 1 if there is none worth reading. */
+static int read_template(const char *dir, const char *name, struct template *t)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s/template.json", dir, name);
+    json_t *j = json_load_file(path, 0, NULL);
+    const char *tname = NULL, *rootfs = NULL;
+    int host_os = 0;
+    if (j == NULL || json_unpack(j, "{s:s, s:s, s:b}", "name", &tname, "rootfs", &rootfs, "host_os",
+                                 &host_os) < 0) {
+        log_warn("template %s: unreadable %s, skipped", name, path);
+        json_decref(j);
+        return 1;
+    }
+    *t = (struct template){.host_os = host_os};
+    snprintf(t->name, sizeof(t->name), "%s", tname);
+    snprintf(t->rootfs, sizeof(t->rootfs), "%s", rootfs);
+    json_t *prestart = json_object_get(j, "prestart");
+    if (json_is_string(prestart))
+        snprintf(t->prestart, sizeof(t->prestart), "%s", json_string_value(prestart));
+    else if (prestart == NULL && strcmp(tname, TEMPLATE_CODE_INTERPRETER) == 0)
+        /* made before templates had the field */
+        snprintf(t->prestart, sizeof(t->prestart), "%s", CODE_INTERPRETER_PRESTART);
+    json_decref(j);
+    return 0;
+}
+
+/* Adds the templates on disk the registry does not know yet; known ones stay as they are
+ * (the same objects), so what callers hold is never replaced under them. */
 static int load_templates(struct template_registry *reg, struct cove_error **err)
 {
     DIR *d = opendir(reg->dir);
     if (d == NULL)
         return cove_error_sys(err, "open %s", reg->dir);
     struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        struct template t;
+        if (!template_name_valid(e->d_name) || registry_find(reg, e->d_name) != NULL ||
+            read_template(reg->dir, e->d_name, &t) != 0)
+            continue;
+        rc = registry_append(reg, &t, err);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Imports and removals cut short (a crash) leave .staging-* and .removing-* directories. */
+static void remove_leftovers(struct template_registry *reg)
+{
+    DIR *d = opendir(reg->dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (!template_name_valid(e->d_name))
+        if (strncmp(e->d_name, ".staging-", 9) != 0 && strncmp(e->d_name, ".removing-", 10) != 0)
             continue;
         char path[1024];
-        snprintf(path, sizeof(path), "%s/%s/template.json", reg->dir, e->d_name);
-        json_t *j = json_load_file(path, 0, NULL);
-        const char *name = NULL, *rootfs = NULL;
-        int host_os = 0;
-        if (j == NULL || json_unpack(j, "{s:s, s:s, s:b}", "name", &name, "rootfs", &rootfs,
-                                     "host_os", &host_os) < 0) {
-            log_warn("template %s: unreadable %s, skipped", e->d_name, path);
-            json_decref(j);
-            continue;
-        }
-        struct template t = {.host_os = host_os};
-        snprintf(t.name, sizeof(t.name), "%s", name);
-        snprintf(t.rootfs, sizeof(t.rootfs), "%s", rootfs);
-        json_t *prestart = json_object_get(j, "prestart");
-        if (json_is_string(prestart))
-            snprintf(t.prestart, sizeof(t.prestart), "%s", json_string_value(prestart));
-        else if (prestart == NULL && strcmp(name, TEMPLATE_CODE_INTERPRETER) == 0)
-            /* made before templates had the field */
-            snprintf(t.prestart, sizeof(t.prestart), "%s", CODE_INTERPRETER_PRESTART);
-        json_decref(j);
-        if (registry_append(reg, &t, err) < 0) {
-            closedir(d);
-            return -1;
+        snprintf(path, sizeof(path), "%s/%s", reg->dir, e->d_name);
+        struct cove_error *err = NULL;
+        if (template_remove_tree(path, &err) < 0) {
+            log_warn("templates: %s", err->message);
+            cove_error_free(err);
         }
     }
     closedir(d);
-    return 0;
 }
 
 static int ensure_builtin(struct template_registry *reg, const char *name, const char *rootfs_of,
@@ -289,7 +400,7 @@ static int ensure_builtin(struct template_registry *reg, const char *name, const
         if (build_base_rootfs(t.rootfs, err) < 0)
             return cove_error_wrap(err, "build template %s", name);
     }
-    if (save_template(dir, &t, err) < 0)
+    if (template_save(dir, &t, err) < 0)
         return -1;
     return registry_append(reg, &t, err);
 }
@@ -301,8 +412,13 @@ int template_registry_open(const char *state_dir, struct template_registry **out
     if (reg == NULL)
         return cove_error_sys(err, "calloc");
     snprintf(reg->dir, sizeof(reg->dir), "%s/templates", state_dir);
-    if ((mkdir(reg->dir, 0755) < 0 && errno != EEXIST) || load_templates(reg, err) < 0 ||
-        ensure_builtin(reg, TEMPLATE_BASE, NULL, err) < 0 ||
+    if (mkdir(reg->dir, 0755) < 0 && errno != EEXIST) {
+        cove_error_sys(err, "mkdir %s", reg->dir);
+        template_registry_free(reg);
+        return -1;
+    }
+    remove_leftovers(reg);
+    if (load_templates(reg, err) < 0 || ensure_builtin(reg, TEMPLATE_BASE, NULL, err) < 0 ||
         ensure_builtin(reg, TEMPLATE_CODE_INTERPRETER, TEMPLATE_BASE, err) < 0) {
         if (err && *err == NULL)
             cove_error_sys(err, "templates in %s", reg->dir);
@@ -317,7 +433,10 @@ void template_registry_free(struct template_registry *reg)
 {
     if (reg == NULL)
         return;
+    for (size_t i = 0; i < reg->count; i++)
+        template_unref(reg->items[i]);
     free(reg->items);
+    free(reg->reserved);
     free(reg);
 }
 
@@ -325,35 +444,26 @@ static char *known_names(struct template_registry *reg)
 {
     size_t size = 1;
     for (size_t i = 0; i < reg->count; i++)
-        size += strlen(reg->items[i].name) + 2;
+        size += strlen(reg->items[i]->name) + 2;
     char *s = calloc(1, size);
     if (s == NULL)
         return NULL;
     for (size_t i = 0; i < reg->count; i++) {
         if (i > 0)
             strcat(s, ", ");
-        strcat(s, reg->items[i].name);
+        strcat(s, reg->items[i]->name);
     }
     return s;
 }
 
-/* Reads the templates directory again: `cove template add` registers templates there. */
+/* Picks up templates put into the directory by hand (an operator restoring a backup). */
 static void registry_reload(struct template_registry *reg)
 {
-    struct template *old = reg->items;
-    size_t old_count = reg->count;
-    reg->items = NULL;
-    reg->count = 0;
     struct cove_error *err = NULL;
     if (load_templates(reg, &err) < 0) {
         log_warn("reload templates: %s", err->message);
         cove_error_free(err);
-        free(reg->items);
-        reg->items = old;
-        reg->count = old_count;
-        return;
     }
-    free(old);
 }
 
 const struct template *template_resolve(struct template_registry *reg, const char *uri,
@@ -376,64 +486,54 @@ const struct template *template_resolve(struct template_registry *reg, const cha
                        names ? names : "(none)");
         free(names);
     }
-    return t;
+    return template_ref(t);
 }
 
-int template_add(struct template_registry *reg, const char *name, const char *source,
-                 struct cove_error **err)
+int template_registry_add(struct template_registry *reg, const struct template *t,
+                          struct cove_error **err)
 {
-    if (!template_name_valid(name))
-        return cove_error_set(err, 0, 400, "TEMPLATE::INVALID_NAME",
-                              "template names are lowercase letters, digits, '.', '_', '-'");
-    if (registry_find(reg, name) != NULL)
-        return cove_error_set(err, 0, 409, "TEMPLATE::EXISTS", "template %s already exists", name);
-    if (source[0] != '/')
-        return cove_error_set(err, 0, 400, "TEMPLATE::INVALID_ROOTFS",
-                              "rootfs must be an absolute path on the daemon's machine");
-    struct stat st;
-    if (stat(source, &st) < 0)
-        return cove_error_set(err, errno, 400, "TEMPLATE::INVALID_ROOTFS", "rootfs %.300s", source);
-    char dir[1024], staging[1100];
-    struct template t = {.host_os = false};
-    snprintf(t.name, sizeof(t.name), "%s", name);
-    snprintf(dir, sizeof(dir), "%s/%s", reg->dir, name);
-    snprintf(t.rootfs, sizeof(t.rootfs), "%s/rootfs", dir);
-    snprintf(staging, sizeof(staging), "%s.importing", t.rootfs);
-    if (mkdir(dir, 0755) < 0)
-        return cove_error_sys(err, "mkdir %s", dir);
-    if (mkdir(staging, 0755) < 0) {
-        cove_error_sys(err, "mkdir %s", staging);
-        goto fail;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        char src[1100];
-        snprintf(src, sizeof(src), "%s/.", source);
-        char *argv[] = {"cp", "-a", src, staging, NULL};
-        if (run_tool(argv, err) < 0)
-            goto fail;
-    } else if (S_ISREG(st.st_mode)) {
-        char *argv[] = {"tar", "-xf", (char *)source, "-C", staging, "--numeric-owner", NULL};
-        if (run_tool(argv, err) < 0)
-            goto fail;
-    } else {
-        cove_error_set(err, 0, 400, "TEMPLATE::INVALID_ROOTFS",
-                       "rootfs must be a directory or a tarball");
-        goto fail;
-    }
-    if (shift_ownership(staging, err) < 0 || rename(staging, t.rootfs) < 0 ||
-        save_template(dir, &t, err) < 0) {
-        if (err && *err == NULL)
-            cove_error_sys(err, "install %s", t.rootfs);
-        goto fail;
-    }
-    return registry_append(reg, &t, err);
-fail : {
-    char *argv[] = {"rm", "-rf", "--one-file-system", dir, NULL};
-    struct cove_error *ignored = NULL;
-    run_tool(argv, &ignored);
-    cove_error_free(ignored);
-    return -1;
+    if (registry_find(reg, t->name) != NULL)
+        return cove_error_set(err, 0, 409, "TEMPLATE::EXISTS", "template %s already exists",
+                              t->name);
+    return registry_append(reg, t, err);
 }
+
+int template_remove(struct template_registry *reg, const char *name, struct cove_error **err)
+{
+    if (template_is_builtin(name))
+        return cove_error_set(err, 0, 409, "TEMPLATE::BUILTIN",
+                              "template %s is built in and cannot be removed", name);
+    ssize_t i = registry_index(reg, name);
+    if (i < 0)
+        return cove_error_set(err, 0, 404, "TEMPLATE::NOT_FOUND", "template %.64s not found", name);
+    struct template *t = reg->items[i];
+    if (t->refs > 1)
+        return cove_error_set(err, 0, 409, "TEMPLATE::IN_USE", "template %s is in use by a sandbox",
+                              name);
+    /* Out of the way first, under a name a reload skips: the name is free at once, and a
+     * crash in the middle leaves a leftover the next start removes, not half a template. */
+    char dir[1024], doomed[1100];
+    snprintf(dir, sizeof(dir), "%s/%s", reg->dir, name);
+    snprintf(doomed, sizeof(doomed), "%s/.removing-%s", reg->dir, name);
+    if (template_remove_tree(doomed, err) < 0)
+        return -1;
+    if (rename(dir, doomed) < 0 && errno != ENOENT)
+        return cove_error_sys(err, "rename %s", dir);
+    memmove(&reg->items[i], &reg->items[i + 1], (reg->count - (size_t)i - 1) * sizeof(*reg->items));
+    reg->count--;
+    template_unref(t);
+    struct cove_error *ignored = NULL;
+    if (template_remove_tree(doomed, &ignored) < 0) {
+        log_warn("template %s: %s (removed at the next start)", name, ignored->message);
+        cove_error_free(ignored);
+    }
+    return 0;
+}
+
+json_t *template_to_json(const struct template *t)
+{
+    return json_pack("{s:s, s:b, s:s*}", "name", t->name, "hostOs", t->host_os, "prestart",
+                     t->prestart[0] ? t->prestart : NULL);
 }
 
 json_t *template_list_json(struct template_registry *reg)
@@ -441,9 +541,6 @@ json_t *template_list_json(struct template_registry *reg)
     registry_reload(reg);
     json_t *items = json_array();
     for (size_t i = 0; i < reg->count; i++)
-        json_array_append_new(items,
-                              json_pack("{s:s, s:b, s:s*}", "name", reg->items[i].name, "hostOs",
-                                        reg->items[i].host_os, "prestart",
-                                        reg->items[i].prestart[0] ? reg->items[i].prestart : NULL));
+        json_array_append_new(items, template_to_json(reg->items[i]));
     return json_pack("{s:o}", "items", items);
 }

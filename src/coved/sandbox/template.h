@@ -1,6 +1,11 @@
 /* Templates: the read-only root filesystems sandboxes are made from. `base` is the host's own
  * OS (its /usr bound read-only) with a curated /etc; any root filesystem directory or tarball
- * can be registered under a name. Each lives in STATE/templates/NAME/ with a template.json. */
+ * can be registered under a name (template_import.h). Each lives in STATE/templates/NAME/ with
+ * a template.json; only coved writes there.
+ *
+ * Ownership: a template is reference counted. The registry holds one reference while it is
+ * registered; whoever keeps a template past the current call (a create under way, a sandbox)
+ * holds its own (template_ref), so neither a reload nor a removal frees what a caller holds. */
 #pragma once
 
 #include <jansson.h>
@@ -9,6 +14,8 @@
 #include "lib/error.h"
 
 #define TEMPLATE_NAME_SIZE 64
+#define TEMPLATE_BASE "base"
+#define TEMPLATE_CODE_INTERPRETER "code-interpreter"
 
 struct template
 {
@@ -19,21 +26,45 @@ struct template
      * sandbox, so its first run_code does not wait for it; "" for none. template.json
      * "prestart"; `code-interpreter` has "python". */
     char prestart[32];
+    unsigned refs; /* template_ref / template_unref only */
 };
 
 struct template_registry;
 
-/* Loads the registered templates, creating `base` and `code-interpreter` if missing. */
+/* Loads the registered templates, creating `base` and `code-interpreter` if missing, and
+ * removes what an import or a removal cut short by a crash left. */
 int template_registry_open(const char *state_dir, struct template_registry **out,
                            struct cove_error **err);
+/* Drops the registry's references; templates others still hold live on until released. */
 void template_registry_free(struct template_registry *reg);
-/* Resolves an image uri ("base", "base:latest", "code-interpreter") to a template; NULL with a
- * 400 that lists the known templates otherwise. */
+/* STATE/templates. */
+const char *template_registry_dir(const struct template_registry *reg);
+/* Resolves an image uri ("base", "base:latest", "code-interpreter") to a template, with a
+ * reference the caller releases with template_unref; NULL with a 400 that lists the known
+ * templates otherwise. */
 const struct template *template_resolve(struct template_registry *reg, const char *uri,
                                         struct cove_error **err);
-/* Imports a root filesystem directory or tarball from the daemon's filesystem. */
-int template_add(struct template_registry *reg, const char *name, const char *source,
-                 struct cove_error **err);
+const struct template *template_ref(const struct template *t);
+void template_unref(const struct template *t); /* NULL is ignored */
+/* Adds an imported template whose directory (rootfs/ and template.json) is already in place
+ * at STATE/templates/NAME; the registry takes its own reference. */
+int template_registry_add(struct template_registry *reg, const struct template *t,
+                          struct cove_error **err);
+/* True while a registered template has that name. */
+bool template_registry_has(struct template_registry *reg, const char *name);
+/* Keeps a name for an import under way: 400 if invalid, 409 if registered or kept already. */
+int template_registry_reserve(struct template_registry *reg, const char *name,
+                              struct cove_error **err);
+void template_registry_release(struct template_registry *reg, const char *name);
+/* Unregisters a template and deletes its files: 404 if unknown, 409 for a built-in one or
+ * while anyone else holds a reference. */
+int template_remove(struct template_registry *reg, const char *name, struct cove_error **err);
 json_t *template_list_json(struct template_registry *reg);
+json_t *template_to_json(const struct template *t);
 /* Names are [a-z0-9][a-z0-9._-]{0,62}. */
 bool template_name_valid(const char *name);
+bool template_is_builtin(const char *name);
+/* Writes DIR/template.json for t. */
+int template_save(const char *dir, const struct template *t, struct cove_error **err);
+/* Deletes a tree on this filesystem without following symlinks (ENOENT is success). */
+int template_remove_tree(const char *path, struct cove_error **err);
