@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "coved/api/router.h"
 #include "lib/log.h"
 #include "lib/random.h"
 
@@ -83,40 +84,6 @@ void api_add_request_id(struct http_request *req)
     http_response_add_header(req, "X-Request-ID", id);
 }
 
-/* Splits the path into at most 8 segments, dropping an optional leading "v1". */
-static int split_path(const char *path, char segs[8][128])
-{
-    int n = 0;
-    const char *p = path;
-    while (*p == '/')
-        p++;
-    while (*p && n < 8) {
-        const char *end = strchr(p, '/');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len >= 128)
-            return -1;
-        memcpy(segs[n], p, len);
-        segs[n][len] = '\0';
-        n++;
-        if (!end)
-            break;
-        p = end + 1;
-    }
-    if (*p && n == 8 && strchr(p, '/'))
-        return -1;
-    if (n > 0 && strcmp(segs[0], "v1") == 0) {
-        for (int i = 1; i < n; i++)
-            memcpy(segs[i - 1], segs[i], 128);
-        n--;
-    }
-    return n;
-}
-
-static bool method_is(struct http_request *req, const char *m)
-{
-    return strcmp(http_request_method(req), m) == 0;
-}
-
 static void method_not_allowed(struct http_request *req, const char *allowed)
 {
     http_response_add_header(req, "Allow", allowed);
@@ -124,122 +91,84 @@ static void method_not_allowed(struct http_request *req, const char *allowed)
                        http_request_method(req), allowed);
 }
 
+static void not_found(struct http_request *req)
+{
+    api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
+                       http_request_method(req), http_request_path(req));
+}
+
+/* The routes are one table (router.c); this is what each one calls. */
+static void dispatch(struct api *api, struct http_request *req, const struct api_caller *c,
+                     const struct api_router_match *m)
+{
+    const char *p0 = m->params[0], *p1 = m->params[1];
+    switch (m->route) {
+    case API_ROUTE_HEALTH:
+        return api_respond_json(req, 200, json_pack("{s:s}", "status", "healthy"));
+    case API_ROUTE_SANDBOXES_CREATE:
+        return api_sandboxes_create(api, req, c);
+    case API_ROUTE_SANDBOXES_LIST:
+        return api_sandboxes_list(api, req, c);
+    case API_ROUTE_SANDBOX_GET:
+        return api_sandbox_get(api, req, c, p0);
+    case API_ROUTE_SANDBOX_DELETE:
+        return api_sandbox_delete(api, req, c, p0);
+    case API_ROUTE_SANDBOX_PAUSE:
+        return api_sandbox_pause(api, req, c, p0);
+    case API_ROUTE_SANDBOX_RESUME:
+        return api_sandbox_resume(api, req, c, p0);
+    case API_ROUTE_SANDBOX_ENDPOINT:
+        return api_sandbox_endpoint(api, req, c, p0, p1);
+    case API_ROUTE_SANDBOX_METADATA:
+        return api_sandbox_patch_metadata(api, req, c, p0);
+    case API_ROUTE_SANDBOX_RENEW:
+        return api_sandbox_renew(api, req, c, p0);
+    case API_ROUTE_SNAPSHOTS:
+        return api_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
+                                  "snapshots are not supported by this server yet");
+    case API_ROUTE_TEMPLATES_LIST:
+        return api_templates_list(api, req, c);
+    case API_ROUTE_TEMPLATES_CREATE:
+        return api_templates_create(api, req, c);
+    case API_ROUTE_TEMPLATE_DELETE:
+        return api_template_delete(api, req, c, p0);
+    case API_ROUTE_QUOTA_GET:
+        return api_quota_get(api, req, c);
+    case API_ROUTE_ADMIN_QUOTAS_LIST:
+        return api_admin_quotas_list(api, req, c);
+    case API_ROUTE_ADMIN_QUOTA_GET:
+        return api_admin_quota_get(api, req, c, p0);
+    case API_ROUTE_ADMIN_QUOTA_PUT:
+        return api_admin_quota_put(api, req, c, p0);
+    case API_ROUTE_ADMIN_QUOTA_DELETE:
+        return api_admin_quota_delete(api, req, c, p0);
+    }
+    not_found(req);
+}
+
 static void on_request(struct http_request *req, void *arg)
 {
     struct api *api = arg;
     api_add_request_id(req);
-    char segs[8][128];
-    int n = split_path(http_request_path(req), segs);
-    if (n < 0) {
-        api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no such route");
+    struct api_router_match m;
+    enum api_router_result r =
+        api_router_match(http_request_method(req), http_request_path(req), &m);
+    if (r == API_ROUTER_NOT_FOUND && !m.under_resource)
+        return not_found(req);
+    /* A key is checked before anything else is said about a route of the API's resources. */
+    struct api_caller caller = {0};
+    bool keyed = r == API_ROUTER_NOT_FOUND || m.access != API_ACCESS_ANYONE;
+    if (keyed && api_authenticate(api, req, &caller) < 0)
         return;
-    }
-    if (n == 1 && strcmp(segs[0], "health") == 0) {
-        if (!method_is(req, "GET") && !method_is(req, "HEAD"))
-            return method_not_allowed(req, "GET");
-        api_respond_json(req, 200, json_pack("{s:s}", "status", "healthy"));
-        return;
-    }
-    struct api_caller caller;
-    bool known = (n >= 1 && n <= 4 && strcmp(segs[0], "sandboxes") == 0) ||
-                 (n >= 1 && n <= 2 && strcmp(segs[0], "templates") == 0) ||
-                 (n >= 1 && strcmp(segs[0], "snapshots") == 0);
-    known = known || (n == 1 && strcmp(segs[0], "quota") == 0) ||
-            (n >= 2 && n <= 3 && strcmp(segs[0], "admin") == 0 && strcmp(segs[1], "quotas") == 0);
-    if (!known) {
-        api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
-                           http_request_method(req), http_request_path(req));
-        return;
-    }
-    if (api_authenticate(api, req, &caller) < 0)
-        return;
-    if (strcmp(segs[0], "templates") == 0) {
-        if (n == 2) {
-            if (method_is(req, "DELETE"))
-                return api_template_delete(api, req, &caller, segs[1]);
-            return method_not_allowed(req, "DELETE");
-        }
-        if (method_is(req, "GET"))
-            return api_templates_list(api, req, &caller);
-        if (method_is(req, "POST"))
-            return api_templates_create(api, req, &caller);
-        return method_not_allowed(req, "GET, POST");
-    }
-    if (strcmp(segs[0], "quota") == 0) {
-        if (method_is(req, "GET"))
-            return api_quota_get(api, req, &caller);
-        return method_not_allowed(req, "GET");
-    }
-    if (strcmp(segs[0], "admin") == 0) {
-        if (!caller.admin)
-            return api_respond_errorf(req, 403, "AUTH::FORBIDDEN",
-                                      "%s %.200s needs an admin key (admin_api_keys)",
-                                      http_request_method(req), http_request_path(req));
-        if (n == 2) {
-            if (method_is(req, "GET"))
-                return api_admin_quotas_list(api, req, &caller);
-            return method_not_allowed(req, "GET");
-        }
-        if (method_is(req, "GET"))
-            return api_admin_quota_get(api, req, &caller, segs[2]);
-        if (method_is(req, "PUT"))
-            return api_admin_quota_put(api, req, &caller, segs[2]);
-        if (method_is(req, "DELETE"))
-            return api_admin_quota_delete(api, req, &caller, segs[2]);
-        return method_not_allowed(req, "GET, PUT, DELETE");
-    }
-    if (strcmp(segs[0], "snapshots") == 0) {
-        api_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
-                           "snapshots are not supported by this server yet");
-        return;
-    }
-    if (n == 1) {
-        if (method_is(req, "POST"))
-            return api_sandboxes_create(api, req, &caller);
-        if (method_is(req, "GET"))
-            return api_sandboxes_list(api, req, &caller);
-        return method_not_allowed(req, "GET, POST");
-    }
-    const char *id = segs[1];
-    if (n == 2) {
-        if (method_is(req, "GET"))
-            return api_sandbox_get(api, req, &caller, id);
-        if (method_is(req, "DELETE"))
-            return api_sandbox_delete(api, req, &caller, id);
-        return method_not_allowed(req, "GET, DELETE");
-    }
-    if (strcmp(segs[2], "pause") == 0 || strcmp(segs[2], "resume") == 0) {
-        if (!method_is(req, "POST"))
-            return method_not_allowed(req, "POST");
-        if (segs[2][0] == 'p')
-            return api_sandbox_pause(api, req, &caller, id);
-        return api_sandbox_resume(api, req, &caller, id);
-    }
-    if (n == 4 && strcmp(segs[2], "endpoints") == 0) {
-        if (!method_is(req, "GET"))
-            return method_not_allowed(req, "GET");
-        return api_sandbox_endpoint(api, req, &caller, id, segs[3]);
-    }
-    if (n == 4)
-        return api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
+    if (r == API_ROUTER_NOT_FOUND)
+        return not_found(req);
+    if (r == API_ROUTER_METHOD_NOT_ALLOWED)
+        return method_not_allowed(req, m.allow);
+    if (m.access == API_ACCESS_ADMIN && !caller.admin)
+        return api_respond_errorf(req, 403, "AUTH::FORBIDDEN",
+                                  "%s %.200s needs an admin key (admin_api_keys)",
                                   http_request_method(req), http_request_path(req));
-    if (strcmp(segs[2], "metadata") == 0) {
-        if (!method_is(req, "PATCH"))
-            return method_not_allowed(req, "PATCH");
-        return api_sandbox_patch_metadata(api, req, &caller, id);
-    }
-    if (strcmp(segs[2], "renew-expiration") == 0) {
-        if (!method_is(req, "POST"))
-            return method_not_allowed(req, "POST");
-        return api_sandbox_renew(api, req, &caller, id);
-    }
-    if (strcmp(segs[2], "snapshots") == 0) {
-        api_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
-                           "snapshots are not supported by this server yet");
-        return;
-    }
-    api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
-                       http_request_method(req), http_request_path(req));
+    dispatch(api, req, &caller, &m);
 }
 
 static bool on_head(struct http_request *req, void *arg)
