@@ -145,6 +145,7 @@ def test_failing_set_ups_kill_nobody_else_and_leave_no_zombie(small_pid_coved):
     finally:
         stop.set()
         c.join(120)
+    print(f"{caught} set-ups killed, {len(made)} won the race, {len(churned)} churned")
     assert caught >= 5, f"caught only {caught} set-ups before their exec"
     assert churn_errors == [], churn_errors
     assert churned, "the churn made no sandbox"
