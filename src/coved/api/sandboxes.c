@@ -15,6 +15,7 @@
 #include "coved/api/api.h"
 #include "coved/api/quantity.h"
 #include "lib/clock.h"
+#include "coved/api/sandbox_json.h"
 
 #define DEFAULT_MEMORY (1024LL << 20)
 #define DEFAULT_DISK (512LL << 20)
@@ -439,7 +440,7 @@ static void on_created(struct sandbox *sb, const struct cove_error *err, void *a
     char location[128];
     snprintf(location, sizeof(location), "/v1/sandboxes/%s", sb->id);
     http_response_add_header(req, "Location", location);
-    api_respond_json(req, 202, sandbox_to_json(sb, false));
+    api_respond_json(req, 202, api_sandbox_json(sb, false));
 }
 
 /* Answered once the sandbox runs (its agent's socket accepts): other requests go on
@@ -500,7 +501,7 @@ static void collect(struct sandbox *sb, void *arg)
     if (!matches(f, sb))
         return;
     if (f->total >= f->first && f->total < f->last)
-        json_array_append_new(f->items, sandbox_to_json(sb, true));
+        json_array_append_new(f->items, api_sandbox_json(sb, true));
     f->total++;
 }
 
@@ -593,7 +594,7 @@ void api_sandbox_get(struct api *api, struct http_request *req, const struct api
 {
     struct sandbox *sb = find_or_respond(api, req, c, id);
     if (sb != NULL)
-        api_respond_json(req, 200, sandbox_to_json(sb, true));
+        api_respond_json(req, 200, api_sandbox_json(sb, true));
     if (sb != NULL)
         sandbox_health_kick(api->health, sb); /* its verdict shows in the next answer */
 }
@@ -672,7 +673,7 @@ void api_sandbox_patch_metadata(struct api *api, struct http_request *req,
     if (err != NULL)
         api_respond_error(req, err);
     else
-        api_respond_json(req, 200, sandbox_to_json(sb, true));
+        api_respond_json(req, 200, api_sandbox_json(sb, true));
     cove_error_free(err);
     json_decref(merged);
     json_decref(patch);
@@ -689,6 +690,7 @@ void api_sandbox_renew(struct api *api, struct http_request *req, const struct a
     if (body == NULL)
         return;
     const char *text = NULL;
+    struct cove_error *err = NULL;
     int64_t now = sandbox_now_ms(), when = -1;
     if (json_unpack(body, "{s:s !}", "expiresAt", &text) == 0)
         when = rfc3339_parse_ms(text);
@@ -700,9 +702,8 @@ void api_sandbox_renew(struct api *api, struct http_request *req, const struct a
                            "sandbox %s was created without a timeout: it has no expiration to "
                            "renew",
                            sb->id);
-    } else if (sb->state != SANDBOX_RUNNING && sb->state != SANDBOX_PAUSED) {
-        api_respond_errorf(req, 409, "SANDBOX::INVALID_STATE", "cannot renew sandbox %s: it is %s",
-                           sb->id, sandbox_state_name(sb->state));
+    } else if (sandbox_check(sb, SANDBOX_ACTION_RENEW, &err) < 0) {
+        api_respond_error(req, err);
     } else if (when <= now || when <= sb->expires_ms) {
         api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
                            "expiresAt must be in the future and later than the current "
@@ -712,15 +713,14 @@ void api_sandbox_renew(struct api *api, struct http_request *req, const struct a
                            "expiresAt is more than the server's maximum of %lld seconds away",
                            (long long)api->config.max_timeout_s);
     } else {
-        struct cove_error *err = NULL;
         if (sandbox_renew(api->sandboxes, sb, when, &err) < 0) {
             api_respond_error(req, err);
-            cove_error_free(err);
         } else {
             char expires[40];
             sandbox_format_time(sb->expires_ms, expires, sizeof(expires));
             api_respond_json(req, 200, json_pack("{s:s}", "expiresAt", expires));
         }
     }
+    cove_error_free(err);
     json_decref(body);
 }

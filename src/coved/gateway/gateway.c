@@ -196,17 +196,12 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
         /* err is set */
     } else if (r.port < 0) {
         cove_error_set(err, 0, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
-    } else if (sb->state == SANDBOX_PAUSED && api->config.resume_on_access &&
-               sandbox_resume(api->sandboxes, sb, err) < 0) {
-        /* err is set */
-    } else if (sb->state == SANDBOX_PAUSED || sb->state == SANDBOX_PAUSING) {
-        cove_error_set(err, 0, 409, "SANDBOX::NOT_RUNNING",
-                       "sandbox %s is %s: resume it before reaching its ports", sb->id,
-                       sandbox_state_name(sb->state));
-    } else if (sb->state != SANDBOX_RUNNING) {
-        cove_error_set(err, 0, 409, "SANDBOX::NOT_RUNNING", "sandbox %s is %s%s%s%s", sb->id,
-                       sandbox_state_name(sb->state), sb->message[0] ? " (" : "", sb->message,
-                       sb->message[0] ? ")" : "");
+    } else if (!sandbox_state_can(sb->state, SANDBOX_ACTION_REACH) &&
+               sandbox_state_can(sb->state, SANDBOX_ACTION_RESUME) &&
+               api->config.resume_on_access && sandbox_resume(api->sandboxes, sb, err) < 0) {
+        /* err is set: resume-on-access failed */
+    } else if (sandbox_check(sb, SANDBOX_ACTION_REACH, err) < 0) {
+        /* err is set: paused, or not running and why */
     }
     if (*err != NULL)
         return TUNNEL_REFUSE;

@@ -23,8 +23,8 @@ static int write_file(const char *path, const char *value, struct cove_error **e
     if (fd < 0)
         return cove_error_sys(err, "open %s", path);
     size_t len = strlen(value);
-    /* The memory controller gives up setting a limit when a signal is pending (EINTR): coved
-     * gets SIGCHLD whenever a sandbox's set-up child ends, so under load it does happen. */
+    /* The memory controller gives up setting a limit when a signal is pending (EINTR): seen
+     * under load while coved still handled SIGCHLD, and any signal coved handles can do it. */
     ssize_t n;
     int tries = 0;
     do {

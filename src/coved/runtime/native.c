@@ -660,53 +660,6 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     child_fail(status_fd, "exec cove-agent");
 }
 
-uint64_t runtime_process_start_time(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    /* The command name may contain spaces and parentheses: fields restart after the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (p == NULL)
-        return 0;
-    unsigned long long start = 0;
-    /* state(3) ... starttime is field 22, i.e. the 20th after ')' */
-    if (sscanf(p + 2,
-               "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
-               "%*d %llu",
-               &start) != 1)
-        return 0;
-    return start;
-}
-
-bool runtime_alive(const struct runtime_process *proc)
-{
-    if (proc->pid <= 0)
-        return false;
-    uint64_t start = runtime_process_start_time(proc->pid);
-    if (start == 0 || start != proc->start_time)
-        return false;
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)proc->pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    return p != NULL && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
-}
-
 static int write_id_map(pid_t pid, const char *file, uint32_t host_base, struct cove_error **err)
 {
     char path[64];
@@ -736,15 +689,9 @@ static int make_agent_socket(const char *run_dir, struct cove_error **err)
     return fd;
 }
 
-static void reap_child(pid_t pid)
-{
-    kill(pid, SIGKILL);
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-        ;
-}
-
 struct runtime_start {
-    pid_t pid;
+    /* The set-up child, owned by this start until it hands it over (runtime_start_step). */
+    struct runtime_process child;
     char id[64];
     int go_fd;     /* write end: 'C' (sent), then 'M' once the id maps are written */
     int status_fd; /* read end, non-blocking: 'U', 'E'+text, or EOF when the agent was exec'd */
@@ -770,8 +717,11 @@ void runtime_start_cancel(struct runtime *rt, struct runtime_start *op)
 {
     if (op == NULL)
         return;
-    if (op->pid > 0)
-        reap_child(op->pid);
+    if (op->child.pidfd >= 0) {
+        runtime_process_signal(&op->child, SIGKILL);
+        runtime_process_reap(&op->child, true, NULL, 0);
+        runtime_process_release(&op->child);
+    }
     struct cove_error *ignored = NULL;
     cgroup_destroy(&rt->cgroups, op->id, &ignored);
     cove_error_free(ignored);
@@ -799,7 +749,7 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
     struct runtime_start *op = calloc(1, sizeof(*op));
     if (op == NULL)
         return cove_error_sys(err, "calloc");
-    op->go_fd = op->status_fd = op->log_fd = -1;
+    op->go_fd = op->status_fd = op->log_fd = op->child.pidfd = -1;
     snprintf(op->id, sizeof(op->id), "%s", spec->id);
     op->host_id_base = spec->host_id_base;
 
@@ -825,18 +775,21 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
         .status_fd = status[1],
         .log_fd = log[1],
     };
-    /* A fork-like clone: the child runs on a copy of this stack, so it may use `args`. */
+    /* A fork-like clone: the child runs on a copy of this stack, so it may use `args`. Its
+     * pidfd (the parent_tid argument with CLONE_PIDFD) is its one handle from here on. */
+    int pidfd = -1;
     pid_t pid = (pid_t)syscall(SYS_clone,
-                               CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS |
-                                   CLONE_NEWIPC | SIGCHLD,
-                               NULL, NULL, NULL, 0);
+                               CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
+                                   CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD,
+                               NULL, &pidfd, NULL, 0);
     if (pid < 0) {
-        cove_error_sys(err, "clone");
+        cove_error_sys(err, "clone (CLONE_PIDFD needs Linux 5.2 or later)");
         goto fail;
     }
     if (pid == 0)
         child_main(&args);
-    op->pid = pid;
+    op->child.pid = pid;
+    op->child.pidfd = pidfd;
     op->go_fd = go[1];
     op->status_fd = status[0];
     op->log_fd = log[0];
@@ -909,8 +862,8 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
             break; /* EOF: the agent was exec'd, or the child is gone */
         op->msg_len += (size_t)n;
         if (!op->maps_written && op->msg[0] == 'U') {
-            if (write_id_map(op->pid, "uid_map", op->host_id_base, err) < 0 ||
-                write_id_map(op->pid, "gid_map", op->host_id_base, err) < 0)
+            if (write_id_map(op->child.pid, "uid_map", op->host_id_base, err) < 0 ||
+                write_id_map(op->child.pid, "gid_map", op->host_id_base, err) < 0)
                 goto fail;
             if (write(op->go_fd, "M", 1) != 1) {
                 cove_error_sys(err, "handshake");
@@ -933,10 +886,11 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
                        "sandbox process exited during set-up");
         goto fail;
     }
-    out->pid = op->pid;
-    out->start_time = runtime_process_start_time(op->pid);
+    out->pid = op->child.pid;
+    out->start_time = runtime_process_start_time(op->child.pid);
     out->log_fd = op->log_fd;
-    op->log_fd = -1;
+    out->pidfd = op->child.pidfd; /* the sandbox record owns it from here */
+    op->log_fd = op->child.pidfd = -1;
     start_free(op);
     return 0;
 
@@ -953,26 +907,6 @@ int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err)
 int runtime_resume(struct runtime *rt, const char *id, struct cove_error **err)
 {
     return cgroup_freeze(&rt->cgroups, id, false, err);
-}
-
-/* Waits until pid has exited, reaping it if it is our child. */
-static void wait_exit(pid_t pid)
-{
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (pidfd >= 0) {
-        struct pollfd p = {.fd = pidfd, .events = POLLIN};
-        poll(&p, 1, 10000);
-        close(pidfd);
-        waitpid(pid, NULL, WNOHANG);
-        return;
-    }
-    /* No pidfd (old kernel, valgrind): poll the pid itself. */
-    for (int i = 0; i < 10000; i++) {
-        if (waitpid(pid, NULL, WNOHANG) == pid || (kill(pid, 0) < 0 && errno == ESRCH))
-            return;
-        struct timespec ms = {.tv_nsec = 1000000};
-        nanosleep(&ms, NULL);
-    }
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -993,38 +927,34 @@ static void remove_tree(const char *path)
     nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
 
-int runtime_kill(struct runtime *rt, const char *id, const struct runtime_process *proc)
+/* A frozen task acts on SIGKILL only once thawed (cgroup v1); killing PID 1 of a pid
+ * namespace kills every process in it. */
+static void kill_sandbox(struct runtime *rt, const char *id, const struct runtime_process *proc)
 {
-    if (!runtime_alive(proc))
-        return -1;
-    /* A frozen task acts on SIGKILL only once thawed (cgroup v1). */
     struct cove_error *ignored = NULL;
     if (cgroup_exists(&rt->cgroups, id))
         cgroup_freeze(&rt->cgroups, id, false, &ignored);
     cove_error_free(ignored);
-    int pidfd = (int)syscall(SYS_pidfd_open, proc->pid, 0);
-    /* Killing PID 1 of a pid namespace kills every process in it. */
-    kill(proc->pid, SIGKILL);
-    if (pidfd < 0)
-        wait_exit(proc->pid); /* no pidfd (old kernel, valgrind): wait here */
-    return pidfd;
+    runtime_process_signal(proc, SIGKILL);
+}
+
+int runtime_kill(struct runtime *rt, const char *id, const struct runtime_process *proc)
+{
+    if (!runtime_alive(proc))
+        return -1;
+    kill_sandbox(rt, id, proc);
+    return proc->pidfd >= 0 ? 0 : -1;
 }
 
 int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,
-                    const struct runtime_process *proc, struct cove_error **err)
+                    struct runtime_process *proc, struct cove_error **err)
 {
     if (runtime_alive(proc)) {
-        /* A frozen task acts on SIGKILL only once thawed (cgroup v1). */
-        struct cove_error *ignored = NULL;
-        if (cgroup_exists(&rt->cgroups, id))
-            cgroup_freeze(&rt->cgroups, id, false, &ignored);
-        cove_error_free(ignored);
-        /* Killing PID 1 of a pid namespace kills every process in it. */
-        kill(proc->pid, SIGKILL);
-        wait_exit(proc->pid);
-    } else if (proc->pid > 0) {
-        waitpid(proc->pid, NULL, WNOHANG);
+        kill_sandbox(rt, id, proc);
+        runtime_process_wait(proc, 10000);
     }
+    runtime_process_reap(proc, false, NULL, 0);
+    runtime_process_release(proc);
     int ret = cgroup_destroy(&rt->cgroups, id, err);
     if (run_dir != NULL && run_dir[0] != '\0')
         remove_tree(run_dir);

@@ -64,6 +64,10 @@ struct runtime_process {
     pid_t pid;           /* host pid of the sandbox's PID 1 (the agent) */
     uint64_t start_time; /* from /proc/PID/stat, to tell a reused pid apart */
     int log_fd;          /* read end of the agent's stderr pipe; -1 when not ours (re-adopted) */
+    /* Its pidfd (process.c), readable once it has exited: -1 when there is none (a
+     * re-adopted sandbox under valgrind, which has no pidfd_open). Whoever holds the
+     * runtime_process is the one owner that signals and reaps it. */
+    int pidfd;
 };
 
 /* kernel_path may be NULL or missing: code contexts then get a 400 in every sandbox. The
@@ -88,17 +92,32 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
 void runtime_start_cancel(struct runtime *rt, struct runtime_start *op);
 int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err);
 int runtime_resume(struct runtime *rt, const char *id, struct cove_error **err);
-/* The first half of a teardown that does not wait: kills every process of the sandbox and
- * returns a descriptor (a pidfd) that becomes readable once its PID 1 has exited, or -1 if
- * there is nothing to wait for. The caller closes it, then calls runtime_destroy. */
+/* The first half of a teardown that does not wait: kills every process of the sandbox.
+ * Answers 0 when proc->pidfd becomes readable once its PID 1 has exited, -1 if there is
+ * nothing to wait for there; either way the caller then calls runtime_destroy. */
 int runtime_kill(struct runtime *rt, const char *id, const struct runtime_process *proc);
-/* Kills every process, waits for them, removes the cgroups and the run dir. Safe to call on a
- * sandbox that is already (partly) gone. */
+/* Kills every process, waits for them (reaping PID 1 if it is coved's child), releases the
+ * pidfd, removes the cgroups and the run dir. Safe to call on a sandbox that is already
+ * (partly) gone. */
 int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,
-                    const struct runtime_process *proc, struct cove_error **err);
+                    struct runtime_process *proc, struct cove_error **err);
+
+/* PID 1 of a sandbox through its pidfd (process.c). */
 /* True while the sandbox's PID 1 is the process that was started (not a reused pid). */
 bool runtime_alive(const struct runtime_process *proc);
 uint64_t runtime_process_start_time(pid_t pid);
+/* Sends sig to PID 1 and to nothing else, even if its pid was reused. */
+int runtime_process_signal(const struct runtime_process *proc, int sig);
+/* Reaps PID 1 if it has exited (or, with block, once it has): 1 with why filled ("sandbox init
+ * was killed by signal 9"), 0 while it runs, -1 if it is not coved's child or has no pidfd. */
+int runtime_process_reap(struct runtime_process *proc, bool block, char *why, size_t size);
+/* Waits up to timeout_ms for PID 1 to exit; true once it has. Does not reap. */
+bool runtime_process_wait(const struct runtime_process *proc, int timeout_ms);
+/* A re-adopted sandbox (not coved's child): opens its pidfd. -1 if its PID 1 is gone or its
+ * pid now names another process; 0 otherwise (pidfd -1 where pidfd_open is missing). */
+int runtime_process_adopt(struct runtime_process *proc);
+/* Closes the pidfd; the process itself is left as it is. */
+void runtime_process_release(struct runtime_process *proc);
 
 /* Loads the seccomp profile into the calling process (used by the sandbox child). */
 int runtime_seccomp_load(struct cove_error **err);

@@ -1,12 +1,10 @@
 #include "coved/sandbox/sandbox.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,32 +26,8 @@ struct sandbox_manager {
     struct sandbox **items;
     size_t count, cap;
     struct event *ttl_timer;
-    struct event *sigchld;
     struct id_range_pool id_ranges; /* the host id ranges sandboxes hold */
 };
-
-static const char *const state_names[] = {
-    [SANDBOX_PENDING] = "Pending",       [SANDBOX_RUNNING] = "Running",
-    [SANDBOX_PAUSING] = "Pausing",       [SANDBOX_PAUSED] = "Paused",
-    [SANDBOX_RESUMING] = "Resuming",     [SANDBOX_STOPPING] = "Stopping",
-    [SANDBOX_TERMINATED] = "Terminated", [SANDBOX_FAILED] = "Failed",
-};
-
-const char *sandbox_state_name(enum sandbox_state state)
-{
-    return state_names[state];
-}
-
-int sandbox_state_parse(const char *name, enum sandbox_state *out)
-{
-    for (size_t i = 0; i < sizeof(state_names) / sizeof(state_names[0]); i++) {
-        if (strcasecmp(name, state_names[i]) == 0) {
-            *out = (enum sandbox_state)i;
-            return 0;
-        }
-    }
-    return -1;
-}
 
 int64_t sandbox_now_ms(void)
 {
@@ -76,31 +50,9 @@ static void set_state(struct sandbox *sb, enum sandbox_state state, const char *
     sb->transition_ms = sandbox_now_ms();
 }
 
-json_t *sandbox_to_json(const struct sandbox *sb, bool full)
+int sandbox_check(const struct sandbox *sb, enum sandbox_action action, struct cove_error **err)
 {
-    char created[40], transition[40], expires[40];
-    sandbox_format_time(sb->created_ms, created, sizeof(created));
-    sandbox_format_time(sb->transition_ms, transition, sizeof(transition));
-    /* Running but unable to run commands: the state stays, the reason says so (health.h). */
-    bool unhealthy = sb->state == SANDBOX_RUNNING && sb->unhealthy;
-    json_t *status =
-        json_pack("{s:s, s:s, s:s, s:s}", "state", sandbox_state_name(sb->state), "reason",
-                  unhealthy ? SANDBOX_HEALTH_REASON : sb->reason, "message",
-                  unhealthy ? sb->health_message : sb->message, "lastTransitionAt", transition);
-    json_t *metadata = json_is_object(sb->metadata) ? json_incref(sb->metadata) : json_object();
-    json_t *j = json_pack("{s:s, s:o, s:o, s:O, s:s}", "id", sb->id, "status", status, "metadata",
-                          metadata, "entrypoint", sb->entrypoint, "createdAt", created);
-    /* Omitted for a sandbox without expiry (timeout null), as the contract says. */
-    if (sb->expires_ms > 0) {
-        sandbox_format_time(sb->expires_ms, expires, sizeof(expires));
-        json_object_set_new(j, "expiresAt", json_string(expires));
-    }
-    if (full) {
-        json_object_set_new(j, "image", json_pack("{s:s}", "uri", sb->template_name));
-        json_object_set_new(j, "resourceLimits",
-                            json_is_object(sb->limits) ? json_incref(sb->limits) : json_object());
-    }
-    return j;
+    return sandbox_state_check(sb->state, action, sb->id, sb->message, err);
 }
 
 static void sandbox_free(struct sandbox *sb)
@@ -110,6 +62,9 @@ static void sandbox_free(struct sandbox *sb)
     sandbox_health_forget(sb);
     if (sb->agent_log)
         event_free(sb->agent_log);
+    if (sb->exit_event)
+        event_free(sb->exit_event);
+    runtime_process_release(&sb->proc); /* the process itself outlives coved */
     if (sb->proc.log_fd >= 0)
         close(sb->proc.log_fd);
     json_decref(sb->entrypoint);
@@ -318,6 +273,8 @@ static void watch_agent_log(struct sandbox_manager *mgr, struct sandbox *sb)
         event_add(sb->agent_log, NULL);
 }
 
+static int watch_exit(struct sandbox_manager *mgr, struct sandbox *sb);
+
 /* A set-up that hangs (a mount stuck on a dead filesystem, say) fails after this. */
 #define START_TIMEOUT_S 30
 
@@ -339,6 +296,9 @@ static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     void *arg = sb->created_arg;
     log_warn("sandbox %s: not created: %s", sb->id, why->message);
     start_cancel(mgr, sb);
+    if (sb->exit_event != NULL)
+        event_free(sb->exit_event); /* before runtime_destroy closes its pidfd */
+    sb->exit_event = NULL;
     struct cove_error *ignored = NULL;
     runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
     cove_error_free(ignored);
@@ -375,7 +335,9 @@ static void on_start_progress(evutil_socket_t fd, short what, void *arg)
     if (rc == 0) {
         set_state(sb, SANDBOX_RUNNING, "started", "sandbox is running");
         watch_agent_log(mgr, sb);
-        if (save_record(mgr, sb, &err) == 0) {
+        if (watch_exit(mgr, sb) < 0)
+            cove_error_set(&err, ENOMEM, 500, "COVE::INTERNAL", "cannot watch a sandbox's process");
+        else if (save_record(mgr, sb, &err) == 0) {
             sandbox_created_fn done = sb->on_created;
             void *done_arg = sb->created_arg;
             sb->on_created = NULL;
@@ -405,8 +367,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         free(sb);
         return -1;
     }
-    sb->proc.log_fd = -1;
-    sb->stop_fd = -1;
+    sb->proc.log_fd = sb->proc.pidfd = -1;
     sb->manager = mgr;
     sb->on_created = done;
     sb->created_arg = arg;
@@ -486,6 +447,8 @@ struct sandbox *sandbox_find_any(struct sandbox_manager *mgr, const char *id)
 int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t *metadata,
                          struct cove_error **err)
 {
+    if (sandbox_check(sb, SANDBOX_ACTION_SET_METADATA, err) < 0)
+        return -1;
     json_t *old = sb->metadata;
     sb->metadata = json_incref(metadata);
     if (save_record(mgr, sb, err) < 0) {
@@ -500,6 +463,8 @@ int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t
 int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expires_ms,
                   struct cove_error **err)
 {
+    if (sandbox_check(sb, SANDBOX_ACTION_RENEW, err) < 0)
+        return -1;
     int64_t old = sb->expires_ms;
     sb->expires_ms = expires_ms;
     if (save_record(mgr, sb, err) < 0) {
@@ -535,12 +500,9 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
     void *arg = sb->deleted_arg;
     sb->on_deleted = NULL;
     sb->deleted_arg = NULL;
-    if (sb->stop_event != NULL)
-        event_free(sb->stop_event);
-    sb->stop_event = NULL;
-    if (sb->stop_fd >= 0)
-        close(sb->stop_fd);
-    sb->stop_fd = -1;
+    if (sb->exit_event != NULL)
+        event_free(sb->exit_event); /* before runtime_destroy closes its pidfd */
+    sb->exit_event = NULL;
     struct cove_error *err = NULL;
     if (runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &err) < 0) {
         set_state(sb, SANDBOX_FAILED, "teardown_failed", err->message);
@@ -561,22 +523,11 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
     cove_error_free(err);
 }
 
-static void on_stopped(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    struct sandbox *sb = arg;
-    if (what & EV_TIMEOUT)
-        log_warn("sandbox %s: processes still exiting after %d s; tearing down anyway", sb->id,
-                 STOP_TIMEOUT_S);
-    delete_finish(sb->manager, sb);
-}
-
 int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
                    sandbox_deleted_fn done, void *arg, struct cove_error **err)
 {
-    if (sb->state == SANDBOX_STOPPING)
-        return cove_error_set(err, 0, 409, "SANDBOX::INVALID_STATE",
-                              "sandbox %s is already being deleted", sb->id);
+    if (sandbox_check(sb, SANDBOX_ACTION_DELETE, err) < 0)
+        return -1;
     if (sb->starting != NULL) {
         struct cove_error *why = NULL;
         cove_error_set(&why, 0, 409, "SANDBOX::DELETED",
@@ -590,11 +541,10 @@ int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *
     set_state(sb, SANDBOX_STOPPING, reason, "sandbox is being terminated");
     sb->on_deleted = done;
     sb->deleted_arg = arg;
-    sb->stop_fd = runtime_kill(mgr->rt, sb->id, &sb->proc);
-    if (sb->stop_fd >= 0) {
+    if (runtime_kill(mgr->rt, sb->id, &sb->proc) == 0 && sb->exit_event != NULL) {
+        /* The watch on its exit now ends the teardown, or gives up waiting after a while. */
         struct timeval limit = {.tv_sec = STOP_TIMEOUT_S};
-        sb->stop_event = event_new(mgr->base, sb->stop_fd, EV_READ, on_stopped, sb);
-        if (sb->stop_event != NULL && event_add(sb->stop_event, &limit) == 0)
+        if (event_add(sb->exit_event, &limit) == 0)
             return 0;
         log_warn("sandbox %s: cannot watch its exit; waiting for it", sb->id);
     }
@@ -602,16 +552,10 @@ int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *
     return 0;
 }
 
-static int conflict(struct sandbox *sb, const char *action, struct cove_error **err)
-{
-    return cove_error_set(err, 0, 409, "SANDBOX::INVALID_STATE", "cannot %s sandbox %s: it is %s",
-                          action, sb->id, sandbox_state_name(sb->state));
-}
-
 int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
 {
-    if (sb->state != SANDBOX_RUNNING)
-        return conflict(sb, "pause", err);
+    if (sandbox_check(sb, SANDBOX_ACTION_PAUSE, err) < 0)
+        return -1;
     set_state(sb, SANDBOX_PAUSING, "user_pause", "sandbox is pausing");
     if (runtime_pause(mgr->rt, sb->id, err) < 0) {
         struct cove_error *ignored = NULL;
@@ -626,8 +570,8 @@ int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_e
 
 int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
 {
-    if (sb->state != SANDBOX_PAUSED)
-        return conflict(sb, "resume", err);
+    if (sandbox_check(sb, SANDBOX_ACTION_RESUME, err) < 0)
+        return -1;
     set_state(sb, SANDBOX_RESUMING, "user_resume", "sandbox is resuming");
     if (runtime_resume(mgr->rt, sb->id, err) < 0) {
         set_state(sb, SANDBOX_PAUSED, "resume_failed", (*err)->message);
@@ -653,6 +597,9 @@ void sandbox_agent_socket(const struct sandbox *sb, char *out, size_t size)
 /* A sandbox whose PID 1 is gone keeps its record, Failed, so that its owner learns why. */
 static void mark_gone(struct sandbox_manager *mgr, struct sandbox *sb, const char *message)
 {
+    if (sb->exit_event != NULL)
+        event_free(sb->exit_event); /* before runtime_destroy closes its pidfd */
+    sb->exit_event = NULL;
     struct cove_error *ignored = NULL;
     runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
     cove_error_free(ignored);
@@ -662,29 +609,35 @@ static void mark_gone(struct sandbox_manager *mgr, struct sandbox *sb, const cha
     log_warn("sandbox %s: %s", sb->id, message);
 }
 
-static void on_sigchld(evutil_socket_t fd, short what, void *arg)
+/* PID 1 exited: a teardown ends, or a sandbox that was running is Failed. */
+static void on_exit_event(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
-    (void)what;
-    struct sandbox_manager *mgr = arg;
-    int status;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        for (size_t i = 0; i < mgr->count; i++) {
-            struct sandbox *sb = mgr->items[i];
-            if (sb->proc.pid != pid || sb->state == SANDBOX_STOPPING)
-                continue;
-            char message[128];
-            if (WIFSIGNALED(status))
-                snprintf(message, sizeof(message), "sandbox init was killed by signal %d",
-                         WTERMSIG(status));
-            else
-                snprintf(message, sizeof(message), "sandbox init exited with status %d",
-                         WEXITSTATUS(status));
-            mark_gone(mgr, sb, message);
-            break;
-        }
+    struct sandbox *sb = arg;
+    if (sb->state == SANDBOX_STOPPING) {
+        if (what & EV_TIMEOUT)
+            log_warn("sandbox %s: processes still exiting after %d s; tearing down anyway", sb->id,
+                     STOP_TIMEOUT_S);
+        delete_finish(sb->manager, sb);
+        return;
     }
+    char message[128];
+    if (runtime_process_reap(&sb->proc, false, message, sizeof(message)) <= 0)
+        snprintf(message, sizeof(message), "sandbox init exited"); /* re-adopted: not our child */
+    mark_gone(sb->manager, sb, message);
+}
+
+/* The one watcher of PID 1 (there is no SIGCHLD handler): without a pidfd (a re-adopted
+ * sandbox under valgrind) an exit is noticed only when something uses the sandbox. */
+static int watch_exit(struct sandbox_manager *mgr, struct sandbox *sb)
+{
+    if (sb->proc.pidfd < 0)
+        return 0;
+    sb->exit_event = event_new(mgr->base, sb->proc.pidfd, EV_READ, on_exit_event, sb);
+    if (sb->exit_event != NULL && event_add(sb->exit_event, NULL) == 0)
+        return 0;
+    log_error("sandbox %s: cannot watch its process", sb->id);
+    return -1;
 }
 
 static void on_ttl_tick(evutil_socket_t fd, short what, void *arg)
@@ -698,7 +651,8 @@ static void on_ttl_tick(evutil_socket_t fd, short what, void *arg)
     size_t n = 0;
     for (size_t i = 0; i < mgr->count; i++) {
         struct sandbox *sb = mgr->items[i];
-        if (sb->expires_ms <= 0 || sb->expires_ms > now || sb->state == SANDBOX_STOPPING)
+        if (sb->expires_ms <= 0 || sb->expires_ms > now ||
+            !sandbox_state_can(sb->state, SANDBOX_ACTION_DELETE))
             continue;
         if (expired == NULL && (expired = calloc(mgr->count, sizeof(*expired))) == NULL)
             return; /* the next tick tries again */
@@ -732,11 +686,9 @@ int sandbox_manager_new(struct event_base *base, struct store *store, struct run
         free(mgr);
         return -1;
     }
-    mgr->sigchld = evsignal_new(base, SIGCHLD, on_sigchld, mgr);
     mgr->ttl_timer = event_new(base, -1, EV_PERSIST, on_ttl_tick, mgr);
     struct timeval tick = {.tv_sec = 0, .tv_usec = TTL_SWEEP_MS * 1000};
-    if (mgr->sigchld == NULL || mgr->ttl_timer == NULL || evsignal_add(mgr->sigchld, NULL) < 0 ||
-        event_add(mgr->ttl_timer, &tick) < 0) {
+    if (mgr->ttl_timer == NULL || event_add(mgr->ttl_timer, &tick) < 0) {
         sandbox_manager_free(mgr);
         return cove_error_set(err, 0, 500, "COVE::INTERNAL", "cannot set up sandbox events");
     }
@@ -748,15 +700,13 @@ void sandbox_manager_free(struct sandbox_manager *mgr)
 {
     if (mgr == NULL)
         return;
-    if (mgr->sigchld)
-        event_free(mgr->sigchld);
     if (mgr->ttl_timer)
         event_free(mgr->ttl_timer);
     /* Sandboxes outlive the daemon: free the records, leave the processes running. Those
      * still being set up cannot be re-adopted (their set-up needs this daemon): they go. */
     for (size_t i = 0; i < mgr->count;) {
         struct sandbox *sb = mgr->items[i];
-        if (sb->state == SANDBOX_STOPPING && sb->stop_event != NULL) {
+        if (sb->state == SANDBOX_STOPPING && sb->exit_event != NULL) {
             size_t before = mgr->count;
             delete_finish(mgr, sb); /* waits for the exit here */
             if (mgr->count < before)
@@ -782,7 +732,7 @@ static void adopt(struct sandbox *sb, void *arg)
     struct sandbox_manager *mgr = arg;
     struct cove_error *err = NULL;
     sb->manager = mgr;
-    sb->stop_fd = -1;
+    sb->proc.pidfd = -1;
     /* Its processes run with this range whatever the pool says: a second claim (a store
      * edited by hand) leaves the range to the first and this one without a slot to free. */
     if (sb->id_slot != ID_RANGE_NO_SLOT && !id_range_pool_claim(&mgr->id_ranges, sb->id_slot)) {
@@ -798,10 +748,12 @@ static void adopt(struct sandbox *sb, void *arg)
     }
     if (sb->state == SANDBOX_FAILED)
         return;
-    if (!runtime_alive(&sb->proc)) {
+    /* Not coved's child any more: watched through a pidfd of its own from here on. */
+    if (runtime_process_adopt(&sb->proc) < 0) {
         mark_gone(mgr, sb, "sandbox processes were gone when coved restarted");
         return;
     }
+    watch_exit(mgr, sb); /* logged if it fails: the sandbox is then checked when used */
     /* An interrupted transition is finished by looking at what the cgroup really is. */
     if (sb->state == SANDBOX_PAUSING || sb->state == SANDBOX_RESUMING ||
         sb->state == SANDBOX_PENDING) {

@@ -1,4 +1,5 @@
-/* Sandboxes: the registry, the state machine and TTL, persisted in the store. */
+/* Sandboxes: the registry, their lifecycle (the rules in state.h) and TTL, persisted in the
+ * store. */
 #pragma once
 
 #include <event2/event.h>
@@ -7,21 +8,11 @@
 #include <stdint.h>
 
 #include "coved/runtime/runtime.h"
+#include "coved/sandbox/state.h"
 #include "coved/sandbox/template.h"
 #include "lib/error.h"
 
 struct store;
-
-enum sandbox_state {
-    SANDBOX_PENDING,
-    SANDBOX_RUNNING,
-    SANDBOX_PAUSING,
-    SANDBOX_PAUSED,
-    SANDBOX_RESUMING,
-    SANDBOX_STOPPING,
-    SANDBOX_TERMINATED,
-    SANDBOX_FAILED,
-};
 
 #define SANDBOX_ID_SIZE 24
 
@@ -53,9 +44,10 @@ struct sandbox {
     struct sandbox_manager *manager;
     void (*on_created)(struct sandbox *sb, const struct cove_error *err, void *arg);
     void *created_arg;
-    /* While Stopping: PID 1's exit awaited, and who waits for the teardown. */
-    struct event *stop_event;
-    int stop_fd;
+    /* PID 1's exit, watched on its pidfd (proc.pidfd): while Running or Paused it makes the
+     * sandbox Failed, while Stopping it ends the teardown. */
+    struct event *exit_event;
+    /* While Stopping: who waits for the teardown. */
     void (*on_deleted)(const struct cove_error *err, void *arg);
     void *deleted_arg;
     /* Health (sandbox/health.h): the last verdict while Running, and the probe under way. */
@@ -123,8 +115,7 @@ void sandbox_foreach(struct sandbox_manager *mgr, const char *owner,
 /* Unix socket path of the sandbox's agent. */
 void sandbox_agent_socket(const struct sandbox *sb, char *out, size_t size);
 
-const char *sandbox_state_name(enum sandbox_state state);
-int sandbox_state_parse(const char *name, enum sandbox_state *out);
-json_t *sandbox_to_json(const struct sandbox *sb, bool full);
+/* May action be done to sb now (state.h's table)? 0, or -1 with the 409 a client gets. */
+int sandbox_check(const struct sandbox *sb, enum sandbox_action action, struct cove_error **err);
 int64_t sandbox_now_ms(void);
 void sandbox_format_time(int64_t ms, char *out, size_t size);

@@ -1,0 +1,154 @@
+/* A sandbox's PID 1 as coved holds it: through a pidfd, taken when coved cloned it (or, for
+ * one re-adopted after a restart, opened once its start time proved it the same process).
+ * Signals and the wait go through that descriptor, so a pid the kernel has since handed to
+ * another process is never hit. Only the holder of the pidfd reaps: coved has no
+ * waitpid(-1) and no SIGCHLD handler. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coved/runtime/runtime.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+uint64_t runtime_process_start_time(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* The command name may contain spaces and parentheses: fields restart after the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return 0;
+    unsigned long long start = 0;
+    /* state(3) ... starttime is field 22, i.e. the 20th after ')' */
+    if (sscanf(p + 2,
+               "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+               "%*d %llu",
+               &start) != 1)
+        return 0;
+    return start;
+}
+
+bool runtime_alive(const struct runtime_process *proc)
+{
+    if (proc->pid <= 0)
+        return false;
+    uint64_t start = runtime_process_start_time(proc->pid);
+    if (start == 0 || start != proc->start_time)
+        return false;
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)proc->pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+int runtime_process_signal(const struct runtime_process *proc, int sig)
+{
+    if (proc->pidfd >= 0) {
+        if (syscall(SYS_pidfd_send_signal, proc->pidfd, sig, NULL, 0) == 0)
+            return 0;
+        /* valgrind has no pidfd_send_signal: the pid is still this process's, for it is
+         * coved's own child and only this pidfd's holder reaps it. */
+        if (errno != ENOSYS)
+            return -1;
+        return kill(proc->pid, sig);
+    }
+    /* No pidfd (a re-adopted sandbox under valgrind): the start time vouches for the pid. */
+    if (!runtime_alive(proc)) {
+        errno = ESRCH;
+        return -1;
+    }
+    return kill(proc->pid, sig);
+}
+
+int runtime_process_reap(struct runtime_process *proc, bool block, char *why, size_t size)
+{
+    if (proc->pidfd < 0)
+        return -1;
+    siginfo_t info;
+    memset(&info, 0, sizeof(info));
+    int rc;
+    do {
+        rc = waitid((idtype_t)P_PIDFD, (id_t)proc->pidfd, &info, WEXITED | (block ? 0 : WNOHANG));
+    } while (rc < 0 && errno == EINTR);
+    if (rc < 0)
+        return -1; /* ECHILD: re-adopted, another process's child */
+    if (info.si_pid == 0)
+        return 0; /* still running */
+    if (why != NULL && (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED))
+        snprintf(why, size, "sandbox init was killed by signal %d", info.si_status);
+    else if (why != NULL)
+        snprintf(why, size, "sandbox init exited with status %d", info.si_status);
+    return 1;
+}
+
+bool runtime_process_wait(const struct runtime_process *proc, int timeout_ms)
+{
+    if (proc->pidfd >= 0) {
+        struct pollfd p = {.fd = proc->pidfd, .events = POLLIN};
+        int rc;
+        do {
+            rc = poll(&p, 1, timeout_ms);
+        } while (rc < 0 && errno == EINTR);
+        return rc > 0;
+    }
+    /* No pidfd (a re-adopted sandbox under valgrind), and not coved's child: poll the pid. */
+    for (int waited = 0; waited < timeout_ms; waited++) {
+        if (!runtime_alive(proc))
+            return true;
+        struct timespec ms = {.tv_nsec = 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return false;
+}
+
+int runtime_process_adopt(struct runtime_process *proc)
+{
+    proc->pidfd = -1;
+    if (!runtime_alive(proc))
+        return -1;
+    int fd = (int)syscall(SYS_pidfd_open, proc->pid, 0);
+    if (fd < 0)
+        return errno == ENOSYS ? 0 : -1; /* valgrind: kept by its start time alone */
+    /* The pid could have been reused between the check and the open: checked again, with the
+     * descriptor now naming one process for good. */
+    proc->pidfd = fd;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (!runtime_alive(proc) || poll(&p, 1, 0) != 0) {
+        runtime_process_release(proc);
+        return -1;
+    }
+    return 0;
+}
+
+void runtime_process_release(struct runtime_process *proc)
+{
+    if (proc->pidfd >= 0)
+        close(proc->pidfd);
+    proc->pidfd = -1;
+}
