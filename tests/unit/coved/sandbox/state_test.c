@@ -3,7 +3,7 @@
  * table under test. */
 #include <string.h>
 
-#include "../check.h"
+#include "check.h"
 #include "coved/sandbox/state.h"
 
 enum expect { OK, INVALID_STATE, BEING_DELETED, NEEDS_RESUME, NOT_RUNNING };

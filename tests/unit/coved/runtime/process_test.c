@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../check.h"
+#include "check.h"
 #include "coved/runtime/runtime.h"
 
 /* A child that waits to be killed, with its pidfd taken at clone time as coved does. */
