@@ -5,144 +5,36 @@
  *
  * Doing the mounts before the user namespace exists means the mount, pid, net and uts
  * namespaces belong to the host's user namespace: root inside the sandbox holds no capability
- * over them, so it cannot unmount a mask, remount /usr writable or reconfigure its network. */
+ * over them, so it cannot unmount a mask, remount /usr writable or reconfigure its network.
+ *
+ * This file is the handshake with the set-up child and the sandbox's start, pause, kill and
+ * teardown; the child's root is built in rootfs.c (with child.c's helpers), its capabilities
+ * trimmed in caps.c, its seccomp filter in seccomp.c, its PID 1 watched in process.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
-#include <linux/capability.h>
 #include <linux/securebits.h>
-#include <net/if.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "coved/runtime/child.h"
 #include "coved/runtime/runtime.h"
 #include "lib/log.h"
 
 #define AGENT_LISTEN_FD 3
-
-/* Child-side: report a failure to the parent through the status pipe and exit. */
-static __attribute__((noreturn, format(printf, 2, 3))) void child_fail(int status_fd,
-                                                                       const char *fmt, ...)
-{
-    char msg[512];
-    int saved = errno;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof(msg))
-        snprintf(msg + n, sizeof(msg) - n, ": %s", strerror(saved));
-    char buf[sizeof(msg) + 1];
-    buf[0] = 'E';
-    memcpy(buf + 1, msg, strlen(msg) + 1);
-    ssize_t ignored = write(status_fd, buf, strlen(msg) + 1);
-    (void)ignored;
-    _exit(127);
-}
-
-static void child_mount(int status_fd, const char *src, const char *target, const char *type,
-                        unsigned long flags, const char *data)
-{
-    if (mount(src, target, type, flags, data) < 0)
-        child_fail(status_fd, "mount %s on %s", type ? type : (src ? src : "(none)"), target);
-}
-
-/* mountinfo escapes space, tab, newline and backslash as \ooo. */
-static void unescape_mount_path(char *s)
-{
-    char *out = s;
-    for (char *in = s; *in; out++) {
-        if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
-            in[3] >= '0' && in[3] <= '7') {
-            *out = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
-            in += 4;
-        } else {
-            *out = *in++;
-        }
-    }
-    *out = '\0';
-}
-
-/* Kernels without mount_setattr (before 5.12): remounts every mount at or below target, each
- * keeping the restrictions it already had. */
-static void child_remount_tree_ro(int status_fd, const char *target, unsigned long extra)
-{
-    char base[4096], line[8192], mp[4096];
-    if (realpath(target, base) == NULL)
-        child_fail(status_fd, "realpath %s", target);
-    size_t len = strlen(base);
-    FILE *f = fopen("/proc/self/mountinfo", "re");
-    if (f == NULL)
-        child_fail(status_fd, "open /proc/self/mountinfo");
-    while (fgets(line, sizeof(line), f)) {
-        if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1)
-            continue;
-        unescape_mount_path(mp);
-        if (strncmp(mp, base, len) != 0 || (mp[len] != '\0' && mp[len] != '/'))
-            continue;
-        unsigned long keep = 0;
-        struct statvfs sv;
-        if (statvfs(mp, &sv) == 0)
-            keep = (sv.f_flag & ST_NOSUID ? MS_NOSUID : 0) | (sv.f_flag & ST_NODEV ? MS_NODEV : 0) |
-                   (sv.f_flag & ST_NOEXEC ? MS_NOEXEC : 0) |
-                   (sv.f_flag & ST_NOATIME ? MS_NOATIME : 0) |
-                   (sv.f_flag & ST_NODIRATIME ? MS_NODIRATIME : 0) |
-                   (sv.f_flag & ST_RELATIME ? MS_RELATIME : 0);
-        child_mount(status_fd, NULL, mp, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | keep | extra,
-                    NULL);
-    }
-    fclose(f);
-}
-
-/* Bind-mounts src on target read-only, every mount below it included: MS_REC copies the
- * submounts, but a bind remount changes only the top one, which would leave a submount of
- * the host's /usr (say /usr/local) writable inside, onto the host's own files. */
-static void child_bind_ro(int status_fd, const char *src, const char *target, unsigned long extra)
-{
-    child_mount(status_fd, src, target, NULL, MS_BIND | MS_REC, NULL);
-    struct mount_attr attr = {
-        .attr_set = MOUNT_ATTR_RDONLY | (extra & MS_NOSUID ? MOUNT_ATTR_NOSUID : 0) |
-                    (extra & MS_NODEV ? MOUNT_ATTR_NODEV : 0) |
-                    (extra & MS_NOEXEC ? MOUNT_ATTR_NOEXEC : 0),
-    };
-    if (mount_setattr(AT_FDCWD, target, AT_RECURSIVE, &attr, sizeof(attr)) == 0)
-        return;
-    if (errno != ENOSYS)
-        child_fail(status_fd, "make %s read-only", target);
-    child_remount_tree_ro(status_fd, target, extra);
-}
-
-static void child_mkdir(int status_fd, const char *path, mode_t mode)
-{
-    if (mkdir(path, mode) < 0 && errno != EEXIST)
-        child_fail(status_fd, "mkdir %s", path);
-}
-
-static void child_touch(int status_fd, const char *path)
-{
-    int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0)
-        child_fail(status_fd, "create %s", path);
-    close(fd);
-}
 
 static void read_byte(int status_fd, int fd, char expected)
 {
@@ -158,327 +50,6 @@ static void read_byte(int status_fd, int fd, char expected)
 }
 
 /* Writes "inside host_base 65536" to a uid_map or gid_map; errno set on failure. */
-static int write_map(const char *path, uint32_t inside, uint32_t host_base)
-{
-    char map[64];
-    int len = snprintf(map, sizeof(map), "%u %u %u\n", inside, host_base, RUNTIME_ID_COUNT);
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = write(fd, map, len);
-    int saved = errno;
-    close(fd);
-    errno = n < 0 ? saved : (n == len ? 0 : EIO);
-    return n == len ? 0 : -1;
-}
-
-/* A user namespace whose map takes the templates' owners on disk (RUNTIME_HOST_ID_BASE...)
- * to the sandbox's range, for the idmapped mount of its template. A short-lived child of
- * this process makes it and is killed once its namespace is open: the descriptor, then the
- * mount, keep the namespace. The child runs as the sandbox's namespace owner (see
- * child_main), so the namespace counts against that uid's budget, not host root's. */
-static int child_idmap_userns(int status_fd, uint32_t host_base, uint32_t owner)
-{
-    int sync[2];
-    if (pipe2(sync, O_CLOEXEC) < 0)
-        child_fail(status_fd, "pipe");
-    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
-    if (pid < 0)
-        child_fail(status_fd, "fork for the template's id mapping");
-    if (pid == 0) {
-        /* Its pid as the host's /proc (still mounted here) knows it: getpid() answers the
-         * sandbox's pid namespace. */
-        char self[32] = "";
-        close(sync[0]);
-        if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 ||
-            setgroups(0, NULL) < 0 || setresgid(owner, owner, owner) < 0 ||
-            setresuid(owner, owner, owner) < 0 || unshare(CLONE_NEWUSER) < 0 ||
-            readlink("/proc/self", self, sizeof(self) - 1) <= 0)
-            _exit(1);
-        ssize_t ignored = write(sync[1], self, strlen(self));
-        (void)ignored;
-        for (;;)
-            pause(); /* until killed */
-    }
-    close(sync[1]);
-    char host_pid[32], path[64];
-    ssize_t n;
-    do {
-        n = read(sync[0], host_pid, sizeof(host_pid) - 1);
-    } while (n < 0 && errno == EINTR);
-    close(sync[0]);
-    int ns = -1, saved = n < 0 ? errno : EPROTO;
-    if (n > 0) {
-        host_pid[n] = '\0';
-        snprintf(path, sizeof(path), "/proc/%s/uid_map", host_pid);
-        if (write_map(path, RUNTIME_HOST_ID_BASE, host_base) == 0) {
-            snprintf(path, sizeof(path), "/proc/%s/gid_map", host_pid);
-            if (write_map(path, RUNTIME_HOST_ID_BASE, host_base) == 0) {
-                snprintf(path, sizeof(path), "/proc/%s/ns/user", host_pid);
-                ns = open(path, O_RDONLY | O_CLOEXEC);
-            }
-        }
-        saved = errno;
-    }
-    kill(pid, SIGKILL);
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-        ;
-    errno = saved;
-    if (ns < 0)
-        child_fail(status_fd, "make the user namespace of the template's id mapping");
-    return ns;
-}
-
-/* The template, read-only, at "lower" (in the current directory): seen through an idmapped
- * mount, its files owned by RUNTIME_HOST_ID_BASE + N on disk are the sandbox's host base + N,
- * which is N inside. One copy on disk serves every sandbox, each with ids of its own. */
-static void mount_template(int status_fd, const struct runtime_spec *spec, uint32_t owner)
-{
-    int tree =
-        open_tree(AT_FDCWD, spec->rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-    if (tree < 0)
-        child_fail(status_fd, "clone the template %s", spec->rootfs);
-    int userns = child_idmap_userns(status_fd, spec->host_id_base, owner);
-    struct mount_attr attr = {
-        .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
-        .userns_fd = (uint64_t)userns,
-    };
-    if (mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
-        child_fail(status_fd,
-                   "idmap the template %s (idmapped mounts need Linux 5.12 or later and a "
-                   "filesystem that has them, such as ext4, xfs, btrfs or tmpfs)",
-                   spec->rootfs);
-    close(userns);
-    if (move_mount(tree, "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
-        child_fail(status_fd, "mount the template %s", spec->rootfs);
-    close(tree);
-}
-
-/* Docker's masked /proc paths: files get /dev/null, directories an empty read-only tmpfs. */
-static const char *const proc_masked[] = {
-    "proc/acpi",        "proc/asound",        "proc/interrupts", "proc/kcore",
-    "proc/keys",        "proc/latency_stats", "proc/timer_list", "proc/timer_stats",
-    "proc/sched_debug", "proc/scsi",          "sys/firmware",    "sys/devices/virtual/powercap",
-};
-static const char *const proc_readonly[] = {
-    "proc/bus", "proc/fs", "proc/irq", "proc/sys", "proc/sysrq-trigger",
-};
-
-static void mount_proc_and_sys(int status_fd)
-{
-    child_mkdir(status_fd, "proc", 0555);
-    child_mount(status_fd, "proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-    child_mkdir(status_fd, "sys", 0555);
-    child_mount(status_fd, "sysfs", "sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
-                NULL);
-    for (size_t i = 0; i < sizeof(proc_readonly) / sizeof(proc_readonly[0]); i++) {
-        if (access(proc_readonly[i], F_OK) < 0)
-            continue;
-        child_bind_ro(status_fd, proc_readonly[i], proc_readonly[i],
-                      MS_NOSUID | MS_NODEV | MS_NOEXEC);
-    }
-    for (size_t i = 0; i < sizeof(proc_masked) / sizeof(proc_masked[0]); i++) {
-        struct stat st;
-        if (lstat(proc_masked[i], &st) < 0)
-            continue;
-        if (S_ISDIR(st.st_mode))
-            child_mount(status_fd, "tmpfs", proc_masked[i], "tmpfs", MS_RDONLY, "size=0");
-        else
-            child_mount(status_fd, "/dev/null", proc_masked[i], NULL, MS_BIND, NULL);
-    }
-}
-
-static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
-
-static void mount_dev(int status_fd, uint32_t host_base)
-{
-    char opts[128], path[64], host[64];
-    child_mkdir(status_fd, "dev", 0755);
-    snprintf(opts, sizeof(opts), "mode=0755,size=65536,uid=%u,gid=%u", host_base, host_base);
-    child_mount(status_fd, "tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, opts);
-    for (size_t i = 0; i < sizeof(dev_nodes) / sizeof(dev_nodes[0]); i++) {
-        snprintf(path, sizeof(path), "dev/%s", dev_nodes[i]);
-        snprintf(host, sizeof(host), "/dev/%s", dev_nodes[i]);
-        child_touch(status_fd, path);
-        child_mount(status_fd, host, path, NULL, MS_BIND, NULL);
-    }
-    child_mkdir(status_fd, "dev/pts", 0755);
-    /* gid 5 (tty) inside the sandbox. */
-    snprintf(opts, sizeof(opts), "newinstance,ptmxmode=0666,mode=0620,gid=%u", host_base + 5);
-    child_mount(status_fd, "devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, opts);
-    if (symlink("pts/ptmx", "dev/ptmx") < 0)
-        child_fail(status_fd, "symlink dev/ptmx");
-    child_mkdir(status_fd, "dev/shm", 01777);
-    snprintf(opts, sizeof(opts), "mode=1777,size=67108864,uid=%u,gid=%u", host_base, host_base);
-    child_mount(status_fd, "shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts);
-    static const char *const links[][2] = {
-        {"/proc/self/fd", "dev/fd"},
-        {"/proc/self/fd/0", "dev/stdin"},
-        {"/proc/self/fd/1", "dev/stdout"},
-        {"/proc/self/fd/2", "dev/stderr"},
-    };
-    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
-        if (symlink(links[i][0], links[i][1]) < 0)
-            child_fail(status_fd, "symlink %s", links[i][1]);
-}
-
-static void bring_up_loopback(int status_fd)
-{
-    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (sock < 0)
-        child_fail(status_fd, "socket for lo");
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-    if (ioctl(sock, SIOCGIFFLAGS, &ifr) < 0)
-        child_fail(status_fd, "get lo flags");
-    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    if (ioctl(sock, SIOCSIFFLAGS, &ifr) < 0)
-        child_fail(status_fd, "bring lo up");
-    close(sock);
-}
-
-/* The host OS's merged-/usr links in a template's root (/bin -> usr/bin, /lib64 -> usr/lib64,
- * ...) live in the writable layer: `rm -rf /` inside removes them, and without /lib64 (the
- * dynamic loader) no program starts any more. Each becomes a read-only bind mount of the
- * directory it points to: a mount point cannot be removed or renamed inside (EBUSY, and root
- * there cannot unmount), and what is below is as read-only as /usr. */
-static void bind_merged_usr_links(int status_fd)
-{
-    static const char *const links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
-    char target[256];
-    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
-        ssize_t n = readlink(links[i], target, sizeof(target) - 1);
-        if (n < 0)
-            continue; /* absent, or a real directory of the template */
-        target[n] = '\0';
-        const char *in_usr = target[0] == '/' ? target + 1 : target;
-        struct stat st;
-        if (strncmp(in_usr, "usr/", 4) != 0 || strstr(in_usr, "..") != NULL ||
-            stat(in_usr, &st) < 0 || !S_ISDIR(st.st_mode))
-            continue;
-        if (unlink(links[i]) < 0)
-            child_fail(status_fd, "unlink %s", links[i]);
-        child_mkdir(status_fd, links[i], 0755);
-        child_bind_ro(status_fd, in_usr, links[i], MS_NOSUID | MS_NODEV);
-    }
-}
-
-static void build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner)
-{
-    char path[4096], opts[8192];
-    /* Nothing mounted from here on may propagate back to the host. */
-    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-
-    /* The writable layer: a tmpfs whose size is the disk cap, mounted over the run dir in
-     * this namespace only (the host keeps seeing the agent's socket there). Its pages are
-     * charged to the sandbox's memory cgroup, so the cap can never exceed what the sandbox
-     * may use anyway. The mount points live in it too: nothing per sandbox is made on the
-     * host's disk but the run dir and the socket. */
-    snprintf(opts, sizeof(opts), "size=%lld,mode=0755", (long long)spec->disk_bytes);
-    child_mount(status_fd, "cove-layer", spec->run_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts);
-    if (chdir(spec->run_dir) < 0)
-        child_fail(status_fd, "chdir %s", spec->run_dir);
-    child_mkdir(status_fd, "lower", 0755);
-    child_mkdir(status_fd, "upper", 0755);
-    child_mkdir(status_fd, "work", 0700);
-    child_mkdir(status_fd, "root", 0755);
-    if (chown("upper", spec->host_id_base, spec->host_id_base) < 0)
-        child_fail(status_fd, "chown upper");
-    char lower[4096];
-    if (spec->host_id_base == ID_RANGE_SHARED_BASE) {
-        snprintf(lower, sizeof(lower), "%s", spec->rootfs); /* its owners are this range's */
-    } else {
-        mount_template(status_fd, spec, owner);
-        snprintf(lower, sizeof(lower), "%s/lower", spec->run_dir);
-    }
-    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", lower,
-             spec->run_dir, spec->run_dir);
-    child_mount(status_fd, "cove-root", "root", "overlay", MS_NOSUID, opts);
-    if (chdir("root") < 0)
-        child_fail(status_fd, "chdir root");
-
-    if (spec->host_os) {
-        child_mkdir(status_fd, "usr", 0755);
-        child_bind_ro(status_fd, "/usr", "usr", MS_NOSUID | MS_NODEV);
-        bind_merged_usr_links(status_fd);
-    }
-    mount_proc_and_sys(status_fd);
-    mount_dev(status_fd, spec->host_id_base);
-    child_mkdir(status_fd, "tmp", 01777);
-
-    /* pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only
-     * the sandbox's tree. */
-    if (syscall(SYS_pivot_root, ".", ".") < 0)
-        child_fail(status_fd, "pivot_root");
-    if (umount2(".", MNT_DETACH) < 0)
-        child_fail(status_fd, "detach old root");
-    if (chdir("/") < 0)
-        child_fail(status_fd, "chdir /");
-    snprintf(path, sizeof(path), "%s", spec->id);
-    if (sethostname(path, strlen(path)) < 0)
-        child_fail(status_fd, "sethostname");
-    bring_up_loopback(status_fd);
-}
-
-/* Docker's default capability set; everything else leaves the bounding set. */
-static const int kept_caps[] = {
-    CAP_CHOWN,   CAP_DAC_OVERRIDE, CAP_FSETID,           CAP_FOWNER,
-    CAP_MKNOD,   CAP_NET_RAW,      CAP_SETGID,           CAP_SETUID,
-    CAP_SETFCAP, CAP_SETPCAP,      CAP_NET_BIND_SERVICE, CAP_SYS_CHROOT,
-    CAP_KILL,    CAP_AUDIT_WRITE,
-};
-
-int runtime_caps_trim(struct cove_error **err)
-{
-    int last = CAP_LAST_CAP;
-    FILE *f = fopen("/proc/sys/kernel/cap_last_cap", "re");
-    if (f != NULL) {
-        if (fscanf(f, "%d", &last) != 1)
-            last = CAP_LAST_CAP;
-        fclose(f);
-    }
-    for (int cap = 0; cap <= last; cap++) {
-        bool keep = false;
-        for (size_t i = 0; i < sizeof(kept_caps) / sizeof(kept_caps[0]); i++)
-            keep = keep || kept_caps[i] == cap;
-        if (!keep && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-            return cove_error_sys(err, "drop capability %d", cap);
-    }
-    return 0;
-}
-
-/* The sandbox's own cgroups, read-only at /sys/fs/cgroup (Docker does the same): mounted
- * from inside the new cgroup namespace, each hierarchy's root is the sandbox's cgroup, so
- * the agent and the user read their limits and usage and see nothing of the host's. */
-static void mount_cgroupfs(int status_fd, const struct cgroup_system *cg)
-{
-    static const char *const names[CGROUP_V1_COUNT] = {"cpu", "cpuacct", "memory", "pids",
-                                                       "freezer"};
-    if (access("/sys/fs/cgroup", F_OK) < 0)
-        return; /* sysfs without the directory: nothing to mount on */
-    if (cg->mode == CGROUP_V2) {
-        child_mount(status_fd, "cgroup2", "/sys/fs/cgroup", "cgroup2",
-                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-        return;
-    }
-    child_mount(status_fd, "tmpfs", "/sys/fs/cgroup", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                "mode=0755,size=65536");
-    char path[64];
-    for (int c = 0; c < CGROUP_V1_COUNT; c++) {
-        if (cg->v1_mount[c][0] == '\0')
-            continue;
-        /* Co-mounted controllers (cpu,cpuacct) share one hierarchy: mount it once per name,
-         * the kernel gives the same superblock. */
-        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s", names[c]);
-        child_mkdir(status_fd, path, 0755);
-        child_mount(status_fd, "cgroup", path, "cgroup",
-                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, names[c]);
-    }
-    child_mount(status_fd, NULL, "/sys/fs/cgroup", NULL,
-                MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=65536");
-}
-
 /* cgroup v1: the (single-threaded) child writes "0" to each hierarchy's `tasks`, moving only
  * itself. Moving another process, or a whole thread group, takes the kernel's global
  * threadgroup lock, whose first use after a quiet spell waits for an RCU grace period (6 to
@@ -562,7 +133,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         child_fail(status_fd, "handshake with coved (namespace owner)");
     if (a->cgroups->mode == CGROUP_V1)
         join_cgroups_v1(status_fd, a->cgroups, a->spec->id);
-    build_root(status_fd, a->spec, owner);
+    child_build_root(status_fd, a->spec, owner);
     /* Lowered as host root; root inside cannot raise it again (that takes CAP_SYS_RESOURCE
      * in the host's namespace). The agent keeps a few more for the connections it serves
      * (coved caps them per sandbox) and gives every process it starts the sandbox's limit
@@ -583,7 +154,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
                    (unsigned long long)nofile.rlim_max);
     if (unshare(CLONE_NEWCGROUP) < 0)
         child_fail(status_fd, "unshare cgroup namespace");
-    mount_cgroupfs(status_fd, a->cgroups);
+    child_mount_cgroupfs(status_fd, a->cgroups);
     /* The user namespace belongs to the euid that creates it, and what its processes take of
      * the kernel's per-user budgets (inotify instances, user namespaces, message queues, ...)
      * is charged to that owner in the host's namespace as well. Created as host root, one
@@ -664,7 +235,7 @@ static int write_id_map(pid_t pid, const char *file, uint32_t host_base, struct 
 {
     char path[64];
     snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
-    if (write_map(path, 0, host_base) < 0)
+    if (id_map_write(path, 0, host_base) < 0)
         return cove_error_sys(err, "write %s", path);
     return 0;
 }

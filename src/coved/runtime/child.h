@@ -1,0 +1,30 @@
+/* The sandbox child's side of the native runtime (between clone and the agent's exec):
+ * helpers that report a failure to coved through the status pipe and exit instead of
+ * returning, so that a set-up step either happens or the sandbox never starts. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "coved/runtime/cgroup.h"
+#include "coved/runtime/runtime.h"
+
+/* Reports "E<message>: strerror(errno)" on status_fd and exits 127. */
+__attribute__((noreturn, format(printf, 2, 3))) void child_fail(int status_fd, const char *fmt,
+                                                                ...);
+void child_mount(int status_fd, const char *src, const char *target, const char *type,
+                 unsigned long flags, const char *data);
+/* Bind-mounts src on target read-only, every mount below it included. */
+void child_bind_ro(int status_fd, const char *src, const char *target, unsigned long extra);
+void child_mkdir(int status_fd, const char *path, mode_t mode);
+void child_touch(int status_fd, const char *path);
+/* Writes "inside host_base 65536" to a uid_map or gid_map: 0 or -1 with errno. Used by coved
+ * too, for the sandbox's own maps. */
+int id_map_write(const char *path, uint32_t inside, uint32_t host_base);
+
+/* rootfs.c: the sandbox's root, built as real root in the new mount namespace (the writable
+ * layer, the template seen through an idmapped mount, /usr, /proc, /sys, /dev), pivoted into;
+ * its hostname and loopback. owner: the host uid that owns the sandbox's user namespace. */
+void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner);
+/* rootfs.c: the sandbox's own cgroups, read-only at /sys/fs/cgroup (in its cgroup namespace). */
+void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg);

@@ -1,0 +1,303 @@
+/* The root of a sandbox (child.h): built by its set-up child, as real root, in the fresh
+ * mount namespace, before the user namespace exists (see native.c for why that order). */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/securebits.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "coved/runtime/child.h"
+#include "coved/runtime/id_range.h"
+
+/* A user namespace whose map takes the templates' owners on disk (RUNTIME_HOST_ID_BASE...)
+ * to the sandbox's range, for the idmapped mount of its template. A short-lived child of
+ * this process makes it and is killed once its namespace is open: the descriptor, then the
+ * mount, keep the namespace. The child runs as the sandbox's namespace owner (see
+ * child_main), so the namespace counts against that uid's budget, not host root's. */
+static int child_idmap_userns(int status_fd, uint32_t host_base, uint32_t owner)
+{
+    int sync[2];
+    if (pipe2(sync, O_CLOEXEC) < 0)
+        child_fail(status_fd, "pipe");
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
+    if (pid < 0)
+        child_fail(status_fd, "fork for the template's id mapping");
+    if (pid == 0) {
+        /* Its pid as the host's /proc (still mounted here) knows it: getpid() answers the
+         * sandbox's pid namespace. */
+        char self[32] = "";
+        close(sync[0]);
+        if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 ||
+            setgroups(0, NULL) < 0 || setresgid(owner, owner, owner) < 0 ||
+            setresuid(owner, owner, owner) < 0 || unshare(CLONE_NEWUSER) < 0 ||
+            readlink("/proc/self", self, sizeof(self) - 1) <= 0)
+            _exit(1);
+        ssize_t ignored = write(sync[1], self, strlen(self));
+        (void)ignored;
+        for (;;)
+            pause(); /* until killed */
+    }
+    close(sync[1]);
+    char host_pid[32], path[64];
+    ssize_t n;
+    do {
+        n = read(sync[0], host_pid, sizeof(host_pid) - 1);
+    } while (n < 0 && errno == EINTR);
+    close(sync[0]);
+    int ns = -1, saved = n < 0 ? errno : EPROTO;
+    if (n > 0) {
+        host_pid[n] = '\0';
+        snprintf(path, sizeof(path), "/proc/%s/uid_map", host_pid);
+        if (id_map_write(path, RUNTIME_HOST_ID_BASE, host_base) == 0) {
+            snprintf(path, sizeof(path), "/proc/%s/gid_map", host_pid);
+            if (id_map_write(path, RUNTIME_HOST_ID_BASE, host_base) == 0) {
+                snprintf(path, sizeof(path), "/proc/%s/ns/user", host_pid);
+                ns = open(path, O_RDONLY | O_CLOEXEC);
+            }
+        }
+        saved = errno;
+    }
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    errno = saved;
+    if (ns < 0)
+        child_fail(status_fd, "make the user namespace of the template's id mapping");
+    return ns;
+}
+
+/* The template, read-only, at "lower" (in the current directory): seen through an idmapped
+ * mount, its files owned by RUNTIME_HOST_ID_BASE + N on disk are the sandbox's host base + N,
+ * which is N inside. One copy on disk serves every sandbox, each with ids of its own. */
+static void mount_template(int status_fd, const struct runtime_spec *spec, uint32_t owner)
+{
+    int tree =
+        open_tree(AT_FDCWD, spec->rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (tree < 0)
+        child_fail(status_fd, "clone the template %s", spec->rootfs);
+    int userns = child_idmap_userns(status_fd, spec->host_id_base, owner);
+    struct mount_attr attr = {
+        .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
+        .userns_fd = (uint64_t)userns,
+    };
+    if (mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
+        child_fail(status_fd,
+                   "idmap the template %s (idmapped mounts need Linux 5.12 or later and a "
+                   "filesystem that has them, such as ext4, xfs, btrfs or tmpfs)",
+                   spec->rootfs);
+    close(userns);
+    if (move_mount(tree, "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        child_fail(status_fd, "mount the template %s", spec->rootfs);
+    close(tree);
+}
+
+/* Docker's masked /proc paths: files get /dev/null, directories an empty read-only tmpfs. */
+static const char *const proc_masked[] = {
+    "proc/acpi",        "proc/asound",        "proc/interrupts", "proc/kcore",
+    "proc/keys",        "proc/latency_stats", "proc/timer_list", "proc/timer_stats",
+    "proc/sched_debug", "proc/scsi",          "sys/firmware",    "sys/devices/virtual/powercap",
+};
+static const char *const proc_readonly[] = {
+    "proc/bus", "proc/fs", "proc/irq", "proc/sys", "proc/sysrq-trigger",
+};
+
+static void mount_proc_and_sys(int status_fd)
+{
+    child_mkdir(status_fd, "proc", 0555);
+    child_mount(status_fd, "proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    child_mkdir(status_fd, "sys", 0555);
+    child_mount(status_fd, "sysfs", "sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                NULL);
+    for (size_t i = 0; i < sizeof(proc_readonly) / sizeof(proc_readonly[0]); i++) {
+        if (access(proc_readonly[i], F_OK) < 0)
+            continue;
+        child_bind_ro(status_fd, proc_readonly[i], proc_readonly[i],
+                      MS_NOSUID | MS_NODEV | MS_NOEXEC);
+    }
+    for (size_t i = 0; i < sizeof(proc_masked) / sizeof(proc_masked[0]); i++) {
+        struct stat st;
+        if (lstat(proc_masked[i], &st) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            child_mount(status_fd, "tmpfs", proc_masked[i], "tmpfs", MS_RDONLY, "size=0");
+        else
+            child_mount(status_fd, "/dev/null", proc_masked[i], NULL, MS_BIND, NULL);
+    }
+}
+
+static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+
+static void mount_dev(int status_fd, uint32_t host_base)
+{
+    char opts[128], path[64], host[64];
+    child_mkdir(status_fd, "dev", 0755);
+    snprintf(opts, sizeof(opts), "mode=0755,size=65536,uid=%u,gid=%u", host_base, host_base);
+    child_mount(status_fd, "tmpfs", "dev", "tmpfs", MS_NOSUID | MS_NOEXEC, opts);
+    for (size_t i = 0; i < sizeof(dev_nodes) / sizeof(dev_nodes[0]); i++) {
+        snprintf(path, sizeof(path), "dev/%s", dev_nodes[i]);
+        snprintf(host, sizeof(host), "/dev/%s", dev_nodes[i]);
+        child_touch(status_fd, path);
+        child_mount(status_fd, host, path, NULL, MS_BIND, NULL);
+    }
+    child_mkdir(status_fd, "dev/pts", 0755);
+    /* gid 5 (tty) inside the sandbox. */
+    snprintf(opts, sizeof(opts), "newinstance,ptmxmode=0666,mode=0620,gid=%u", host_base + 5);
+    child_mount(status_fd, "devpts", "dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, opts);
+    if (symlink("pts/ptmx", "dev/ptmx") < 0)
+        child_fail(status_fd, "symlink dev/ptmx");
+    child_mkdir(status_fd, "dev/shm", 01777);
+    snprintf(opts, sizeof(opts), "mode=1777,size=67108864,uid=%u,gid=%u", host_base, host_base);
+    child_mount(status_fd, "shm", "dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts);
+    static const char *const links[][2] = {
+        {"/proc/self/fd", "dev/fd"},
+        {"/proc/self/fd/0", "dev/stdin"},
+        {"/proc/self/fd/1", "dev/stdout"},
+        {"/proc/self/fd/2", "dev/stderr"},
+    };
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+        if (symlink(links[i][0], links[i][1]) < 0)
+            child_fail(status_fd, "symlink %s", links[i][1]);
+}
+
+static void bring_up_loopback(int status_fd)
+{
+    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        child_fail(status_fd, "socket for lo");
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+    if (ioctl(sock, SIOCGIFFLAGS, &ifr) < 0)
+        child_fail(status_fd, "get lo flags");
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(sock, SIOCSIFFLAGS, &ifr) < 0)
+        child_fail(status_fd, "bring lo up");
+    close(sock);
+}
+
+/* The host OS's merged-/usr links in a template's root (/bin -> usr/bin, /lib64 -> usr/lib64,
+ * ...) live in the writable layer: `rm -rf /` inside removes them, and without /lib64 (the
+ * dynamic loader) no program starts any more. Each becomes a read-only bind mount of the
+ * directory it points to: a mount point cannot be removed or renamed inside (EBUSY, and root
+ * there cannot unmount), and what is below is as read-only as /usr. */
+static void bind_merged_usr_links(int status_fd)
+{
+    static const char *const links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+    char target[256];
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+        ssize_t n = readlink(links[i], target, sizeof(target) - 1);
+        if (n < 0)
+            continue; /* absent, or a real directory of the template */
+        target[n] = '\0';
+        const char *in_usr = target[0] == '/' ? target + 1 : target;
+        struct stat st;
+        if (strncmp(in_usr, "usr/", 4) != 0 || strstr(in_usr, "..") != NULL ||
+            stat(in_usr, &st) < 0 || !S_ISDIR(st.st_mode))
+            continue;
+        if (unlink(links[i]) < 0)
+            child_fail(status_fd, "unlink %s", links[i]);
+        child_mkdir(status_fd, links[i], 0755);
+        child_bind_ro(status_fd, in_usr, links[i], MS_NOSUID | MS_NODEV);
+    }
+}
+
+void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner)
+{
+    char path[4096], opts[8192];
+    /* Nothing mounted from here on may propagate back to the host. */
+    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+
+    /* The writable layer: a tmpfs whose size is the disk cap, mounted over the run dir in
+     * this namespace only (the host keeps seeing the agent's socket there). Its pages are
+     * charged to the sandbox's memory cgroup, so the cap can never exceed what the sandbox
+     * may use anyway. The mount points live in it too: nothing per sandbox is made on the
+     * host's disk but the run dir and the socket. */
+    snprintf(opts, sizeof(opts), "size=%lld,mode=0755", (long long)spec->disk_bytes);
+    child_mount(status_fd, "cove-layer", spec->run_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts);
+    if (chdir(spec->run_dir) < 0)
+        child_fail(status_fd, "chdir %s", spec->run_dir);
+    child_mkdir(status_fd, "lower", 0755);
+    child_mkdir(status_fd, "upper", 0755);
+    child_mkdir(status_fd, "work", 0700);
+    child_mkdir(status_fd, "root", 0755);
+    if (chown("upper", spec->host_id_base, spec->host_id_base) < 0)
+        child_fail(status_fd, "chown upper");
+    char lower[4096];
+    if (spec->host_id_base == ID_RANGE_SHARED_BASE) {
+        snprintf(lower, sizeof(lower), "%s", spec->rootfs); /* its owners are this range's */
+    } else {
+        mount_template(status_fd, spec, owner);
+        snprintf(lower, sizeof(lower), "%s/lower", spec->run_dir);
+    }
+    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", lower,
+             spec->run_dir, spec->run_dir);
+    child_mount(status_fd, "cove-root", "root", "overlay", MS_NOSUID, opts);
+    if (chdir("root") < 0)
+        child_fail(status_fd, "chdir root");
+
+    if (spec->host_os) {
+        child_mkdir(status_fd, "usr", 0755);
+        child_bind_ro(status_fd, "/usr", "usr", MS_NOSUID | MS_NODEV);
+        bind_merged_usr_links(status_fd);
+    }
+    mount_proc_and_sys(status_fd);
+    mount_dev(status_fd, spec->host_id_base);
+    child_mkdir(status_fd, "tmp", 01777);
+
+    /* pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only
+     * the sandbox's tree. */
+    if (syscall(SYS_pivot_root, ".", ".") < 0)
+        child_fail(status_fd, "pivot_root");
+    if (umount2(".", MNT_DETACH) < 0)
+        child_fail(status_fd, "detach old root");
+    if (chdir("/") < 0)
+        child_fail(status_fd, "chdir /");
+    snprintf(path, sizeof(path), "%s", spec->id);
+    if (sethostname(path, strlen(path)) < 0)
+        child_fail(status_fd, "sethostname");
+    bring_up_loopback(status_fd);
+}
+
+/* The sandbox's own cgroups, read-only at /sys/fs/cgroup (Docker does the same): mounted
+ * from inside the new cgroup namespace, each hierarchy's root is the sandbox's cgroup, so
+ * the agent and the user read their limits and usage and see nothing of the host's. */
+void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg)
+{
+    static const char *const names[CGROUP_V1_COUNT] = {"cpu", "cpuacct", "memory", "pids",
+                                                       "freezer"};
+    if (access("/sys/fs/cgroup", F_OK) < 0)
+        return; /* sysfs without the directory: nothing to mount on */
+    if (cg->mode == CGROUP_V2) {
+        child_mount(status_fd, "cgroup2", "/sys/fs/cgroup", "cgroup2",
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+        return;
+    }
+    child_mount(status_fd, "tmpfs", "/sys/fs/cgroup", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "mode=0755,size=65536");
+    char path[64];
+    for (int c = 0; c < CGROUP_V1_COUNT; c++) {
+        if (cg->v1_mount[c][0] == '\0')
+            continue;
+        /* Co-mounted controllers (cpu,cpuacct) share one hierarchy: mount it once per name,
+         * the kernel gives the same superblock. */
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s", names[c]);
+        child_mkdir(status_fd, path, 0755);
+        child_mount(status_fd, "cgroup", path, "cgroup",
+                    MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, names[c]);
+    }
+    child_mount(status_fd, NULL, "/sys/fs/cgroup", NULL,
+                MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=65536");
+}
