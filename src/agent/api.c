@@ -149,7 +149,7 @@ static void dispatch(struct http_request *req, void *arg)
     const char *method = http_request_method(req);
     char *path = evhttp_uridecode(http_request_path(req), 0, NULL);
     if (path == NULL) {
-        api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "out of memory");
         return;
     }
     struct api_params params;
@@ -171,11 +171,11 @@ static void dispatch(struct http_request *req, void *arg)
     free(path);
     if (allowed[0] != '\0') {
         http_response_add_header(req, "Allow", allowed);
-        api_respond_error(req, 405, "METHOD_NOT_ALLOWED", "method %s not allowed on this path",
-                          method);
+        http_respond_errorf(req, 405, "METHOD_NOT_ALLOWED", "method %s not allowed on this path",
+                            method);
         return;
     }
-    api_respond_error(req, 404, "NOT_FOUND", "no such route");
+    http_respond_errorf(req, 404, "NOT_FOUND", "no such route");
 }
 
 static bool dispatch_head(struct http_request *req, void *arg)
@@ -199,7 +199,7 @@ static bool dispatch_head(struct http_request *req, void *arg)
 static void respond_server_error(struct http_request *req, int status, const char *code,
                                  const char *message, void *arg)
 {
-    api_respond_error(req, status, code, "%s", message);
+    http_respond_errorf(req, status, code, "%s", message);
 }
 
 struct http_server_config api_server_config(void)
@@ -243,18 +243,8 @@ void api_respond_json(struct http_request *req, int status, json_t *body)
     free(text);
 }
 
-void api_respond_error(struct http_request *req, int status, const char *code, const char *fmt, ...)
-{
-    char message[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(message, sizeof(message), fmt, ap);
-    va_end(ap);
-    http_respond_error(req, status, code, message);
-}
-
 void api_respond_cove_error(struct http_request *req, const struct cove_error *err)
 {
     int status = err->http_status >= 400 ? err->http_status : 500;
-    api_respond_error(req, status, err->code, "%s", err->message);
+    http_respond_errorf(req, status, err->code, "%s", err->message);
 }

@@ -42,6 +42,4 @@ bool api_query_param(const struct http_request *req, const char *name, char *val
 /* Sends body as JSON; takes the reference. */
 void api_respond_json(struct http_request *req, int status, json_t *body);
 /* The OpenSandbox error shape: {"code": ..., "message": ...}. */
-void api_respond_error(struct http_request *req, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 void api_respond_cove_error(struct http_request *req, const struct cove_error *err);

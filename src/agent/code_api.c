@@ -93,8 +93,8 @@ void code_handle_create_context(struct http_request *req, const struct api_param
     }
     if (language_text == NULL || language_text[0] == '\0') {
         json_decref(body);
-        api_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                          "invalid request, validation error. language is required");
+        http_respond_errorf(req, 400, "INVALID_REQUEST_BODY",
+                            "invalid request, validation error. language is required");
         return;
     }
     char *dir = NULL;
@@ -132,7 +132,7 @@ void code_handle_list_contexts(struct http_request *req, const struct api_params
     char language[LANGUAGE_SIZE];
     bool given;
     if (!query_language(req, language, &given)) {
-        api_respond_error(req, 400, "INVALID_REQUEST_BODY", "unknown language");
+        http_respond_errorf(req, 400, "INVALID_REQUEST_BODY", "unknown language");
         return;
     }
     api_respond_json(req, 200, code_contexts_json(given ? language : NULL));
@@ -144,7 +144,7 @@ void code_handle_delete_contexts(struct http_request *req, const struct api_para
     char language[LANGUAGE_SIZE];
     bool given;
     if (!query_language(req, language, &given) || !given) {
-        api_respond_error(req, 400, "MISSING_QUERY", "missing query parameter 'language'");
+        http_respond_errorf(req, 400, "MISSING_QUERY", "missing query parameter 'language'");
         return;
     }
     size_t deleted = code_contexts_delete_language(language, "the context was deleted");
@@ -158,7 +158,7 @@ void code_handle_get_context(struct http_request *req, const struct api_params *
     const char *id = api_param(params, "context_id");
     struct code_context *ctx = id ? code_context_find(id) : NULL;
     if (ctx == NULL) {
-        api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "context %s not found", id ? id : "");
+        http_respond_errorf(req, 404, "CONTEXT_NOT_FOUND", "context %s not found", id ? id : "");
         return;
     }
     api_respond_json(req, 200, code_context_json(ctx));
@@ -170,7 +170,7 @@ void code_handle_delete_context(struct http_request *req, const struct api_param
     const char *id = api_param(params, "context_id");
     struct code_context *ctx = id ? code_context_find(id) : NULL;
     if (ctx == NULL) {
-        api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "context %s not found", id ? id : "");
+        http_respond_errorf(req, 404, "CONTEXT_NOT_FOUND", "context %s not found", id ? id : "");
         return;
     }
     log_info("code context %s: deleted", code_context_id(ctx));
@@ -214,8 +214,8 @@ void code_handle_run(struct http_request *req, const struct api_params *params)
     }
     if (code == NULL || code[0] == '\0') {
         json_decref(body);
-        api_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                          "invalid request, validation error. code is required");
+        http_respond_errorf(req, 400, "INVALID_REQUEST_BODY",
+                            "invalid request, validation error. code is required");
         return;
     }
     char language[LANGUAGE_SIZE] = "";
@@ -235,11 +235,11 @@ void code_handle_run(struct http_request *req, const struct api_params *params)
     if (id != NULL && id[0] != '\0') {
         ctx = code_context_find(id);
         if (ctx == NULL) {
-            api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "context %s not found", id);
+            http_respond_errorf(req, 404, "CONTEXT_NOT_FOUND", "context %s not found", id);
         } else if (language[0] != '\0' && strcmp(language, code_context_language(ctx)) != 0) {
-            api_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                              "invalid request, validation error. context %s is %s, not %s",
-                              code_context_id(ctx), code_context_language(ctx), language);
+            http_respond_errorf(req, 400, "INVALID_REQUEST_BODY",
+                                "invalid request, validation error. context %s is %s, not %s",
+                                code_context_id(ctx), code_context_language(ctx), language);
             ctx = NULL;
         }
     } else {
@@ -271,7 +271,7 @@ void code_handle_interrupt(struct http_request *req, const struct api_params *pa
 {
     char id[64];
     if (!api_query_param(req, "id", id, sizeof(id)) || id[0] == '\0') {
-        api_respond_error(req, 400, "MISSING_QUERY", "missing query parameter 'id'");
+        http_respond_errorf(req, 400, "MISSING_QUERY", "missing query parameter 'id'");
         return;
     }
     struct code_context *ctx = code_context_find(id);

@@ -117,7 +117,7 @@ static void run_end(struct code_run *run, int status, const char *code, const ch
     if (streaming)
         http_stream_end(req);
     else
-        api_respond_error(req, status, code, "%s", message);
+        http_respond_errorf(req, status, code, "%s", message);
 }
 
 static void context_resume_reading(struct code_context *ctx)
@@ -358,7 +358,7 @@ static void context_fail_waiting(struct code_context *ctx, int status, const cha
     ctx->queue = NULL;
     context_hold(ctx);
     if (create != NULL)
-        api_respond_error(create, status, code, "%s", message);
+        http_respond_errorf(create, status, code, "%s", message);
     while (runs != NULL) {
         struct code_run *run = runs;
         runs = run->next;
@@ -460,7 +460,7 @@ void code_context_delete(struct code_context *ctx, const char *why)
     struct http_request *create = ctx->create_req;
     ctx->create_req = NULL;
     if (create != NULL)
-        api_respond_error(create, 500, "RUNTIME_ERROR", "error creating code context. %s", why);
+        http_respond_errorf(create, 500, "RUNTIME_ERROR", "error creating code context. %s", why);
     struct code_run *current = ctx->current;
     ctx->current = NULL;
     if (current != NULL) {

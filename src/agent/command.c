@@ -746,8 +746,9 @@ void command_handle_run(struct http_request *req, const struct api_params *param
     json_t *json =
         json_loadb(len ? (const char *)evbuffer_pullup(body, -1) : "", len, 0, &json_error);
     if (json == NULL) {
-        api_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                          "error parsing request, MAYBE invalid body format. %s", json_error.text);
+        http_respond_errorf(req, 400, "INVALID_REQUEST_BODY",
+                            "error parsing request, MAYBE invalid body format. %s",
+                            json_error.text);
         return;
     }
     struct run_request run = {0};
@@ -758,7 +759,7 @@ void command_handle_run(struct http_request *req, const struct api_params *param
     }
     struct command *cmd = command_new(run.command, run.background, run.timeout_ms);
     if (cmd == NULL) {
-        api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "out of memory");
         json_decref(json);
         return;
     }
@@ -836,11 +837,11 @@ void command_handle_interrupt(struct http_request *req, const struct api_params 
 {
     char id[64];
     if (!api_query_param(req, "id", id, sizeof(id)) || id[0] == '\0') {
-        api_respond_error(req, 400, "MISSING_QUERY", "missing query parameter 'id'");
+        http_respond_errorf(req, 400, "MISSING_QUERY", "missing query parameter 'id'");
         return;
     }
     if (command_find(id) == NULL) {
-        api_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id);
+        http_respond_errorf(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id);
         return;
     }
     /* Interrupting a command that already ended is not an error: the goal is reached. The
@@ -872,7 +873,7 @@ void command_handle_status(struct http_request *req, const struct api_params *pa
     const char *id = api_param(params, "id");
     struct command *cmd = id ? command_find(id) : NULL;
     if (cmd == NULL) {
-        api_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
+        http_respond_errorf(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
         return;
     }
     json_t *status = json_pack("{s:s, s:s, s:b, s:o}", "id", cmd->id, "content", cmd->content,
@@ -884,7 +885,7 @@ void command_handle_status(struct http_request *req, const struct api_params *pa
         json_object_set_new(status, "finished_at", rfc3339(&cmd->finished_at));
     }
     if (status == NULL) {
-        api_respond_error(req, 500, "RUNTIME_ERROR", "cannot encode the status");
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "cannot encode the status");
         return;
     }
     api_respond_json(req, 200, status);
@@ -897,12 +898,12 @@ void command_handle_logs(struct http_request *req, const struct api_params *para
     const char *id = api_param(params, "id");
     struct command *cmd = id ? command_find(id) : NULL;
     if (cmd == NULL) {
-        api_respond_error(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
+        http_respond_errorf(req, 404, "COMMAND_NOT_FOUND", "command not found: %s", id ? id : "");
         return;
     }
     if (cmd->log == NULL) {
-        api_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                          "command %s is not running in background", cmd->id);
+        http_respond_errorf(req, 400, "INVALID_REQUEST_BODY",
+                            "command %s is not running in background", cmd->id);
         return;
     }
     char cursor_text[32];

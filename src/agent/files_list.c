@@ -385,7 +385,7 @@ static void list_pump(struct http_request *req, void *arg)
         evbuffer_remove(w->out, body, len);
     walk_free(w);
     if (body == NULL)
-        api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "out of memory");
     else
         http_respond(req, 200, "application/json", body, len);
     free(body);

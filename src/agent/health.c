@@ -55,7 +55,7 @@ static void respond_unhealthy(struct http_request *req, const char *fmt, ...)
     vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
     log_debug("health check: %s", message); /* coved logs when its verdict changes */
-    api_respond_error(req, 503, "SANDBOX::UNHEALTHY", "%s", message);
+    http_respond_errorf(req, 503, "SANDBOX::UNHEALTHY", "%s", message);
 }
 
 static void respond_healthy(struct http_request *req, const char *shell)

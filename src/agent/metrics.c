@@ -104,7 +104,7 @@ static void respond_metrics(struct http_request *req, const struct timed_sample 
     struct timed_sample now;
     char *text = take_sample(&now) == 0 ? metrics_text(before, &now) : NULL;
     if (text == NULL) {
-        api_respond_error(req, 500, "RUNTIME_ERROR", "error reading runtime metrics");
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "error reading runtime metrics");
         return;
     }
     http_respond(req, 200, "application/json", text, strlen(text));
@@ -153,7 +153,7 @@ void metrics_handle_get(struct http_request *req, const struct api_params *param
         if (p != NULL && p->timer != NULL)
             event_free(p->timer);
         free(p);
-        api_respond_error(req, 500, "RUNTIME_ERROR", "error reading runtime metrics");
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "error reading runtime metrics");
         return;
     }
     p->req = req;
@@ -219,7 +219,7 @@ void metrics_handle_watch(struct http_request *req, const struct api_params *par
         if (w != NULL && w->timer != NULL)
             event_free(w->timer);
         free(w);
-        api_respond_error(req, 500, "RUNTIME_ERROR", "error reading runtime metrics");
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "error reading runtime metrics");
         return;
     }
     w->req = req;

@@ -602,7 +602,7 @@ void pty_handle_ws(struct http_request *req, const struct api_params *params)
     int status = ws_refusal(req, id, s, &code, message, sizeof(message));
     if (status == 400)
         http_response_add_header(req, "Sec-WebSocket-Version", "13");
-    api_respond_error(req, status ? status : 500, code, "%s", message);
+    http_respond_errorf(req, status ? status : 500, code, "%s", message);
 }
 
 /* --- REST --- */
@@ -621,25 +621,25 @@ void pty_handle_create(struct http_request *req, const struct api_params *params
         (cols && !json_is_null(cols) && !json_is_integer(cols)) ||
         (rows && !json_is_null(rows) && !json_is_integer(rows))) {
         json_decref(json);
-        api_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                          "error parsing request: the body must be an object with string cwd "
-                          "and command and integer cols and rows");
+        http_respond_errorf(req, 400, "INVALID_REQUEST_BODY",
+                            "error parsing request: the body must be an object with string cwd "
+                            "and command and integer cols and rows");
         return;
     }
     if (sessions_len >= limits.max) {
         json_decref(json);
-        api_respond_error(req, 429, "SESSION_LIMIT_REACHED",
-                          "error creating pty session: %zu are open, the most a sandbox may "
-                          "have: delete one (DELETE /pty/{sessionId}) first",
-                          sessions_len);
+        http_respond_errorf(req, 429, "SESSION_LIMIT_REACHED",
+                            "error creating pty session: %zu are open, the most a sandbox may "
+                            "have: delete one (DELETE /pty/{sessionId}) first",
+                            sessions_len);
         return;
     }
     cleanup_error struct cove_error *err = NULL;
     char *dir = NULL;
     if (command_resolve_dir(json_string_value(cwd), true, &dir, &err) < 0) {
         json_decref(json);
-        api_respond_error(req, 500, "RUNTIME_ERROR", "error creating pty session: %s",
-                          err->message);
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "error creating pty session: %s",
+                            err->message);
         return;
     }
     struct pty_session *s = calloc(1, sizeof(*s));
@@ -652,7 +652,7 @@ void pty_handle_create(struct http_request *req, const struct api_params *params
         free(s);
         free(dir);
         json_decref(json);
-        api_respond_error(req, 500, "RUNTIME_ERROR", "out of memory");
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "out of memory");
         return;
     }
     cove_uuid(s->id);
@@ -677,7 +677,7 @@ void pty_handle_status(struct http_request *req, const struct api_params *params
     const char *id = api_param(params, "sessionId");
     struct pty_session *s = session_find(id);
     if (s == NULL) {
-        api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "pty session %s not found", id);
+        http_respond_errorf(req, 404, "CONTEXT_NOT_FOUND", "pty session %s not found", id);
         return;
     }
     s->last_active_ms = cove_monotonic_ms();
@@ -722,7 +722,7 @@ void pty_handle_delete(struct http_request *req, const struct api_params *params
         http_respond(req, 200, NULL, NULL, 0);
         return;
     }
-    api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "pty session %s not found", id);
+    http_respond_errorf(req, 404, "CONTEXT_NOT_FOUND", "pty session %s not found", id);
 }
 
 /* Closes the sessions no client was attached to, nor asked about, for the idle timeout;

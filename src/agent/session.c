@@ -299,16 +299,16 @@ void session_handle_create(struct http_request *req, const struct api_params *pa
     json_t *cwd = json_object_get(body, "cwd");
     if (cwd != NULL && !json_is_null(cwd) && !json_is_string(cwd)) {
         json_decref(body);
-        api_respond_error(req, 400, "INVALID_REQUEST_BODY",
-                          "error parsing request. cwd must be a string");
+        http_respond_errorf(req, 400, "INVALID_REQUEST_BODY",
+                            "error parsing request. cwd must be a string");
         return;
     }
     if (client_sessions_len >= limits.max || sessions_len >= SESSION_MAX) {
         json_decref(body);
-        api_respond_error(req, 429, "SESSION_LIMIT_REACHED",
-                          "error creating session. %zu sessions are open, the most a sandbox "
-                          "may have: delete one (DELETE /session/{sessionId}) first",
-                          client_sessions_len);
+        http_respond_errorf(req, 429, "SESSION_LIMIT_REACHED",
+                            "error creating session. %zu sessions are open, the most a sandbox "
+                            "may have: delete one (DELETE /session/{sessionId}) first",
+                            client_sessions_len);
         return;
     }
     /* As execd: the directory is made if it is missing. */
@@ -316,7 +316,7 @@ void session_handle_create(struct http_request *req, const struct api_params *pa
     int rc = command_resolve_dir(json_string_value(cwd), true, &dir, &err);
     json_decref(body);
     if (rc < 0) {
-        api_respond_error(req, 500, "RUNTIME_ERROR", "error creating session. %s", err->message);
+        http_respond_errorf(req, 500, "RUNTIME_ERROR", "error creating session. %s", err->message);
         return;
     }
     struct session *session = session_new(dir, true, &err);
@@ -436,7 +436,7 @@ void session_handle_run(struct http_request *req, const struct api_params *param
     const char *id = api_param(params, "sessionId");
     struct session *session = id ? session_find(id) : NULL;
     if (session == NULL) {
-        api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
+        http_respond_errorf(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
         return;
     }
     session->last_active_ms = cove_monotonic_ms();
@@ -490,7 +490,7 @@ void session_handle_delete(struct http_request *req, const struct api_params *pa
     const char *id = api_param(params, "sessionId");
     struct session *session = id ? session_take(id) : NULL;
     if (session == NULL) {
-        api_respond_error(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
+        http_respond_errorf(req, 404, "CONTEXT_NOT_FOUND", "session %s not found", id ? id : "");
         return;
     }
     log_info("session %s deleted", session->id);

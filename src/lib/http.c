@@ -6,6 +6,7 @@
 #include <http_parser.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,17 @@ void http_respond_error(struct http_request *req, int status, const char *code, 
     char body[HTTP_ERROR_BODY_MAX];
     size_t len = http_error_body(body, sizeof(body), code, message);
     http_respond(req, status, "application/json", body, len);
+}
+
+void http_respond_errorf(struct http_request *req, int status, const char *code, const char *fmt,
+                         ...)
+{
+    char message[ERROR_MESSAGE_MAX * 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof(message), fmt, ap);
+    va_end(ap);
+    http_respond_error(req, status, code, message);
 }
 
 /* ---- who is connected ---- */

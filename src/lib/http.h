@@ -143,3 +143,6 @@ size_t http_error_body(char *out, size_t size, const char *code, const char *mes
 /* A whole JSON error response with that body. */
 void http_respond_error(struct http_request *req, int status, const char *code,
                         const char *message);
+/* The same with a formatted message. */
+void http_respond_errorf(struct http_request *req, int status, const char *code, const char *fmt,
+                         ...) __attribute__((format(printf, 4, 5)));

@@ -30,17 +30,6 @@ void api_respond_json(struct http_request *req, int status, json_t *body)
     free(text);
 }
 
-void api_respond_errorf(struct http_request *req, int status, const char *code, const char *fmt,
-                        ...)
-{
-    char message[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(message, sizeof(message), fmt, ap);
-    va_end(ap);
-    http_respond_error(req, status, code, message);
-}
-
 void api_respond_error(struct http_request *req, const struct cove_error *err)
 {
     int status = err->http_status >= 400 && err->http_status < 600 ? err->http_status : 500;
@@ -57,13 +46,13 @@ json_t *api_parse_json_object(struct http_request *req)
     json_error_t jerr;
     json_t *j = json_loadb(data ? data : "", len, JSON_REJECT_DUPLICATES, &jerr);
     if (j == NULL) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_JSON", "malformed JSON body: %s",
-                           len == 0 ? "empty body" : jerr.text);
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_JSON", "malformed JSON body: %s",
+                            len == 0 ? "empty body" : jerr.text);
         return NULL;
     }
     if (!json_is_object(j)) {
         json_decref(j);
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_JSON", "the body must be a JSON object");
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_JSON", "the body must be a JSON object");
         return NULL;
     }
     return j;
@@ -87,14 +76,14 @@ void api_add_request_id(struct http_request *req)
 static void method_not_allowed(struct http_request *req, const char *allowed)
 {
     http_response_add_header(req, "Allow", allowed);
-    api_respond_errorf(req, 405, "HTTP::METHOD_NOT_ALLOWED", "%s is not allowed here; use %s",
-                       http_request_method(req), allowed);
+    http_respond_errorf(req, 405, "HTTP::METHOD_NOT_ALLOWED", "%s is not allowed here; use %s",
+                        http_request_method(req), allowed);
 }
 
 static void not_found(struct http_request *req)
 {
-    api_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
-                       http_request_method(req), http_request_path(req));
+    http_respond_errorf(req, 404, "HTTP::NOT_FOUND", "no route for %s %.200s",
+                        http_request_method(req), http_request_path(req));
 }
 
 /* The routes are one table (router.c); this is what each one calls. */
@@ -124,8 +113,8 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
     case API_ROUTE_SANDBOX_RENEW:
         return api_sandbox_renew(api, req, c, p0);
     case API_ROUTE_SNAPSHOTS:
-        return api_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
-                                  "snapshots are not supported by this server yet");
+        return http_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
+                                   "snapshots are not supported by this server yet");
     case API_ROUTE_TEMPLATES_LIST:
         return api_templates_list(api, req, c);
     case API_ROUTE_TEMPLATES_CREATE:
@@ -165,9 +154,9 @@ static void on_request(struct http_request *req, void *arg)
     if (r == API_ROUTER_METHOD_NOT_ALLOWED)
         return method_not_allowed(req, m.allow);
     if (m.access == API_ACCESS_ADMIN && !caller.admin)
-        return api_respond_errorf(req, 403, "AUTH::FORBIDDEN",
-                                  "%s %.200s needs an admin key (admin_api_keys)",
-                                  http_request_method(req), http_request_path(req));
+        return http_respond_errorf(req, 403, "AUTH::FORBIDDEN",
+                                   "%s %.200s needs an admin key (admin_api_keys)",
+                                   http_request_method(req), http_request_path(req));
     dispatch(api, req, &caller, &m);
 }
 

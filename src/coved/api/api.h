@@ -70,8 +70,6 @@ void api_stop(struct api *api);
 /* Helpers shared by the route files. */
 void api_respond_json(struct http_request *req, int status, json_t *body); /* steals body */
 void api_respond_error(struct http_request *req, const struct cove_error *err);
-void api_respond_errorf(struct http_request *req, int status, const char *code, const char *fmt,
-                        ...) __attribute__((format(printf, 4, 5)));
 /* Checks an OPEN-SANDBOX-API-KEY value: fills caller, or a 401 error. */
 int api_check_key(struct api *api, const char *key, struct api_caller *caller,
                   struct cove_error **err);

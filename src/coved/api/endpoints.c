@@ -62,7 +62,7 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
     char *end;
     long port = strtol(port_text, &end, 10);
     if (*port_text == '\0' || *end != '\0' || port < 1 || port > 65535) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PORT", "port must be from 1 to 65535");
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PORT", "port must be from 1 to 65535");
         return;
     }
     struct cove_error *err = NULL;
@@ -77,7 +77,7 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
     bool use_proxy = false, by_host = false;
     const char *expires = NULL;
     if (evhttp_parse_query_str(http_request_query(req), &query) < 0) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "malformed query string");
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "malformed query string");
         goto out;
     }
     struct evkeyval *kv;
@@ -91,13 +91,13 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
             expires = kv->value;
             continue;
         }
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                           "unexpected query parameter '%.64s'", kv->key);
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                            "unexpected query parameter '%.64s'", kv->key);
         goto out;
     }
     if (by_host && (api->config.domain == NULL || api->config.domain[0] == '\0')) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                           "host=true needs a domain for host routing (coved --domain)");
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                            "host=true needs a domain for host routing (coved --domain)");
         goto out;
     }
     char host[300], endpoint[600], label[128];
@@ -115,8 +115,8 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
         goto out;
     }
     if (use_proxy) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                           "expires cannot be combined with use_server_proxy=true");
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                            "expires cannot be combined with use_server_proxy=true");
         goto out;
     }
     bool digits =
@@ -126,10 +126,10 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
     unsigned long long when = digits ? strtoull(expires, NULL, 10) : 0;
     int64_t now_s = sandbox_now_ms() / 1000;
     if (!digits || (int64_t)when <= now_s || (int64_t)when - now_s > api->config.max_timeout_s) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                           "expires must be Unix seconds in the future, at most %lld seconds "
-                           "away",
-                           (long long)api->config.max_timeout_s);
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                            "expires must be Unix seconds in the future, at most %lld seconds "
+                            "away",
+                            (long long)api->config.max_timeout_s);
         goto out;
     }
     char b36[16], sig[ROUTE_SIG_SIZE];
@@ -139,9 +139,9 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
     if (by_host) {
         snprintf(label, sizeof(label), "%s-%ld-%s-%s", sb->id, port, b36, sig);
         if (strlen(label) > 63) {
-            api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                               "the host form of this route would be longer than a DNS label "
-                               "(63 characters): use the path form");
+            http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                "the host form of this route would be longer than a DNS label "
+                                "(63 characters): use the path form");
             goto out;
         }
         host_endpoint(api, host, label, endpoint, sizeof(endpoint));

@@ -220,7 +220,7 @@ static void respond_owner(struct api *api, struct http_request *req, int status,
 {
     struct usage_walk w;
     if (usage_walk(api, owner, &w) < 0)
-        return api_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
+        return http_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
     json_t *j = owner_json(api, owner, &w.owners[0].used);
     free(w.owners);
     if (with_admin)
@@ -256,7 +256,7 @@ void api_admin_quotas_list(struct api *api, struct http_request *req, const stru
     (void)c;
     struct usage_walk w;
     if (usage_walk(api, NULL, &w) < 0)
-        return api_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
+        return http_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
     struct api_quotas *q = api->quotas;
     for (size_t i = 0; i < q->count && !w.out_of_memory; i++)
         owner_usage(&w, q->items[i].owner); /* owners with an override and nothing live */
@@ -266,7 +266,7 @@ void api_admin_quotas_list(struct api *api, struct http_request *req, const stru
     free(w.owners);
     if (w.out_of_memory) {
         json_decref(items);
-        return api_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
+        return http_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
     }
     api_respond_json(req, 200,
                      json_pack("{s:o, s:o, s:o}", "defaults",
@@ -278,10 +278,10 @@ static bool owner_or_respond(struct http_request *req, const char *owner)
 {
     if (quota_owner_valid(owner))
         return true;
-    api_respond_errorf(req, 400, "QUOTA::INVALID_OWNER",
-                       "'%.80s' is not an owner id: the hex SHA-256 of an API key, 64 lowercase "
-                       "hex digits (GET /v1/quota shows a key's own)",
-                       owner);
+    http_respond_errorf(req, 400, "QUOTA::INVALID_OWNER",
+                        "'%.80s' is not an owner id: the hex SHA-256 of an API key, 64 lowercase "
+                        "hex digits (GET /v1/quota shows a key's own)",
+                        owner);
     return false;
 }
 
@@ -310,7 +310,7 @@ void api_admin_quota_put(struct api *api, struct http_request *req, const struct
         store_quota_save(api->store, owner, &limits, &err) < 0) {
         api_respond_error(req, err);
     } else if (override_set(api->quotas, owner, &limits) < 0) {
-        api_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
+        http_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
     } else {
         log_info("quota of %.12s set", owner);
         respond_owner(api, req, 200, owner, false, false);
@@ -328,8 +328,8 @@ void api_admin_quota_delete(struct api *api, struct http_request *req, const str
     struct api_quotas *q = api->quotas;
     struct quota_override *o = override_find(q, owner);
     if (o == NULL)
-        return api_respond_errorf(req, 404, "QUOTA::NOT_FOUND",
-                                  "owner %s has no quota override (the default applies)", owner);
+        return http_respond_errorf(req, 404, "QUOTA::NOT_FOUND",
+                                   "owner %s has no quota override (the default applies)", owner);
     struct cove_error *err = NULL;
     if (store_quota_delete(api->store, owner, &err) < 0) {
         api_respond_error(req, err);

@@ -401,7 +401,7 @@ static struct reply_wait *reply_wait_new(struct http_request *req)
 {
     struct reply_wait *w = calloc(1, sizeof(*w));
     if (w == NULL) {
-        api_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
+        http_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
         return NULL;
     }
     w->req = req;
@@ -523,7 +523,7 @@ void api_sandboxes_list(struct api *api, struct http_request *req, const struct 
     TAILQ_INIT(&f.metadata);
     long page = 1, page_size = 20;
     if (evhttp_parse_query_str(http_request_query(req), &query) < 0) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "malformed query string");
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "malformed query string");
         goto out;
     }
     struct evkeyval *kv;
@@ -532,34 +532,34 @@ void api_sandboxes_list(struct api *api, struct http_request *req, const struct 
         if (strcmp(kv->key, "state") == 0) {
             if (f.state_count == 8 ||
                 sandbox_state_parse(kv->value, &f.states[f.state_count]) < 0) {
-                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "unknown state '%.32s'",
-                                   kv->value);
+                http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "unknown state '%.32s'",
+                                    kv->value);
                 goto out;
             }
             f.state_count++;
         } else if (strcmp(kv->key, "metadata") == 0) {
             /* metadata=k%3Dv%26k2%3Dv2: itself a query string once decoded. */
             if (f.has_metadata || evhttp_parse_query_str(kv->value, &f.metadata) < 0) {
-                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                                   "metadata must be given once, as url-encoded k=v&k2=v2");
+                http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                    "metadata must be given once, as url-encoded k=v&k2=v2");
                 goto out;
             }
             f.has_metadata = true;
         } else if (strcmp(kv->key, "page") == 0) {
             if (parse_positive(kv->value, 1000000, &page) < 0) {
-                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                                   "page must be an integer >= 1");
+                http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                    "page must be an integer >= 1");
                 goto out;
             }
         } else if (strcmp(kv->key, "pageSize") == 0) {
             if (parse_positive(kv->value, 1000, &page_size) < 0) {
-                api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                                   "pageSize must be an integer from 1 to 1000");
+                http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                    "pageSize must be an integer from 1 to 1000");
                 goto out;
             }
         } else {
-            api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                               "unknown query parameter '%.64s'", kv->key);
+            http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                "unknown query parameter '%.64s'", kv->key);
             goto out;
         }
     }
@@ -695,23 +695,23 @@ void api_sandbox_renew(struct api *api, struct http_request *req, const struct a
     if (json_unpack(body, "{s:s !}", "expiresAt", &text) == 0)
         when = rfc3339_parse_ms(text);
     if (when < 0) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                           "expected {\"expiresAt\": an RFC 3339 date-time} and nothing else");
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                            "expected {\"expiresAt\": an RFC 3339 date-time} and nothing else");
     } else if (sb->expires_ms == 0) {
-        api_respond_errorf(req, 409, "SANDBOX::NO_EXPIRATION",
-                           "sandbox %s was created without a timeout: it has no expiration to "
-                           "renew",
-                           sb->id);
+        http_respond_errorf(req, 409, "SANDBOX::NO_EXPIRATION",
+                            "sandbox %s was created without a timeout: it has no expiration to "
+                            "renew",
+                            sb->id);
     } else if (sandbox_check(sb, SANDBOX_ACTION_RENEW, &err) < 0) {
         api_respond_error(req, err);
     } else if (when <= now || when <= sb->expires_ms) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                           "expiresAt must be in the future and later than the current "
-                           "expiration");
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                            "expiresAt must be in the future and later than the current "
+                            "expiration");
     } else if (when - now > api->config.max_timeout_s * 1000) {
-        api_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                           "expiresAt is more than the server's maximum of %lld seconds away",
-                           (long long)api->config.max_timeout_s);
+        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                            "expiresAt is more than the server's maximum of %lld seconds away",
+                            (long long)api->config.max_timeout_s);
     } else {
         if (sandbox_renew(api->sandboxes, sb, when, &err) < 0) {
             api_respond_error(req, err);

@@ -32,8 +32,9 @@ static int require_admin(struct http_request *req, const struct api_caller *c)
 {
     if (c->admin)
         return 0;
-    api_respond_errorf(req, 403, "AUTH::FORBIDDEN", "%s %.200s needs an admin key (admin_api_keys)",
-                       http_request_method(req), http_request_path(req));
+    http_respond_errorf(req, 403, "AUTH::FORBIDDEN",
+                        "%s %.200s needs an admin key (admin_api_keys)", http_request_method(req),
+                        http_request_path(req));
     return -1;
 }
 
@@ -77,7 +78,7 @@ static struct registration *registration_start(struct api *api, struct http_requ
 {
     struct registration *r = calloc(1, sizeof(*r));
     if (r == NULL) {
-        api_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
+        http_respond_errorf(req, 500, "COVE::INTERNAL", "out of memory");
         return NULL;
     }
     r->req = req;
@@ -118,21 +119,21 @@ void api_templates_create(struct api *api, struct http_request *req, const struc
     const char *name = NULL, *rootfs = NULL;
     struct stat st;
     if (json_unpack(body, "{s:s, s:s !}", "name", &name, "rootfs", &rootfs) < 0) {
-        api_respond_errorf(req, 400, "TEMPLATE::INVALID_REQUEST",
-                           "the body is {\"name\": NAME, \"rootfs\": \"/a/directory\"} (or "
-                           "POST ?name=NAME with a tar archive as the body)");
+        http_respond_errorf(req, 400, "TEMPLATE::INVALID_REQUEST",
+                            "the body is {\"name\": NAME, \"rootfs\": \"/a/directory\"} (or "
+                            "POST ?name=NAME with a tar archive as the body)");
     } else if (rootfs[0] != '/' || strlen(rootfs) > 400) {
-        api_respond_errorf(req, 400, "TEMPLATE::INVALID_ROOTFS",
-                           "rootfs must be an absolute path on coved's host");
+        http_respond_errorf(req, 400, "TEMPLATE::INVALID_ROOTFS",
+                            "rootfs must be an absolute path on coved's host");
     } else if (stat(rootfs, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        api_respond_errorf(req, 400, "TEMPLATE::INVALID_ROOTFS",
-                           "rootfs %.300s is not a directory on coved's host (a tarball is "
-                           "uploaded as the body instead)",
-                           rootfs);
+        http_respond_errorf(req, 400, "TEMPLATE::INVALID_ROOTFS",
+                            "rootfs %.300s is not a directory on coved's host (a tarball is "
+                            "uploaded as the body instead)",
+                            rootfs);
     } else if (holds_templates(template_registry_dir(api->templates), rootfs)) {
-        api_respond_errorf(req, 400, "TEMPLATE::INVALID_ROOTFS",
-                           "rootfs %.300s holds coved's templates: a copy would copy itself",
-                           rootfs);
+        http_respond_errorf(req, 400, "TEMPLATE::INVALID_ROOTFS",
+                            "rootfs %.300s holds coved's templates: a copy would copy itself",
+                            rootfs);
     } else {
         registration_start(api, req, name, rootfs);
     }
@@ -231,14 +232,14 @@ bool api_templates_head(struct api *api, struct http_request *req)
         return true;
     char name[TEMPLATE_NAME_SIZE + 1];
     if (!is_archive_type(type)) {
-        api_respond_errorf(req, 415, "TEMPLATE::UNSUPPORTED_MEDIA_TYPE",
-                           "send a tar archive (Content-Type application/x-tar, application/gzip, "
-                           "application/zstd, application/x-xz) or JSON {\"name\", \"rootfs\"}");
+        http_respond_errorf(req, 415, "TEMPLATE::UNSUPPORTED_MEDIA_TYPE",
+                            "send a tar archive (Content-Type application/x-tar, application/gzip, "
+                            "application/zstd, application/x-xz) or JSON {\"name\", \"rootfs\"}");
         return true;
     }
     if (!query_name(http_request_query(req), name, sizeof(name))) {
-        api_respond_errorf(req, 400, "TEMPLATE::INVALID_NAME",
-                           "an uploaded template needs its name: POST /v1/templates?name=NAME");
+        http_respond_errorf(req, 400, "TEMPLATE::INVALID_NAME",
+                            "an uploaded template needs its name: POST /v1/templates?name=NAME");
         return true;
     }
     struct registration *r = registration_start(api, req, name, NULL);
@@ -274,9 +275,9 @@ void api_template_delete(struct api *api, struct http_request *req, const struct
     if (template_registry_has(api->templates, name))
         sandbox_foreach(api->sandboxes, NULL, find_use, &use);
     if (use.sandbox != NULL) {
-        api_respond_errorf(req, 409, "TEMPLATE::IN_USE",
-                           "template %s is in use by sandbox %s: delete its sandboxes first", name,
-                           use.sandbox);
+        http_respond_errorf(req, 409, "TEMPLATE::IN_USE",
+                            "template %s is in use by sandbox %s: delete its sandboxes first", name,
+                            use.sandbox);
         return;
     }
     struct cove_error *err = NULL;

@@ -149,7 +149,7 @@ bool gateway_handle(struct gateway *gw, struct http_request *req)
         return false;
     struct tunnel *t = tunnel_new(gw->tunnels);
     if (t == NULL) {
-        api_respond_errorf(req, 503, "COVE::OVERLOADED", "out of memory");
+        http_respond_errorf(req, 503, "COVE::OVERLOADED", "out of memory");
         return false;
     }
     tunnel_start(t, http_request_take_over_with_head(req), free_taken, req);
