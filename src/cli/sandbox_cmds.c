@@ -138,6 +138,21 @@ static int create_parse_timeout(const char *text, json_t *request, struct cove_e
     return 0;
 }
 
+/* An answer as the user asked for it: all of it with -o json, else its one field that
+ * matters (the server `did` what the command asked, so a missing field is its fault). */
+static int print_answer(const struct cli *cli, json_t *answer, const char *field, const char *did,
+                        struct cove_error **err)
+{
+    if (cli->output == CLI_OUTPUT_JSON)
+        return output_json(answer, err);
+    const char *value = json_string_value(json_object_get(answer, field));
+    if (value == NULL)
+        return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE, "the server %s but sent no %s",
+                              did, field);
+    printf("%s\n", value);
+    return 0;
+}
+
 static int create_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
     static const struct option options[] = {
@@ -228,14 +243,7 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
     if (cli_connect(cli, err) < 0 ||
         client_call(cli->client, "POST", "/v1/sandboxes", request, &sandbox, err) < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(sandbox, err);
-    const char *id = json_string_value(json_object_get(sandbox, "id"));
-    if (id == NULL)
-        return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
-                              "the server created a sandbox but sent no id");
-    printf("%s\n", id);
-    return 0;
+    return print_answer(cli, sandbox, "id", "created a sandbox", err);
 }
 
 const struct cli_command sandbox_create_command = {
@@ -594,14 +602,7 @@ static int renew_run(struct cli *cli, int argc, char **argv, struct cove_error *
         sandbox_path(cli, argv[optind], "/renew-expiration", &path, err) < 0 ||
         client_call(cli->client, "POST", path, request, &response, err) < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(response, err);
-    const char *expires = json_string_value(json_object_get(response, "expiresAt"));
-    if (expires == NULL)
-        return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
-                              "the server renewed the sandbox but sent no expiresAt");
-    printf("%s\n", expires);
-    return 0;
+    return print_answer(cli, response, "expiresAt", "renewed the sandbox", err);
 }
 
 const struct cli_command sandbox_renew_command = {

@@ -288,6 +288,16 @@ static void start_cancel(struct sandbox_manager *mgr, struct sandbox *sb)
     sb->starting = NULL;
 }
 
+/* Ends the watch on a sandbox's PID 1 and tears down what is left of it (its processes,
+ * cgroups and run dir): the one way each path out of a sandbox ends its runtime. */
+static int destroy_runtime(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
+{
+    if (sb->exit_event != NULL)
+        event_free(sb->exit_event); /* before runtime_destroy closes its pidfd */
+    sb->exit_event = NULL;
+    return runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, err);
+}
+
 /* A create that did not make it: everything of the sandbox goes, then its waiter is told. */
 static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
                           const struct cove_error *why)
@@ -296,11 +306,8 @@ static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     void *arg = sb->created_arg;
     log_warn("sandbox %s: not created: %s", sb->id, why->message);
     start_cancel(mgr, sb);
-    if (sb->exit_event != NULL)
-        event_free(sb->exit_event); /* before runtime_destroy closes its pidfd */
-    sb->exit_event = NULL;
     struct cove_error *ignored = NULL;
-    runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
+    destroy_runtime(mgr, sb, &ignored);
     cove_error_free(ignored);
     ignored = NULL;
     /* Saved if its metadata changed meanwhile. */
@@ -500,11 +507,8 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
     void *arg = sb->deleted_arg;
     sb->on_deleted = NULL;
     sb->deleted_arg = NULL;
-    if (sb->exit_event != NULL)
-        event_free(sb->exit_event); /* before runtime_destroy closes its pidfd */
-    sb->exit_event = NULL;
     struct cove_error *err = NULL;
-    if (runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &err) < 0) {
+    if (destroy_runtime(mgr, sb, &err) < 0) {
         set_state(sb, SANDBOX_FAILED, "teardown_failed", err->message);
         sb->expires_ms = 0; /* expiry would only try again */
         save_or_log(mgr, sb);
@@ -597,11 +601,8 @@ void sandbox_agent_socket(const struct sandbox *sb, char *out, size_t size)
 /* A sandbox whose PID 1 is gone keeps its record, Failed, so that its owner learns why. */
 static void mark_gone(struct sandbox_manager *mgr, struct sandbox *sb, const char *message)
 {
-    if (sb->exit_event != NULL)
-        event_free(sb->exit_event); /* before runtime_destroy closes its pidfd */
-    sb->exit_event = NULL;
     struct cove_error *ignored = NULL;
-    runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
+    destroy_runtime(mgr, sb, &ignored);
     cove_error_free(ignored);
     sb->proc.pid = 0;
     set_state(sb, SANDBOX_FAILED, "process_exited", message);
