@@ -1,6 +1,7 @@
 #include "cli/cli.h"
 
 #include <stdarg.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,6 +19,16 @@ int cli_usage_error(struct cove_error **err, const char *fmt, ...)
     vsnprintf(message, sizeof(message), fmt, ap);
     va_end(ap);
     return cove_error_set(err, 0, 0, CLI_ERROR_USAGE, "%s", message);
+}
+
+int cli_parse_common_options(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {CLI_COMMON_LONG_OPTIONS, {0}};
+    int option;
+    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1)
+        if (cli_common_option(cli, option, optarg, err) < 0)
+            return -1;
+    return 0;
 }
 
 int cli_common_option(struct cli *cli, int option, const char *arg, struct cove_error **err)

@@ -81,6 +81,8 @@ enum {
 /* Handles an option from CLI_COMMON_*_OPTIONS, or getopt's '?' for a bad one (a usage error).
  * --help prints the command's help, then the common options, and exits 0. */
 int cli_common_option(struct cli *cli, int option, const char *arg, struct cove_error **err);
+/* For commands that take only the common options: leaves optind at the first operand. */
+int cli_parse_common_options(struct cli *cli, int argc, char **argv, struct cove_error **err);
 
 int cli_usage_error(struct cove_error **err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

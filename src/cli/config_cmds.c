@@ -8,16 +8,6 @@
 
 #define CONFIG_ERROR_NOT_SET "CLI::NOT_SET"
 
-static int parse_options(struct cli *cli, int argc, char **argv, struct cove_error **err)
-{
-    static const struct option options[] = {CLI_COMMON_LONG_OPTIONS, {0}};
-    int option;
-    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1)
-        if (cli_common_option(cli, option, optarg, err) < 0)
-            return -1;
-    return 0;
-}
-
 static int key_from_argument(const char *name, enum config_key *key, struct cove_error **err)
 {
     int found = config_key_find(name);
@@ -43,7 +33,7 @@ static int settings_json(const struct config_file *file, int only, struct cove_e
 static int change_run(struct cli *cli, int argc, char **argv, bool value_argument,
                       struct cove_error **err)
 {
-    if (parse_options(cli, argc, argv, err) < 0)
+    if (cli_parse_common_options(cli, argc, argv, err) < 0)
         return -1;
     if (argc - optind != (value_argument ? 2 : 1))
         return cli_usage_error(err, value_argument ? "expects KEY VALUE" : "expects KEY");
@@ -76,7 +66,7 @@ static int unset_run(struct cli *cli, int argc, char **argv, struct cove_error *
 
 static int get_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    if (parse_options(cli, argc, argv, err) < 0)
+    if (cli_parse_common_options(cli, argc, argv, err) < 0)
         return -1;
     if (argc - optind > 1)
         return cli_usage_error(err, "expects at most one KEY");
@@ -107,7 +97,7 @@ static int get_run(struct cli *cli, int argc, char **argv, struct cove_error **e
 
 static int path_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    if (parse_options(cli, argc, argv, err) < 0)
+    if (cli_parse_common_options(cli, argc, argv, err) < 0)
         return -1;
     if (optind < argc)
         return cli_usage_error(err, "unexpected argument '%s'", argv[optind]);

@@ -271,20 +271,9 @@ const struct cli_command sandbox_create_command = {
 
 /* --- get ------------------------------------------------------------------------------- */
 
-/* For commands that take only the common options: leaves optind at the first operand. */
-static int parse_common_options(struct cli *cli, int argc, char **argv, struct cove_error **err)
-{
-    static const struct option options[] = {CLI_COMMON_LONG_OPTIONS, {0}};
-    int option;
-    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1)
-        if (cli_common_option(cli, option, optarg, err) < 0)
-            return -1;
-    return 0;
-}
-
 static int get_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    if (parse_common_options(cli, argc, argv, err) < 0)
+    if (cli_parse_common_options(cli, argc, argv, err) < 0)
         return -1;
     if (argc - optind != 1)
         return cli_usage_error(err, "expects one sandbox id");
@@ -460,7 +449,7 @@ const struct cli_command sandbox_list_command = {
 static int sandbox_for_each(struct cli *cli, int argc, char **argv, const char *method,
                             const char *suffix, struct cove_error **err)
 {
-    if (parse_common_options(cli, argc, argv, err) < 0)
+    if (cli_parse_common_options(cli, argc, argv, err) < 0)
         return -1;
     if (optind >= argc)
         return cli_usage_error(err, "expects at least one sandbox id");
@@ -772,7 +761,7 @@ static int metadata_print(const json_t *sandbox, struct cove_error **err)
 
 static int metadata_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    if (parse_common_options(cli, argc, argv, err) < 0)
+    if (cli_parse_common_options(cli, argc, argv, err) < 0)
         return -1;
     if (optind >= argc)
         return cli_usage_error(err, "expects a sandbox id");

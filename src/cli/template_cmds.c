@@ -21,11 +21,8 @@ enum { TEMPLATE_OPTION_ROOTFS = CLI_OPTION_COMMAND };
 
 static int template_list_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    static const struct option options[] = {CLI_COMMON_LONG_OPTIONS, {0}};
-    int option;
-    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1)
-        if (cli_common_option(cli, option, optarg, err) < 0)
-            return -1;
+    if (cli_parse_common_options(cli, argc, argv, err) < 0)
+        return -1;
     if (optind < argc)
         return cli_usage_error(err, "unexpected argument '%s'", argv[optind]);
 
@@ -215,11 +212,8 @@ static int template_add_run(struct cli *cli, int argc, char **argv, struct cove_
 
 static int template_rm_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    static const struct option options[] = {CLI_COMMON_LONG_OPTIONS, {0}};
-    int option;
-    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1)
-        if (cli_common_option(cli, option, optarg, err) < 0)
-            return -1;
+    if (cli_parse_common_options(cli, argc, argv, err) < 0)
+        return -1;
     if (argc - optind < 1)
         return cli_usage_error(err, "expects one or more template names");
     if (cli_connect(cli, err) < 0)
