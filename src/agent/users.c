@@ -156,20 +156,22 @@ bool users_find_group(const char *name, gid_t *gid)
     return true;
 }
 
-void users_user_name(uid_t uid, char *out, size_t size)
+/* The account's name, or its number when it has none (as ls does). */
+static void name_of(const struct account_table *list, unsigned int id, char *out, size_t size)
 {
-    const struct account *a = by_id(&users, uid);
+    const struct account *a = by_id(list, id);
     if (a != NULL)
         snprintf(out, size, "%s", a->name);
     else
-        snprintf(out, size, "%u", (unsigned int)uid);
+        snprintf(out, size, "%u", id);
+}
+
+void users_user_name(uid_t uid, char *out, size_t size)
+{
+    name_of(&users, (unsigned int)uid, out, size);
 }
 
 void users_group_name(gid_t gid, char *out, size_t size)
 {
-    const struct account *a = by_id(&groups, gid);
-    if (a != NULL)
-        snprintf(out, size, "%s", a->name);
-    else
-        snprintf(out, size, "%u", (unsigned int)gid);
+    name_of(&groups, (unsigned int)gid, out, size);
 }
