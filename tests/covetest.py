@@ -287,6 +287,15 @@ def sanitizer_problems(coved):
     return None
 
 
+def comm(pid):
+    """The command name of a host process, or "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def sandbox_leftovers(coved, sandbox_id):
     """What a deleted sandbox left on the host: cgroups, run dir, processes."""
     left = []

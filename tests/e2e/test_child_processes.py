@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from covetest import Coved, sandbox_init_pid, sandbox_leftovers
+from covetest import Coved, sandbox_init_pid, sandbox_leftovers, comm
 
 BODY = {"image": {"uri": "base"}, "entrypoint": ["sleep", "infinity"],
         "resourceLimits": {"cpu": "1", "memory": "256Mi"}}
@@ -38,14 +38,6 @@ def stat_field(pid, index):
             return f.read().rsplit(")", 1)[1].split()[index]
     except (OSError, IndexError):
         return None
-
-
-def comm(pid):
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def zombies_under(pid):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from covetest import cgroup_dirs, sandbox_leftovers
+from covetest import cgroup_dirs, sandbox_leftovers, comm
 
 BODY = {"image": {"uri": "base"}, "entrypoint": ["sleep", "infinity"],
         "resourceLimits": {"cpu": "1", "memory": "256Mi"}}
@@ -22,14 +22,6 @@ def children(pid):
             return {int(p) for p in f.read().split()}
     except OSError:
         return set()
-
-
-def comm(pid):
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def create_with_stuck_setup(coved, metadata):

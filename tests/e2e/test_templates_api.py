@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from covetest import CLI, COVED, Coved, sanitizer_problems
+from covetest import CLI, COVED, Coved, sanitizer_problems, serve
 
 BUSYBOX = shutil.which("busybox") or "/usr/bin/busybox"
 ADMIN = "templates-admin-key"
@@ -26,13 +26,8 @@ BUILTINS = ["base", "code-interpreter"]
 
 @pytest.fixture(scope="module")
 def coved():
-    d = Coved(admin_keys=(ADMIN,), extra_args=["--max-template-size", "8Mi"]).start()
-    try:
+    with serve("--max-template-size", "8Mi", admin_keys=(ADMIN,)) as d:
         yield d
-    finally:
-        d.cleanup()
-    problems = sanitizer_problems(d)
-    assert problems is None, problems
 
 
 def busybox_rootfs(path):
