@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "lib/log.h"
+#include "lib/io.h"
 
 /* Helpers run at once: one per code context (CODE_MAX_CONTEXTS), with room to spare. */
 #define PROTECTED_MAX 64
@@ -66,14 +67,8 @@ static pid_t thread_group_of(pid_t pid)
 {
     char name[32], text[4096];
     snprintf(name, sizeof(name), "%d/status", (int)pid);
-    int fd = openat(proc_fd, name, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (cove_read_text(proc_fd, name, text, sizeof(text)) <= 0)
         return pid;
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    if (n <= 0)
-        return pid;
-    text[n] = '\0';
     const char *line = strstr(text, "\nTgid:");
     return line != NULL ? (pid_t)strtol(line + 6, NULL, 10) : pid;
 }

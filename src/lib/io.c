@@ -1,6 +1,7 @@
 #include "lib/io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 int cove_write_all(int fd, const void *data, size_t len)
@@ -37,4 +38,18 @@ ssize_t cove_read_all(int fd, void *buf, size_t size)
         got += (size_t)n;
     }
     return (ssize_t)got;
+}
+
+ssize_t cove_read_text(int dirfd, const char *path, char *buf, size_t size)
+{
+    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = cove_read_all(fd, buf, size - 1);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    if (n >= 0)
+        buf[n] = '\0';
+    return n;
 }

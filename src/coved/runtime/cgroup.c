@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "lib/log.h"
+#include "lib/io.h"
 
 #define CGROUP_PARENT "cove"
 #define CPU_PERIOD_US 100000
@@ -41,15 +42,7 @@ static int write_file(const char *path, const char *value, struct cove_error **e
 
 static int read_file(const char *path, char *buf, size_t size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, size - 1);
-    close(fd);
-    if (n < 0)
-        return -1;
-    buf[n] = '\0';
-    return 0;
+    return cove_read_text(AT_FDCWD, path, buf, size) < 0 ? -1 : 0;
 }
 
 static bool path_exists(const char *path)

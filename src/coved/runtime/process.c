@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "coved/runtime/runtime.h"
+#include "lib/io.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -24,14 +25,8 @@ uint64_t runtime_process_start_time(pid_t pid)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (cove_read_text(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
         return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
     /* The command name may contain spaces and parentheses: fields restart after the last ')'. */
     char *p = strrchr(buf, ')');
     if (p == NULL)
@@ -55,14 +50,8 @@ bool runtime_alive(const struct runtime_process *proc)
         return false;
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)proc->pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (cove_read_text(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
         return false;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
     char *p = strrchr(buf, ')');
     return p != NULL && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
 }
