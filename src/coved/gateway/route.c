@@ -83,13 +83,20 @@ bool route_match_host(const char *domain, const char *host, const char *target, 
     for (size_t i = 0; i < (size_t)(dot - host); i++)
         label[i] = (char)tolower((unsigned char)host[i]);
     label[dot - host] = '\0';
+    /* At most four parts: a fourth holds the rest of the label, dashes and all, so a
+     * signature with a '-' in it (a path form's base64url pasted here) is a bad signature
+     * (403), not some other name (404). */
     char *parts[4];
     int n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(label, "-", &save); tok && n < 4; tok = strtok_r(NULL, "-", &save))
-        parts[n++] = tok;
-    if (strtok_r(NULL, "-", &save) != NULL)
-        return false;
+    for (char *p = label; p != NULL && n < 4; n++) {
+        parts[n] = p;
+        p = n < 3 ? strchr(p, '-') : NULL;
+        if (p != NULL)
+            *p++ = '\0';
+    }
+    for (int i = 0; i < n; i++)
+        if (parts[i][0] == '\0')
+            return false;
     memset(r, 0, sizeof(*r));
     if (n == 2) {
         r->port = parse_port(parts[0]);

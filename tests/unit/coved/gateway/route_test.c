@@ -50,6 +50,11 @@ int main(void)
     CHECK(route_match_host("sb.example",
                            "abc123-8080-tpd09k-0abcdefghijklmnopqrstuvwxyz.sb.example", "/", &r));
     CHECK(r.signed_route && r.port == 8080 && r.form == ROUTE_FORM_HOST);
+    /* a signature with dashes stays one (bad) signature, so the gateway answers 403 */
+    CHECK(route_match_host("sb.example", "abc123-8080-tpd09k-0ab-c_d-e.sb.example", "/", &r));
+    CHECK(r.signed_route && strcmp(r.sig, "0ab-c_d-e") == 0);
+    CHECK(!route_match_host("sb.example", "abc123--tpd09k-0abc.sb.example", "/", &r));
+    CHECK(!route_match_host("sb.example", "-8080-abc123.sb.example", "/", &r));
     CHECK(!route_match_host("sb.example", "8080-abc123.other.example", "/", &r));
     CHECK(!route_match_host("sb.example", "8080-abc123.sb.example.evil", "/", &r));
     CHECK(!route_match_host("sb.example", "a-b-c.sb.example", "/", &r));
