@@ -16,6 +16,10 @@ packages=(
   # installed: Debian's matplotlib pulls fonttools, which pulls scipy and sympy.
   python3-numpy python3-pandas python3-matplotlib
   busybox-static iproute2 procps tar
+  # egress: nftables rules in each sandbox's netns, c-ares for the proxy's own lookups
+  libnftables-dev libc-ares-dev
+  # egress tests: a DNS server for test names, clients inside sandboxes, a headless browser
+  dnsmasq-base curl python3-requests python3-httpx chromium
 )
 # Benchmarks compare against these, in the same run.
 bench_packages=(bubblewrap crun runc podman)
