@@ -512,6 +512,8 @@ int egress_policy_from_json(const json_t *j, struct egress_policy **out, struct 
 
 json_t *egress_policy_to_json(const struct egress_policy *p)
 {
+    if (p == NULL)
+        return NULL;
     json_t *rules = json_array();
     json_t *j = json_object();
     if (rules == NULL || j == NULL)

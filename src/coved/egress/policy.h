@@ -56,7 +56,7 @@ void egress_policy_unref(const struct egress_policy *p);
  * EGRESS::INVALID_POLICY naming the field. *out holds one reference. */
 int egress_policy_from_json(const json_t *j, struct egress_policy **out, struct cove_error **err);
 /* The normalised form, {"defaultAction", "egress": [...]} (egress always present); from_json
- * of it gives the same policy. NULL only when out of memory. */
+ * of it gives the same policy. NULL when p is NULL or out of memory. */
 json_t *egress_policy_to_json(const struct egress_policy *p);
 /* GET/PATCH /policy's `mode`: "allow_all" when defaultAction is allow, else "deny_all" (the
  * naming of egress-api.yaml's examples). */
@@ -68,11 +68,12 @@ size_t egress_policy_rule_count(const struct egress_policy *p);
  * first; among them the first of each target wins; an existing rule whose target an incoming
  * rule names is replaced (targets compared normalised: "Example.COM." is example.com,
  * "1.2.3.4/32" is 1.2.3.4). defaultAction stays. More than EGRESS_POLICY_MAX_RULES after the
- * merge is a 400. cur is not changed. */
+ * merge is a 400. cur (not NULL) is not changed. */
 int egress_policy_patch(const struct egress_policy *cur, const json_t *rules,
                         struct egress_policy **out, struct cove_error **err);
-/* DELETE /policy: targets (a JSON array of strings, at least one) removed from cur; targets
- * not in the policy are ignored. A non-string or a string that is no valid target is a 400. */
+/* DELETE /policy: targets (a JSON array of strings, at least one) removed from cur (not NULL,
+ * not changed); targets not in the policy are ignored. A non-string or a string that is no
+ * valid target is a 400. */
 int egress_policy_delete_targets(const struct egress_policy *cur, const json_t *targets,
                                  struct egress_policy **out, struct cove_error **err);
 
