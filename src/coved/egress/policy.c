@@ -797,18 +797,25 @@ void egress_policy_check_addr(const struct egress_policy *p, const struct sockad
             return;
         }
     }
+    /* A special or host address is let through by the rule that names it, and that rule is
+     * the reason (not a broader allow listed before it). */
+    const struct egress_rule *named = NULL;
     const struct special_range *special = special_range_of(&f);
-    if (special != NULL && naming_rule(p, &f, &special->net) == NULL) {
+    if (special != NULL && (named = naming_rule(p, &f, &special->net)) == NULL) {
         verdict(v, false, "special range %s (%s)", special->text, special->what);
         return;
     }
     const struct net *host;
     if (is_host_address(&f, &host)) {
-        const struct egress_rule *named = host != NULL ? naming_rule(p, &f, host) : NULL;
+        named = host != NULL ? naming_rule(p, &f, host) : NULL;
         if (named == NULL) {
             verdict(v, false, "host address %s", text);
             return;
         }
+    }
+    if (named != NULL) {
+        rule_verdict(v, named);
+        return;
     }
     for (size_t i = 0; i < p->n; i++) {
         const struct egress_rule *r = &p->rules[i];

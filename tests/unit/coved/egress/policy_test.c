@@ -366,6 +366,10 @@ static void test_addresses(void)
         "{\"egress\":[{\"action\":\"allow\",\"target\":\"127.77.0.0/24\"}]}";
     static const char *const everything_v4 =
         "{\"egress\":[{\"action\":\"allow\",\"target\":\"0.0.0.0/0\"}]}";
+    static const char *const broad_first =
+        "{\"egress\":[{\"action\":\"allow\",\"target\":\"0.0.0.0/0\"},"
+        "{\"action\":\"allow\",\"target\":\"10.0.0.0/8\"},"
+        "{\"action\":\"allow\",\"target\":\"192.168.1.5\"}]}";
     static const char *const link_local =
         "{\"egress\":[{\"action\":\"allow\",\"target\":\"169.254.0.0/16\"}]}";
     static const char *const metadata =
@@ -443,6 +447,10 @@ static void test_addresses(void)
         {everything_v4, "169.254.169.254", false, false,
          "special range 169.254.169.254 (cloud metadata)"},
         {everything_v4, "2606:4700::1", false, false, "default deny"},
+        {broad_first, "10.1.2.3", false, true, "allow 10.0.0.0/8"}, /* the rule that names it */
+        {broad_first, "192.168.1.5", false, true, "allow 192.168.1.5"},
+        {broad_first, "192.168.1.6", false, false, "special range 192.168.0.0/16 (private)"},
+        {broad_first, "93.184.216.34", false, true, "allow 0.0.0.0/0"},
         {link_local, "169.254.1.1", false, true, "allow 169.254.0.0/16"},
         {link_local, "169.254.169.254", false, false,
          "special range 169.254.169.254 (cloud metadata)"},
