@@ -307,11 +307,13 @@ int egress_resolver_new(struct event_base *base, const char *servers, struct egr
         return cove_error_set(err, 0, 500, "COVE::INTERNAL", "resolver: c-ares: %s",
                               ares_strerror(status));
     }
-    if (servers != NULL &&
-        (status = ares_set_servers_ports_csv(r->channel, servers)) != ARES_SUCCESS) {
+    /* An empty list would leave c-ares without servers, failing every lookup as NXDOMAIN. */
+    if (servers != NULL && (servers[0] == '\0' || (status = ares_set_servers_ports_csv(
+                                                       r->channel, servers)) != ARES_SUCCESS)) {
         egress_resolver_free(r);
         return cove_error_set(err, EINVAL, 400, "COVE::INVALID_CONFIG",
-                              "resolver: bad DNS servers '%s': %s", servers, ares_strerror(status));
+                              "resolver: bad DNS servers '%s': %s", servers,
+                              servers[0] == '\0' ? "none given" : ares_strerror(status));
     }
     r->timer = evtimer_new(base, resolver_timer, r);
     if (r->timer == NULL) {

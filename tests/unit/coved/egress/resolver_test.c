@@ -374,6 +374,22 @@ static void test_cancel(struct egress_resolver *r)
     CHECK_EQ_INT(cancelled.calls, 0);
 }
 
+/* c-ares answers .onion names (RFC 7686) within ares_getaddrinfo; the callback still comes from
+ * the loop, after the caller has its handle, and a cancel or a free before then is honoured. */
+static void test_at_once(struct egress_resolver *r)
+{
+    struct result res = resolve(r, "hidden.onion", AF_UNSPEC);
+    CHECK_EQ_INT(res.status, EGRESS_LOOKUP_NOT_FOUND);
+    struct result cancelled = {0};
+    struct egress_lookup *l =
+        egress_resolver_lookup(r, "hidden.onion", AF_INET, record, &cancelled, NULL);
+    CHECK(l != NULL);
+    CHECK_EQ_INT(egress_resolver_in_flight(r), 0); /* c-ares is already done with it */
+    egress_lookup_cancel(l);
+    run_for(100);
+    CHECK_EQ_INT(cancelled.calls, 0);
+}
+
 /* Many lookups at once, all answered, each once. Not so many that dnsmasq's socket buffer (the
  * default 208 KiB, about 250 queries) overflows and the test measures c-ares's retries. */
 static void test_many(struct egress_resolver *r)
@@ -464,11 +480,16 @@ int main(void)
     test_answers(r);
     test_refused_names(r);
     test_cancel(r);
+    test_at_once(r);
     test_many(r);
     egress_resolver_free(r);
 
     struct cove_error *err = NULL;
     CHECK(egress_resolver_new(base, "not a server list", &r, &err) < 0);
+    CHECK(err != NULL);
+    cove_error_free(err);
+    err = NULL;
+    CHECK(egress_resolver_new(base, "", &r, &err) < 0);
     CHECK(err != NULL);
     cove_error_free(err);
     /* The host's own configuration: made, never asked (the test sends nothing off loopback). */
