@@ -20,6 +20,8 @@ packages=(
   libnftables-dev libc-ares-dev
   # egress tests: a DNS server for test names, clients inside sandboxes, a headless browser
   dnsmasq-base curl python3-requests python3-httpx chromium
+  # `python` is Python 3 in the templates, which run the host's /usr
+  python-is-python3
 )
 # Benchmarks compare against these, in the same run.
 bench_packages=(bubblewrap crun runc podman)

@@ -121,6 +121,21 @@ static const char usage[] =
     "  --max-template-size BYTES     max_template_bytes  COVE_MAX_TEMPLATE_BYTES\n"
     "      a template registered over the API (POST /v1/templates, admin keys): its\n"
     "      uploaded archive, and the file data it extracts to (default 16Gi; \"512Mi\")\n"
+    "  --default-network-policy POLICY  default_network_policy\n"
+    "                                   COVE_DEFAULT_NETWORK_POLICY\n"
+    "      egress of sandboxes created without a networkPolicy: deny-all (the default),\n"
+    "      allow-all, or NetworkPolicy JSON ({\"defaultAction\":\"deny\",\"egress\":[...]}).\n"
+    "      Loopback, private and link-local ranges, the metadata address and the host's\n"
+    "      own addresses stay denied unless a rule names them; coved's own port always\n"
+    "  --dns-server IP[:PORT][,...]     dns_servers       COVE_DNS_SERVERS\n"
+    "      resolvers coved asks for the names sandboxes may reach (default: the host's\n"
+    "      /etc/resolv.conf)\n"
+    "  --egress-ca-bundle FILE          egress_ca_bundle  COVE_EGRESS_CA_BUNDLE\n"
+    "      upstream servers' certificates may also chain to these (PEM), besides the\n"
+    "      host's trust store, when the credential proxy decrypts\n"
+    "  --egress-log LEVEL               egress_log        COVE_EGRESS_LOG\n"
+    "      egress decisions written to the log: none, denied (default) or all; every\n"
+    "      decision is kept per sandbox (GET /v1/sandboxes/ID/egress/events)\n"
     "  -h, --help             this text\n"
     "\n"
     "Route keys (the keys that sign ?expires= routes, in STATE_DIR/route_keys; a running\n"
@@ -297,6 +312,25 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
                                   "%s: resume_on_access takes true or false", from);
     } else if (strcmp(key, "domain") == 0) {
         snprintf(cfg->domain, sizeof(cfg->domain), "%s", value);
+    } else if (strcmp(key, "default_network_policy") == 0) {
+        if (strlen(value) >= sizeof(cfg->default_network_policy))
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: default_network_policy is too long", from);
+        snprintf(cfg->default_network_policy, sizeof(cfg->default_network_policy), "%s", value);
+    } else if (strcmp(key, "dns_servers") == 0) {
+        snprintf(cfg->dns_servers, sizeof(cfg->dns_servers), "%s", value);
+    } else if (strcmp(key, "egress_ca_bundle") == 0) {
+        snprintf(cfg->egress_ca_bundle, sizeof(cfg->egress_ca_bundle), "%s", value);
+    } else if (strcmp(key, "egress_log") == 0) {
+        static const char *const levels[] = {"none", "denied", "all"};
+        int found = -1;
+        for (int i = 0; i < 3; i++)
+            if (strcmp(value, levels[i]) == 0)
+                found = i;
+        if (found < 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: egress_log takes none, denied or all", from);
+        cfg->egress_log = found;
     } else if (strcmp(key, "public_host") == 0) {
         snprintf(cfg->public_host, sizeof(cfg->public_host), "%s", value);
     } else if (strcmp(key, "api_keys") == 0) {
@@ -432,6 +466,10 @@ static const struct {
     {"COVE_HEALTH_INTERVAL", "health_interval"},
     {"COVE_SANDBOX_FILE_SHARE", "sandbox_file_share"},
     {"COVE_SESSION_IDLE_TIMEOUT", "session_idle_timeout_seconds"},
+    {"COVE_DEFAULT_NETWORK_POLICY", "default_network_policy"},
+    {"COVE_DNS_SERVERS", "dns_servers"},
+    {"COVE_EGRESS_CA_BUNDLE", "egress_ca_bundle"},
+    {"COVE_EGRESS_LOG", "egress_log"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -477,6 +515,8 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     cfg->cpu_overcommit = DEFAULT_CPU_OVERCOMMIT;
     cfg->sandbox_file_share = FILE_BUDGET_DEFAULT_SHARE;
     cfg->session_idle_timeout_s = -1;
+    snprintf(cfg->default_network_policy, sizeof(cfg->default_network_policy), "deny-all");
+    cfg->egress_log = 1; /* EGRESS_LOG_DENIED */
 
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -509,6 +549,10 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"health-interval", required_argument, NULL, 'I'},
         {"sandbox-file-share", required_argument, NULL, 'F'},
         {"session-idle-timeout", required_argument, NULL, 'S'},
+        {"default-network-policy", required_argument, NULL, 1100},
+        {"dns-server", required_argument, NULL, 1101},
+        {"egress-ca-bundle", required_argument, NULL, 1102},
+        {"egress-log", required_argument, NULL, 1103},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -608,6 +652,18 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 1006:
             key = "max_template_bytes";
+            break;
+        case 1100:
+            key = "default_network_policy";
+            break;
+        case 1101:
+            key = "dns_servers";
+            break;
+        case 1102:
+            key = "egress_ca_bundle";
+            break;
+        case 1103:
+            key = "egress_log";
             break;
         case 'I':
             key = "health_interval";

@@ -42,6 +42,13 @@ struct coved_config {
     /* Probe Running sandboxes this often (0: never); see sandbox/health.h. */
     int64_t health_interval_s;
     int64_t session_idle_timeout_s; /* passed to agents; -1: the agent's default */
+    /* Egress (egress.h): the policy of sandboxes created without one ("deny-all",
+     * "allow-all" or NetworkPolicy JSON), upstream resolvers ("" the host's), extra trust
+     * for upstream certificates, and which decisions reach the log (enum egress_log_level). */
+    char default_network_policy[4096];
+    char dns_servers[1024];
+    char egress_ca_bundle[PATH_MAX];
+    int egress_log;
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

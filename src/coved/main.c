@@ -13,6 +13,7 @@
 
 #include "coved/api/api.h"
 #include "coved/config.h"
+#include "coved/egress/egress.h"
 #include "coved/route_key_command.h"
 #include "coved/runtime/runtime.h"
 #include "coved/sandbox/sandbox.h"
@@ -60,6 +61,39 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* Every client connection and gateway tunnel holds descriptors: take all the hard limit
  * allows (raising it needs CAP_SYS_RESOURCE) and say so if it is small. */
+/* The daemon-wide egress (egress.h) and the policy of sandboxes created without one. */
+static int open_egress(struct event_base *base, const struct coved_config *o,
+                       struct egress **egress, struct egress_policy **policy,
+                       struct cove_error **err)
+{
+    const char *text = o->default_network_policy;
+    json_t *json = NULL;
+    if (strcmp(text, "deny-all") == 0) {
+        json = json_pack("{s:s}", "defaultAction", "deny");
+    } else if (strcmp(text, "allow-all") == 0) {
+        json = json_object();
+    } else {
+        json_error_t jerr;
+        json = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+        if (json == NULL)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "default_network_policy: deny-all, allow-all or "
+                                  "NetworkPolicy JSON (%s)",
+                                  jerr.text);
+    }
+    int rc = egress_policy_from_json(json, policy, err);
+    json_decref(json);
+    if (rc < 0)
+        return cove_error_wrap(err, "default_network_policy");
+    struct egress_config cfg = {
+        .state_dir = o->state_dir,
+        .dns_servers = o->dns_servers[0] ? o->dns_servers : NULL,
+        .extra_ca_bundle = o->egress_ca_bundle[0] ? o->egress_ca_bundle : NULL,
+        .log_level = (enum egress_log_level)o->egress_log,
+    };
+    return egress_new(base, &cfg, egress, err);
+}
+
 static void raise_fd_limit(void)
 {
     struct rlimit rl;
@@ -114,6 +148,8 @@ int main(int argc, char **argv)
     struct template_registry *templates = NULL;
     struct sandbox_manager *sandboxes = NULL;
     struct sandbox_health *health = NULL;
+    struct egress *egress = NULL;
+    struct egress_policy *default_policy = NULL;
     struct runtime rt = {.agent_fd = -1, .kernel_fd = -1};
     struct api api = {0};
     struct event *sigterm = NULL, *sigint = NULL;
@@ -144,7 +180,10 @@ int main(int argc, char **argv)
     if (store_open(path, &store, &err) < 0 ||
         template_registry_open(o.state_dir, &templates, &err) < 0 ||
         sandbox_manager_new(base, store, &rt, o.state_dir, &sandboxes, &err) < 0 ||
-        sandbox_manager_restore(sandboxes, &err) < 0 ||
+        open_egress(base, &o, &egress, &default_policy, &err) < 0)
+        goto out;
+    sandbox_manager_set_egress(sandboxes, egress, default_policy);
+    if (sandbox_manager_restore(sandboxes, &err) < 0 ||
         sandbox_health_start(base, sandboxes, o.health_interval_s, &health, &err) < 0)
         goto out;
 
@@ -171,11 +210,13 @@ int main(int argc, char **argv)
         .admin_keys = o.admin_keys,
         .memory_overcommit = o.memory_overcommit,
         .cpu_overcommit = o.cpu_overcommit,
+        .state_dir = o.state_dir,
     };
     api.store = store;
     memcpy(api.config.default_quota.v, o.quota, sizeof(api.config.default_quota.v));
     if (route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;
+    egress_set_own_endpoint(host, http_server_port(api.http));
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     sigint = evsignal_new(base, SIGINT, on_signal, base);
     evsignal_add(sigterm, NULL);
@@ -200,6 +241,8 @@ out:
     route_signer_close(&api.signer);
     sandbox_manager_free(sandboxes);
     sandbox_health_free(health); /* after the sandboxes, which drop their probes */
+    egress_policy_unref(default_policy);
+    egress_free(egress); /* after the sandboxes, whose egress it serves */
     template_registry_free(templates);
     store_close(store);
     runtime_fini(&rt);

@@ -1,4 +1,5 @@
 #include "coved/api/api.h"
+#include "coved/api/egress_api.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,19 +39,23 @@ void api_respond_error(struct http_request *req, const struct cove_error *err)
     http_respond_error(req, status, err->code, err->message);
 }
 
-json_t *api_parse_json_object(struct http_request *req)
+json_t *api_parse_json_body(struct http_request *req)
 {
     struct evbuffer *body = http_request_body(req);
     size_t len = evbuffer_get_length(body);
     const char *data = (const char *)evbuffer_pullup(body, -1);
     json_error_t jerr;
-    json_t *j = json_loadb(data ? data : "", len, JSON_REJECT_DUPLICATES, &jerr);
-    if (j == NULL) {
+    json_t *j = json_loadb(data ? data : "", len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    if (j == NULL)
         http_respond_errorf(req, 400, "SANDBOX::INVALID_JSON", "malformed JSON body: %s",
                             len == 0 ? "empty body" : jerr.text);
-        return NULL;
-    }
-    if (!json_is_object(j)) {
+    return j;
+}
+
+json_t *api_parse_json_object(struct http_request *req)
+{
+    json_t *j = api_parse_json_body(req);
+    if (j != NULL && !json_is_object(j)) {
         json_decref(j);
         http_respond_errorf(req, 400, "SANDBOX::INVALID_JSON", "the body must be a JSON object");
         return NULL;
@@ -112,6 +117,8 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
         return api_sandbox_patch_metadata(api, req, c, p0);
     case API_ROUTE_SANDBOX_RENEW:
         return api_sandbox_renew(api, req, c, p0);
+    case API_ROUTE_SANDBOX_EGRESS_EVENTS:
+        return api_sandbox_egress_events(api, req, c, p0);
     case API_ROUTE_SNAPSHOTS:
         return http_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
                                    "snapshots are not supported by this server yet");
@@ -202,7 +209,8 @@ int api_start(struct api *api, struct cove_error **err)
         .on_error = on_error,
         .arg = api,
     };
-    if (gateway_new(api, &api->gateway, err) < 0 || api_quotas_open(api, err) < 0 ||
+    if (api_egress_start(api, api->config.state_dir, err) < 0 ||
+        gateway_new(api, &api->gateway, err) < 0 || api_quotas_open(api, err) < 0 ||
         http_server_new(api->base, &config, &api->http, err) < 0)
         return -1;
     if (http_server_listen(api->http, api->config.listen_host, api->config.listen_port, err) < 0)
@@ -216,5 +224,6 @@ void api_stop(struct api *api)
     api->gateway = NULL;
     http_server_free(api->http);
     api->http = NULL;
+    api_egress_stop(api);
     api_quotas_close(api);
 }

@@ -36,6 +36,7 @@ struct api_config {
     struct quota_amounts default_quota; /* of every key without an override */
     double memory_overcommit, cpu_overcommit;
     int64_t max_template_bytes; /* an uploaded archive, and the file data of any import */
+    const char *state_dir;      /* the egress API's socket lives there */
 };
 
 struct api_quotas;
@@ -52,6 +53,9 @@ struct api {
     struct route_signer signer;
     struct store *store;       /* quota overrides */
     struct api_quotas *quotas; /* set up by api_start */
+    /* The egress API behind the gateway's port 18080 (egress_api.h). */
+    struct http_server *egress_http;
+    char egress_api_socket[108];
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint). */
@@ -82,6 +86,8 @@ struct sandbox *api_authorize_route(struct api *api, const struct route *r, cons
                                     const char *token, int client_fd, struct cove_error **err);
 /* Parses the body as a JSON object; on failure answers 400 itself and returns NULL. */
 json_t *api_parse_json_object(struct http_request *req);
+/* Any JSON value (answered with a 400 and NULL when malformed). */
+json_t *api_parse_json_body(struct http_request *req);
 
 /* Route handlers (api/sandboxes.c, api/templates.c). */
 void api_sandboxes_create(struct api *api, struct http_request *req, const struct api_caller *c);

@@ -24,6 +24,7 @@ static const struct {
     {"GET", "sandboxes/*/endpoints/*", API_ROUTE_SANDBOX_ENDPOINT, API_ACCESS_KEY},
     {"PATCH", "sandboxes/*/metadata", API_ROUTE_SANDBOX_METADATA, API_ACCESS_KEY},
     {"POST", "sandboxes/*/renew-expiration", API_ROUTE_SANDBOX_RENEW, API_ACCESS_KEY},
+    {"GET", "sandboxes/*/egress/events", API_ROUTE_SANDBOX_EGRESS_EVENTS, API_ACCESS_KEY},
     {NULL, "sandboxes/*/snapshots", API_ROUTE_SNAPSHOTS, API_ACCESS_KEY},
     {NULL, "snapshots/**", API_ROUTE_SNAPSHOTS, API_ACCESS_KEY},
     /* Cove's own */

@@ -26,6 +26,7 @@ enum api_route_id {
     API_ROUTE_ADMIN_QUOTA_GET,
     API_ROUTE_ADMIN_QUOTA_PUT,
     API_ROUTE_ADMIN_QUOTA_DELETE,
+    API_ROUTE_SANDBOX_EGRESS_EVENTS,
 };
 
 enum api_access {

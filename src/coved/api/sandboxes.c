@@ -16,6 +16,7 @@
 #include "coved/api/quantity.h"
 #include "lib/clock.h"
 #include "coved/api/sandbox_json.h"
+#include "coved/egress/policy.h"
 
 #define DEFAULT_MEMORY (1024LL << 20)
 #define DEFAULT_DISK (512LL << 20)
@@ -331,16 +332,11 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
             return cove_error_set(err, 0, 400, "SANDBOX::PLATFORM_UNSUPPORTED",
                                   "this host runs linux/amd64 sandboxes only");
     }
+    /* Absent or null: coved's default_network_policy; {} is allow-all, as the spec says. */
     json_t *policy = json_object_get(body, "networkPolicy");
-    if (policy != NULL && !json_is_null(policy)) {
-        json_t *egress = json_object_get(policy, "egress");
-        const char *def = json_string_value(json_object_get(policy, "defaultAction"));
-        if (!json_is_object(policy) || (def && strcmp(def, "deny") != 0) ||
-            json_array_size(egress) > 0)
-            return cove_error_set(err, 0, 400, "SANDBOX::NETWORK_POLICY_UNSUPPORTED",
-                                  "outbound network is not available yet: sandboxes have "
-                                  "loopback only, so only a deny-all policy can be honoured");
-    }
+    if (policy != NULL && !json_is_null(policy) &&
+        egress_policy_from_json(policy, &req->policy, err) < 0)
+        return cove_error_wrap(err, "networkPolicy");
     /* Requests matter to a scheduler; on one machine they are checked and otherwise unused. */
     json_t *requests = json_object_get(body, "resourceRequests");
     if (requests != NULL && !json_is_null(requests)) {
@@ -352,10 +348,13 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
     if (secure != NULL && !json_is_null(secure) && !json_is_boolean(secure))
         return invalid(err, "%s must be a boolean", "secureAccess");
     json_t *credentials = json_object_get(body, "credentialProxy");
-    if (credentials != NULL && !json_is_null(credentials) &&
-        (!json_is_object(credentials) || json_is_true(json_object_get(credentials, "enabled"))))
-        return cove_error_set(err, 0, 400, "SANDBOX::CREDENTIAL_PROXY_UNSUPPORTED",
-                              "the credential proxy is not available yet");
+    if (credentials != NULL && !json_is_null(credentials)) {
+        json_t *enabled = json_object_get(credentials, "enabled");
+        if (!json_is_object(credentials) || json_object_size(credentials) > (enabled ? 1 : 0) ||
+            (enabled != NULL && !json_is_boolean(enabled)))
+            return invalid(err, "%s must be {\"enabled\": boolean}", "credentialProxy");
+        req->credential_proxy = json_is_true(enabled);
+    }
     json_t *extensions = json_object_get(body, "extensions");
     if (extensions != NULL && !json_is_null(extensions)) {
         if (!json_is_object(extensions))
@@ -460,6 +459,7 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
         api_respond_error(reply_wait_end(w), err);
     }
     template_unref(sreq.template);
+    egress_policy_unref(sreq.policy);
     cove_error_free(err);
     json_decref(body);
 }

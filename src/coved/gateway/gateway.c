@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 
 #include "coved/api/api.h"
+#include "coved/egress/ports.h"
 #include "coved/gateway/route_token.h"
 #include "coved/gateway/tunnel.h"
 #include "coved/gateway/upstream.h"
@@ -82,7 +83,11 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
         return TUNNEL_REFUSE;
     snprintf(target->prefix, sizeof(target->prefix), "%.*s", (int)(r.rest - target_text),
              target_text);
-    snprintf(target->path, sizeof(target->path), "%s", r.rest);
+    if (r.port == EGRESS_API_PORT) /* coved's own egress API, told which sandbox */
+        snprintf(target->path, sizeof(target->path), "/%s%s%s", sb->id,
+                 r.rest[0] == '/' ? "" : "/", r.rest);
+    else
+        snprintf(target->path, sizeof(target->path), "%s", r.rest);
     upstream_name(target->upstream, sizeof(target->upstream), sb->id, r.port);
     sandbox_touch(api->sandboxes, sb);
     return TUNNEL_FORWARD;
@@ -107,6 +112,8 @@ int gateway_new(struct api *api, struct gateway **out, struct cove_error **err)
     gw->api = api;
     int cap = api->config.max_tunnels_per_sandbox;
     int init = upstreams_init(&gw->upstreams, api->sandboxes, cap > 0 ? cap : 1024);
+    snprintf(gw->upstreams.egress_api_socket, sizeof(gw->upstreams.egress_api_socket), "%s",
+             api->egress_api_socket);
     struct tunnel_ops ops = {
         .route = gateway_route,
         .connect = gateway_connect,

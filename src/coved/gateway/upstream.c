@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "coved/egress/ports.h"
 #include "coved/runtime/runtime.h"
 #include "lib/cleanup.h"
 #include "lib/log.h"
@@ -111,10 +112,13 @@ int upstream_open(struct upstreams *u, const char *peer, const char *name, struc
                               peer_cap, id);
     int fd;
     memset(addr, 0, *addr_len);
-    if (port == RUNTIME_AGENT_PORT) {
+    if (port == RUNTIME_AGENT_PORT || port == EGRESS_API_PORT) {
         struct sockaddr_un *un = (struct sockaddr_un *)addr;
         un->sun_family = AF_UNIX;
-        sandbox_agent_socket(sb, un->sun_path, sizeof(un->sun_path));
+        if (port == EGRESS_API_PORT)
+            snprintf(un->sun_path, sizeof(un->sun_path), "%s", u->egress_api_socket);
+        else
+            sandbox_agent_socket(sb, un->sun_path, sizeof(un->sun_path));
         *addr_len = sizeof(*un);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0)

@@ -28,3 +28,8 @@ int id_map_write(const char *path, uint32_t inside, uint32_t host_base);
 void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner);
 /* rootfs.c: the sandbox's own cgroups, read-only at /sys/fs/cgroup (in its cgroup namespace). */
 void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg);
+/* network.c: loopback, a default route on lo and the egress rules (nftables) in the new
+ * network namespace; the resolver and the egress CA bundle in the root being built (cwd). */
+void child_setup_network(int status_fd);
+void child_write_resolv_conf(int status_fd);
+void child_mount_ca_bundle(int status_fd, const char *bundle);

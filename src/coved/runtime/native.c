@@ -304,6 +304,11 @@ int runtime_start_fd(const struct runtime_start *op)
     return op->status_fd;
 }
 
+pid_t runtime_start_pid(const struct runtime_start *op)
+{
+    return op->child.pid;
+}
+
 int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
                         struct runtime_start **out, struct cove_error **err)
 {

@@ -4,13 +4,11 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/securebits.h>
-#include <net/if.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -172,22 +170,6 @@ static void mount_dev(int status_fd, uint32_t host_base)
             child_fail(status_fd, "symlink %s", links[i][1]);
 }
 
-static void bring_up_loopback(int status_fd)
-{
-    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (sock < 0)
-        child_fail(status_fd, "socket for lo");
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof(ifr));
-    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-    if (ioctl(sock, SIOCGIFFLAGS, &ifr) < 0)
-        child_fail(status_fd, "get lo flags");
-    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-    if (ioctl(sock, SIOCSIFFLAGS, &ifr) < 0)
-        child_fail(status_fd, "bring lo up");
-    close(sock);
-}
-
 /* The host OS's merged-/usr links in a template's root (/bin -> usr/bin, /lib64 -> usr/lib64,
  * ...) live in the writable layer: `rm -rf /` inside removes them, and without /lib64 (the
  * dynamic loader) no program starts any more. Each becomes a read-only bind mount of the
@@ -256,6 +238,9 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     mount_proc_and_sys(status_fd);
     mount_dev(status_fd, spec->host_id_base);
     child_mkdir(status_fd, "tmp", 01777);
+    child_write_resolv_conf(status_fd);
+    if (spec->ca_bundle != NULL)
+        child_mount_ca_bundle(status_fd, spec->ca_bundle);
 
     /* pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only
      * the sandbox's tree. */
@@ -268,7 +253,7 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     snprintf(path, sizeof(path), "%s", spec->id);
     if (sethostname(path, strlen(path)) < 0)
         child_fail(status_fd, "sethostname");
-    bring_up_loopback(status_fd);
+    child_setup_network(status_fd);
 }
 
 /* The sandbox's own cgroups, read-only at /sys/fs/cgroup (Docker does the same): mounted

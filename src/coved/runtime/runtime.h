@@ -58,6 +58,7 @@ struct runtime_spec {
     uint32_t host_id_base; /* host id of root inside: the sandbox's id range */
     uint64_t nofile_soft;  /* RLIMIT_NOFILE of the sandbox's processes (file_budget.h) */
     uint64_t nofile_hard;
+    const char *ca_bundle; /* host file over the system trust bundle (credential proxy), or NULL */
 };
 
 struct runtime_process {
@@ -87,6 +88,8 @@ struct runtime_start;
 int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
                         struct runtime_start **out, struct cove_error **err);
 int runtime_start_fd(const struct runtime_start *op);
+/* The sandbox's PID 1 as the host sees it (its namespaces exist from the start). */
+pid_t runtime_start_pid(const struct runtime_start *op);
 int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runtime_process *out,
                        struct cove_error **err);
 void runtime_start_cancel(struct runtime *rt, struct runtime_start *op);

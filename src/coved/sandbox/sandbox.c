@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coved/egress/egress.h"
 #include "coved/sandbox/health.h"
 #include "coved/store/store.h"
 #include "lib/log.h"
@@ -27,6 +28,8 @@ struct sandbox_manager {
     size_t count, cap;
     struct event *ttl_timer;
     struct id_range_pool id_ranges; /* the host id ranges sandboxes hold */
+    struct egress *egress;
+    const struct egress_policy *default_policy;
 };
 
 int64_t sandbox_now_ms(void)
@@ -64,6 +67,7 @@ static void sandbox_free(struct sandbox *sb)
         event_free(sb->agent_log);
     if (sb->exit_event)
         event_free(sb->exit_event);
+    egress_sandbox_close(sb->egress);
     runtime_process_release(&sb->proc); /* the process itself outlives coved */
     if (sb->proc.log_fd >= 0)
         close(sb->proc.log_fd);
@@ -71,6 +75,7 @@ static void sandbox_free(struct sandbox *sb)
     json_decref(sb->env);
     json_decref(sb->metadata);
     json_decref(sb->limits);
+    json_decref(sb->network_policy);
     template_unref(sb->template);
     free(sb);
 }
@@ -123,6 +128,8 @@ static struct store_sandbox sandbox_record(const struct sandbox *sb)
         .access_token = sb->access_token,
         .renew_on_access_s = sb->renew_on_access_s,
         .id_slot = sb->id_slot,
+        .network_policy = sb->network_policy,
+        .credential_proxy = sb->credential_proxy,
     };
 }
 
@@ -153,6 +160,9 @@ static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
     snprintf(sb->access_token, sizeof(sb->access_token), "%s", rec->access_token);
     sb->renew_on_access_s = rec->renew_on_access_s;
     sb->id_slot = rec->id_slot;
+    if (rec->network_policy != NULL && json_is_object(rec->network_policy))
+        sb->network_policy = json_incref(rec->network_policy);
+    sb->credential_proxy = rec->credential_proxy;
     return sb;
 }
 
@@ -186,7 +196,7 @@ static void new_id(char *out, size_t size)
 static char **build_env(const struct sandbox *sb)
 {
     size_t n = json_object_size(sb->env);
-    char **env = calloc(n + 5, sizeof(char *));
+    char **env = calloc(n + 5 + 6, sizeof(char *));
     if (env == NULL)
         return NULL;
     size_t i = 0;
@@ -200,6 +210,17 @@ static char **build_env(const struct sandbox *sb)
     char *host = NULL;
     if (asprintf(&host, "HOSTNAME=%s", sb->id) >= 0)
         env[i++] = host;
+    /* pip installs into the user site: /usr is read-only, and there is no system to break. */
+    if (json_object_get(sb->env, "PIP_BREAK_SYSTEM_PACKAGES") == NULL)
+        env[i++] = strdup("PIP_BREAK_SYSTEM_PACKAGES=1");
+    /* With a credential proxy the system bundle holds coved's CA too (runtime_spec.ca_bundle):
+     * the clients that keep their own trust are pointed at it. */
+    static const char *const ca_vars[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+                                          "NODE_EXTRA_CA_CERTS", "PIP_CERT", "CURL_CA_BUNDLE"};
+    for (size_t k = 0; sb->credential_proxy && k < sizeof(ca_vars) / sizeof(ca_vars[0]); k++)
+        if (json_object_get(sb->env, ca_vars[k]) == NULL &&
+            asprintf(&env[i], "%s=/etc/ssl/certs/ca-certificates.crt", ca_vars[k]) >= 0)
+            i++;
     const char *key;
     json_t *value;
     json_object_foreach(sb->env, key, value)
@@ -295,6 +316,8 @@ static int destroy_runtime(struct sandbox_manager *mgr, struct sandbox *sb, stru
     if (sb->exit_event != NULL)
         event_free(sb->exit_event); /* before runtime_destroy closes its pidfd */
     sb->exit_event = NULL;
+    egress_sandbox_close(sb->egress);
+    sb->egress = NULL;
     return runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, err);
 }
 
@@ -391,6 +414,9 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
     cove_random_hex(sb->access_token, 32);
+    const struct egress_policy *policy = req->policy != NULL ? req->policy : mgr->default_policy;
+    sb->network_policy = policy != NULL ? egress_policy_to_json(policy) : NULL;
+    sb->credential_proxy = req->credential_proxy;
     set_state(sb, SANDBOX_PENDING, "provisioning", "sandbox is being created");
 
     char **env = build_env(sb);
@@ -408,9 +434,15 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         .host_id_base = id_range_host_base(sb->id_slot),
         .nofile_soft = nofile_soft,
         .nofile_hard = nofile_hard,
+        .ca_bundle = sb->credential_proxy && mgr->egress ? egress_ca_bundle_path(mgr->egress)
+                                                         : NULL,
     };
     int rc = (env && argv) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
                            : cove_error_sys(err, "calloc");
+    /* Its sockets exist before anything of the sandbox runs: the child is still being set up. */
+    if (rc == 0 && mgr->egress != NULL && policy != NULL)
+        rc = egress_sandbox_open(mgr->egress, sb->id, runtime_start_pid(sb->starting), policy,
+                                 sb->credential_proxy, &sb->egress, err);
     free_strv(env, true);
     free_strv(argv, false);
     if (rc == 0) {
@@ -424,6 +456,8 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         rc = registry_add(mgr, sb, err);
     if (rc < 0) {
         start_cancel(mgr, sb);
+        egress_sandbox_close(sb->egress);
+        sb->egress = NULL;
         struct cove_error *ignored = NULL;
         runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
         cove_error_free(ignored);
@@ -725,7 +759,36 @@ void sandbox_manager_free(struct sandbox_manager *mgr)
     for (size_t i = 0; i < mgr->count; i++)
         sandbox_free(mgr->items[i]);
     free(mgr->items);
+    egress_policy_unref(mgr->default_policy);
     free(mgr);
+}
+
+/* A re-adopted sandbox's egress sockets, made again in its network namespace (the old ones
+ * died with the coved that held them). Its stored policy, or the default when the store has
+ * none (rows from before egress) or it no longer parses. */
+static void open_egress(struct sandbox_manager *mgr, struct sandbox *sb)
+{
+    if (mgr->egress == NULL)
+        return;
+    struct cove_error *err = NULL;
+    struct egress_policy *parsed = NULL;
+    const struct egress_policy *policy = NULL;
+    if (sb->network_policy != NULL &&
+        egress_policy_from_json(sb->network_policy, &parsed, &err) == 0) {
+        policy = parsed;
+    } else {
+        cove_error_free(err);
+        err = NULL;
+        policy = mgr->default_policy ? egress_policy_ref(mgr->default_policy) : NULL;
+    }
+    if (policy == NULL)
+        return;
+    if (egress_sandbox_open(mgr->egress, sb->id, sb->proc.pid, policy, sb->credential_proxy,
+                            &sb->egress, &err) < 0) {
+        log_error("sandbox %s: %s", sb->id, err->message);
+        cove_error_free(err);
+    }
+    egress_policy_unref(policy);
 }
 
 static void adopt(struct sandbox *sb, void *arg)
@@ -755,6 +818,7 @@ static void adopt(struct sandbox *sb, void *arg)
         return;
     }
     watch_exit(mgr, sb); /* logged if it fails: the sandbox is then checked when used */
+    open_egress(mgr, sb);
     /* An interrupted transition is finished by looking at what the cgroup really is. */
     if (sb->state == SANDBOX_PAUSING || sb->state == SANDBOX_RESUMING ||
         sb->state == SANDBOX_PENDING) {
@@ -779,6 +843,33 @@ static void adopt_record(const struct store_sandbox *rec, void *arg)
         return;
     }
     adopt(sb, arg);
+}
+
+void sandbox_manager_set_egress(struct sandbox_manager *mgr, struct egress *egress,
+                                const struct egress_policy *default_policy)
+{
+    mgr->egress = egress;
+    egress_policy_unref(mgr->default_policy);
+    mgr->default_policy = default_policy ? egress_policy_ref(default_policy) : NULL;
+}
+
+int sandbox_set_network_policy(struct sandbox_manager *mgr, struct sandbox *sb,
+                               const struct egress_policy *policy, struct cove_error **err)
+{
+    json_t *json = egress_policy_to_json(policy);
+    if (json == NULL)
+        return cove_error_set(err, ENOMEM, 500, "COVE::INTERNAL", "out of memory");
+    json_t *old = sb->network_policy;
+    sb->network_policy = json;
+    if (save_record(mgr, sb, err) < 0) {
+        sb->network_policy = old;
+        json_decref(json);
+        return -1;
+    }
+    json_decref(old);
+    if (sb->egress != NULL)
+        egress_sandbox_set_policy(sb->egress, policy);
+    return 0;
 }
 
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err)

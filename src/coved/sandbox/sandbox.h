@@ -13,6 +13,9 @@
 #include "lib/error.h"
 
 struct store;
+struct egress;
+struct egress_policy;
+struct egress_sandbox;
 
 #define SANDBOX_ID_SIZE 24
 
@@ -56,6 +59,12 @@ struct sandbox {
     int health_failures;       /* probes in a row that got no verdict */
     bool unhealthy;
     char health_message[512];
+    /* Egress (egress.h): the policy in force (normalised NetworkPolicy JSON, kept in the
+     * store so a restart and a PATCH both keep it), the credential proxy opt-in, and the
+     * sandbox's sockets in its network namespace while it runs. */
+    json_t *network_policy;
+    bool credential_proxy;
+    struct egress_sandbox *egress;
 };
 
 /* Called once a create ends: with the Running sandbox, or with sb NULL and why it failed. */
@@ -71,6 +80,8 @@ struct sandbox_request {
     int64_t nofile;    /* RLIMIT_NOFILE asked for; 0: the default within the file budget */
     int64_t timeout_s; /* 0: none */
     int64_t renew_on_access_s;
+    struct egress_policy *policy; /* borrowed; NULL: coved's default_network_policy */
+    bool credential_proxy;
 };
 
 struct sandbox_manager;
@@ -79,6 +90,13 @@ int sandbox_manager_new(struct event_base *base, struct store *store, struct run
                         const char *state_dir, struct sandbox_manager **out,
                         struct cove_error **err);
 void sandbox_manager_free(struct sandbox_manager *mgr);
+/* Egress for every sandbox from here on (before restore); default_policy is referenced. */
+void sandbox_manager_set_egress(struct sandbox_manager *mgr, struct egress *egress,
+                                const struct egress_policy *default_policy);
+/* Replaces a sandbox's egress policy (already validated): persisted, and in force from the
+ * next connection on. */
+int sandbox_set_network_policy(struct sandbox_manager *mgr, struct sandbox *sb,
+                               const struct egress_policy *policy, struct cove_error **err);
 /* Re-adopts the sandboxes the store knows: running ones keep running, gone ones are Failed. */
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err);
 

@@ -75,6 +75,12 @@ static const struct migration migrations[] = {
     {"per-sandbox id ranges",
      "ALTER TABLE sandboxes ADD COLUMN id_slot INTEGER NOT NULL DEFAULT -1", "sandboxes",
      "id_slot"},
+    /* '' and 'null': none stored (rows from before egress get coved's default). */
+    {"egress policy", "ALTER TABLE sandboxes ADD COLUMN network_policy TEXT NOT NULL DEFAULT ''",
+     "sandboxes", "network_policy"},
+    {"credential proxy",
+     "ALTER TABLE sandboxes ADD COLUMN credential_proxy INTEGER NOT NULL DEFAULT 0", "sandboxes",
+     "credential_proxy"},
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == STORE_SCHEMA_VERSION,
@@ -209,10 +215,12 @@ int store_open(const char *path, struct store **out, struct cove_error **err)
             store->db,
             "INSERT OR REPLACE INTO sandboxes (id, owner, template, state, reason, message,"
             " transition_ms, created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
-            " start_time, run_dir, access_token, renew_on_access_s, id_slot)"
+            " start_time, run_dir, access_token, renew_on_access_s, id_slot, network_policy,"
+            " credential_proxy)"
             " VALUES (:id, :owner, :template, :state, :reason, :message, :transition_ms,"
             " :created_ms, :expires_ms, :entrypoint, :env, :metadata, :limits, :pid,"
-            " :start_time, :run_dir, :access_token, :renew_on_access_s, :id_slot)",
+            " :start_time, :run_dir, :access_token, :renew_on_access_s, :id_slot, :network_policy,"
+            " :credential_proxy)",
             -1, &store->sandbox_save, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(store->db, "DELETE FROM sandboxes WHERE id = :id", -1,
                            &store->sandbox_delete, NULL) != SQLITE_OK) {
@@ -324,6 +332,8 @@ int store_sandbox_save(struct store *store, const struct store_sandbox *rec,
     bind_text(&b, ":access_token", rec->access_token);
     bind_int(&b, ":renew_on_access_s", rec->renew_on_access_s);
     bind_int(&b, ":id_slot", rec->id_slot);
+    bind_json(&b, ":network_policy", rec->network_policy);
+    bind_int(&b, ":credential_proxy", rec->credential_proxy ? 1 : 0);
     return run(store, &b, err, "save sandbox");
 }
 
@@ -378,7 +388,8 @@ int store_sandbox_load_all(struct store *store,
     if (sqlite3_prepare_v2(store->db,
                            "SELECT id, owner, template, state, reason, message, transition_ms,"
                            " created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
-                           " start_time, run_dir, access_token, renew_on_access_s, id_slot"
+                           " start_time, run_dir, access_token, renew_on_access_s, id_slot,"
+                           " network_policy, credential_proxy"
                            " FROM sandboxes ORDER BY created_ms, id",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "load sandboxes");
@@ -404,12 +415,15 @@ int store_sandbox_load_all(struct store *store,
             .access_token = column_text(st, "access_token"),
             .renew_on_access_s = column_int(st, "renew_on_access_s"),
             .id_slot = (int)column_int(st, "id_slot"),
+            .network_policy = column_json(st, "network_policy"),
+            .credential_proxy = column_int(st, "credential_proxy") != 0,
         };
         fn(&rec, arg);
         json_decref(rec.entrypoint);
         json_decref(rec.env);
         json_decref(rec.metadata);
         json_decref(rec.limits);
+        json_decref(rec.network_policy);
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)

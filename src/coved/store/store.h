@@ -7,13 +7,14 @@
 #pragma once
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "coved/api/quota_policy.h"
 #include "lib/error.h"
 
 /* The schema version this coved writes: the number of migrations in store.c. */
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 7
 
 struct store;
 
@@ -40,6 +41,8 @@ struct store_sandbox {
     const char *access_token;
     int64_t renew_on_access_s;
     int id_slot; /* -1 in rows from before per-sandbox id ranges */
+    json_t *network_policy; /* NetworkPolicy in force; NULL or JSON null: none stored */
+    bool credential_proxy;
 };
 
 /* Opens (creating) the database at path and migrates it to STORE_SCHEMA_VERSION; fails,

@@ -1,0 +1,133 @@
+/* The sandbox's network as its set-up child makes it (child.h), as real root in the new
+ * network namespace, before the user namespace exists: loopback up, a default route on lo,
+ * and nftables rules in the namespace's own tables that send every outbound TCP connection to
+ * coved's proxy and drop everything else that is not loopback. The host's network is never
+ * touched. The sandbox cannot undo any of it: its user namespace, made later, holds no
+ * capability over this network namespace. */
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
+#include <nftables/libnftables.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "coved/egress/ports.h"
+#include "coved/runtime/child.h"
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+/* Loopback stays loopback (the sandbox's own services, the gateway's way in); TCP to anywhere
+ * else goes to the proxy; the rest is dropped at once (sendto fails with EPERM). IPv6 has no
+ * route but ::1, so a connection there fails as fast. */
+static const char egress_rules[] =
+    "table inet cove {\n"
+    "  chain egress_nat {\n"
+    "    type nat hook output priority -100; policy accept;\n"
+    "    ip daddr 127.0.0.0/8 return\n"
+    "    meta l4proto tcp redirect to :" STR(EGRESS_PROXY_PORT) "\n"
+    "  }\n"
+    "  chain egress_filter {\n"
+    "    type filter hook output priority 0; policy drop;\n"
+    "    ip daddr 127.0.0.0/8 accept\n"
+    "    ip6 daddr ::1 accept\n"
+    "  }\n"
+    "}\n";
+
+static void bring_up_loopback(int status_fd, int sock)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+    if (ioctl(sock, SIOCGIFFLAGS, &ifr) < 0)
+        child_fail(status_fd, "get lo flags");
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(sock, SIOCSIFFLAGS, &ifr) < 0)
+        child_fail(status_fd, "bring lo up");
+}
+
+/* Without a route, connect() to an outside address fails (ENETUNREACH) before the output
+ * hook could redirect it. */
+static void add_default_route(int status_fd, int sock)
+{
+    struct rtentry rt;
+    memset(&rt, 0, sizeof(rt));
+    struct sockaddr_in *dst = (struct sockaddr_in *)&rt.rt_dst;
+    struct sockaddr_in *mask = (struct sockaddr_in *)&rt.rt_genmask;
+    dst->sin_family = mask->sin_family = AF_INET;
+    rt.rt_flags = RTF_UP;
+    rt.rt_dev = (char *)"lo";
+    if (ioctl(sock, SIOCADDRT, &rt) < 0 && errno != EEXIST)
+        child_fail(status_fd, "default route on lo");
+}
+
+static void install_rules(int status_fd)
+{
+    struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
+    if (nft == NULL)
+        child_fail(status_fd, "nftables context");
+    nft_ctx_buffer_output(nft);
+    nft_ctx_buffer_error(nft);
+    if (nft_run_cmd_from_buffer(nft, egress_rules) != 0) {
+        const char *why = nft_ctx_get_error_buffer(nft);
+        errno = EPROTO;
+        child_fail(status_fd, "nftables rules for egress: %.200s", why ? why : "");
+    }
+    nft_ctx_free(nft);
+}
+
+void child_setup_network(int status_fd)
+{
+    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        child_fail(status_fd, "socket for lo");
+    bring_up_loopback(status_fd, sock);
+    add_default_route(status_fd, sock);
+    close(sock);
+    install_rules(status_fd);
+}
+
+/* In the sandbox's root, before the pivot: its resolver is coved's, inside the netns. */
+void child_write_resolv_conf(int status_fd)
+{
+    if (access("etc", F_OK) < 0)
+        return; /* a root without /etc: nothing reads resolv.conf */
+    int fd = open("etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        /* A symlink (systemd's stub) or a directory: replace it. */
+        if (unlink("etc/resolv.conf") < 0 && errno != ENOENT)
+            child_fail(status_fd, "replace etc/resolv.conf");
+        fd = open("etc/resolv.conf", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0)
+            child_fail(status_fd, "write etc/resolv.conf");
+    }
+    static const char text[] = "# coved answers here for the names this sandbox may reach\n"
+                               "nameserver " EGRESS_DNS_ADDRESS "\n"
+                               "options ndots:0 edns0\n";
+    if (write(fd, text, sizeof(text) - 1) != (ssize_t)(sizeof(text) - 1))
+        child_fail(status_fd, "write etc/resolv.conf");
+    close(fd);
+}
+
+/* The egress CA bundle (the template's trust plus coved's CA) over the system bundle, read-only:
+ * curl, Python, pip, git and Node (via NODE_EXTRA_CA_CERTS) trust what coved signs. */
+void child_mount_ca_bundle(int status_fd, const char *bundle)
+{
+    static const char *const dirs[] = {"etc", "etc/ssl", "etc/ssl/certs"};
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+        if (mkdir(dirs[i], 0755) < 0 && errno != EEXIST)
+            child_fail(status_fd, "mkdir %s", dirs[i]);
+    const char *target = "etc/ssl/certs/ca-certificates.crt";
+    if (access(target, F_OK) < 0)
+        child_touch(status_fd, target);
+    child_mount(status_fd, bundle, target, NULL, MS_BIND, NULL);
+    child_mount(status_fd, NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID,
+                NULL);
+}
