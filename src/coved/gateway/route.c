@@ -66,19 +66,26 @@ static bool copy_part(char *out, size_t size, const char *part)
     return true;
 }
 
-/* The host forms: {port}-{id}.DOMAIN or {id}-{port}-{b36}-{sig}.DOMAIN (an optional :port
- * after DOMAIN). Sandbox ids hold no '-', so the dashes split the label unambiguously; host
- * names have no case, so the label is read in lowercase. */
+/* True when what follows the host's first label is suffix, then nothing or a :port. */
+static bool under(const char *after_dot, const char *suffix)
+{
+    size_t len = suffix ? strlen(suffix) : 0;
+    return len > 0 && strncasecmp(after_dot, suffix, len) == 0 &&
+           (after_dot[len] == '\0' || after_dot[len] == ':');
+}
+
+/* The host forms: {port}-{id}.DOMAIN or {id}-{port}-{b36}-{sig}.DOMAIN, or the same under
+ * .localhost (an optional :port after either). Sandbox ids hold no '-', so the dashes split
+ * the label unambiguously; host names have no case, so the label is read in lowercase. */
 bool route_match_host(const char *domain, const char *host, const char *target, struct route *r)
 {
-    if (domain == NULL || domain[0] == '\0' || host == NULL)
+    if (host == NULL)
         return false;
     char label[128];
     const char *dot = strchr(host, '.');
     if (dot == NULL || (size_t)(dot - host) >= sizeof(label))
         return false;
-    size_t dlen = strlen(domain);
-    if (strncasecmp(dot + 1, domain, dlen) != 0 || (dot[1 + dlen] != '\0' && dot[1 + dlen] != ':'))
+    if (!under(dot + 1, domain) && !under(dot + 1, ROUTE_LOCAL_DOMAIN))
         return false;
     for (size_t i = 0; i < (size_t)(dot - host); i++)
         label[i] = (char)tolower((unsigned char)host[i]);
@@ -113,6 +120,38 @@ bool route_match_host(const char *domain, const char *host, const char *target, 
     } else {
         return false;
     }
+    r->by_host = true;
     r->rest = target; /* host routing keeps the whole path */
     return true;
+}
+
+bool route_take_query_param(const char *target, const char *name, char *value, size_t value_size,
+                            char *rest, size_t rest_size)
+{
+    const char *q = strchr(target, '?');
+    size_t nlen = strlen(name);
+    if (q == NULL || value_size == 0 || rest_size == 0)
+        return false;
+    for (const char *p = q + 1; *p;) {
+        size_t len = strcspn(p, "&");
+        if (len > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
+            size_t vlen = len - nlen - 1;
+            const char *after = p[len] == '&' ? p + len + 1 : p + len;
+            /* the rest: what comes before the pair, then what comes after it */
+            size_t before = (size_t)(p - target);
+            if (*after == '\0')
+                before--; /* the '?' or '&' in front of the pair goes too */
+            if (vlen >= value_size || before + strlen(after) >= rest_size)
+                return false;
+            memcpy(value, p + nlen + 1, vlen);
+            value[vlen] = '\0';
+            memcpy(rest, target, before);
+            strcpy(rest + before, after);
+            return true;
+        }
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    return false;
 }

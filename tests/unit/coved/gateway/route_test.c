@@ -61,5 +61,16 @@ int main(void)
     CHECK(!route_match_host(NULL, "8080-abc123.sb.example", "/", &r));
     CHECK(!route_match_host("", "8080-abc123.sb.example", "/", &r));
     CHECK(!route_match_host("sb.example", NULL, "/", &r));
+    /* .localhost works with or without a domain, and only as the whole suffix */
+    CHECK(route_match_host(NULL, "8080-abc123.localhost:9000", "/x", &r));
+    CHECK(strcmp(r.id, "abc123") == 0 && r.port == 8080 && strcmp(r.rest, "/x") == 0);
+    CHECK(route_match_host("sb.example", "8080-abc123.LOCALHOST", "/", &r));
+    CHECK(
+        route_match_host("", "abc123-8080-tpd09k-0abcdefghijklmnopqrstuvwxyz.localhost", "/", &r));
+    CHECK(r.signed_route && r.form == ROUTE_FORM_HOST);
+    CHECK(!route_match_host(NULL, "8080-abc123.localhost.evil", "/", &r));
+    CHECK(!route_match_host(NULL, "8080-abc123.notlocalhost", "/", &r));
+    CHECK(!route_match_host(NULL, "8080-abc123.x.localhost", "/", &r));
+    CHECK(!route_match_host(NULL, "localhost:9000", "/", &r));
     return CHECK_DONE();
 }
