@@ -5,6 +5,38 @@
 #include "check.h"
 #include "coved/gateway/route.h"
 
+static void test_take_query_param(void)
+{
+    static const struct {
+        const char *target, *value, *rest; /* value NULL: no such parameter */
+    } cases[] = {
+        {"/a?cove_route=v", "v", "/a"},
+        {"/a?x=1&cove_route=v", "v", "/a?x=1"},
+        {"/a?cove_route=v&y=2", "v", "/a?y=2"},
+        {"/a?x=1&cove_route=v&y=2", "v", "/a?x=1&y=2"},
+        {"/?cove_route=", "", "/"},
+        {"/a?cove_route=v&cove_route=w", "v", "/a?cove_route=w"}, /* the first only */
+        {"/a?xcove_route=v", NULL, NULL},
+        {"/a?cove_routes=v", NULL, NULL},
+        {"/a?cove_route", NULL, NULL},
+        {"/cove_route=v", NULL, NULL}, /* not in the query */
+        {"/a", NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char value[32], rest[64];
+        bool found = route_take_query_param(cases[i].target, "cove_route", value, sizeof(value),
+                                            rest, sizeof(rest));
+        CHECK(found == (cases[i].value != NULL));
+        if (found && cases[i].value) {
+            CHECK(strcmp(value, cases[i].value) == 0);
+            CHECK(strcmp(rest, cases[i].rest) == 0);
+        }
+    }
+    char small[4], rest[64];
+    CHECK(!route_take_query_param("/a?cove_route=long", "cove_route", small, sizeof(small), rest,
+                                  sizeof(rest)));
+}
+
 int main(void)
 {
     static const struct {
@@ -72,5 +104,6 @@ int main(void)
     CHECK(!route_match_host(NULL, "8080-abc123.notlocalhost", "/", &r));
     CHECK(!route_match_host(NULL, "8080-abc123.x.localhost", "/", &r));
     CHECK(!route_match_host(NULL, "localhost:9000", "/", &r));
+    test_take_query_param();
     return CHECK_DONE();
 }
