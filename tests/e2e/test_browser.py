@@ -248,6 +248,29 @@ def test_expired_cookie_is_403(gw, app):
     assert status == 403 and json.loads(body)["code"] == "GATEWAY::COOKIE_EXPIRED"
 
 
+def test_redirects_never_leave_the_sandbox_host(gw, app):
+    route = signed(gw, app)
+    host = f"{APP_PORT}-{app}.localhost:{gw.port}"
+    # the signed route's rest, a query only, nothing: all stay paths on the host form
+    for rest, want in (("//evil.example/x", "/evil.example/x?"), ("?q=1", "/?q=1&"),
+                       ("", "/?")):
+        status, h, _ = get(gw, path_of(route) + rest, headers=NAVIGATE)
+        assert status == 302 and h["location"][0].startswith(f"//{host}{want}{COOKIE}="), h
+    _, value, _ = cookie_through_redirects(gw, route)
+    for path, want in ((f"//evil.example/x?{COOKIE}={value}", "/evil.example/x"),
+                       (f"/%5Cevil.example?{COOKIE}={value}", "/%5Cevil.example"),
+                       (f"/a?x=1&{COOKIE}={value}&y=2", "/a?x=1&y=2")):
+        status, h, _ = get(gw, path, host=host)
+        assert status == 302 and h["location"] == [want], (path, h)
+    # the hand-over is for GET: a POST with it is refused, not forwarded
+    status, _, body = get(gw, f"/index.html?{COOKIE}={value}", host=host, method="POST")
+    assert status == 405 and json.loads(body)["code"] == "GATEWAY::METHOD_NOT_ALLOWED"
+    # a Host whose "port" is not one is no route (it could end up in a Location)
+    status, _, _ = get(gw, path_of(signed(gw, app, host=False)), headers=NAVIGATE,
+                       host=f"127.0.0.1:{gw.port}@evil.example")
+    assert status == 200  # forwarded as a plain signed route: no redirect to such a host
+
+
 def test_api_clients_keep_signed_path_routes_without_redirect(gw, app):
     route = signed(gw, app)
     # curl's and requests' Accept: */*, and a POST that asks for HTML: forwarded as before

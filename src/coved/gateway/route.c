@@ -66,12 +66,19 @@ static bool copy_part(char *out, size_t size, const char *part)
     return true;
 }
 
-/* True when what follows the host's first label is suffix, then nothing or a :port. */
+/* True when what follows the host's first label is suffix, then nothing or a :port (digits
+ * only: the rest of the Host header may end up in a redirect's Location). */
 static bool under(const char *after_dot, const char *suffix)
 {
     size_t len = suffix ? strlen(suffix) : 0;
-    return len > 0 && strncasecmp(after_dot, suffix, len) == 0 &&
-           (after_dot[len] == '\0' || after_dot[len] == ':');
+    if (len == 0 || strncasecmp(after_dot, suffix, len) != 0)
+        return false;
+    const char *p = after_dot + len;
+    if (*p == '\0')
+        return true;
+    if (*p++ != ':' || *p == '\0' || strlen(p) > 5)
+        return false;
+    return strspn(p, "0123456789") == strlen(p);
 }
 
 /* The host forms: {port}-{id}.DOMAIN or {id}-{port}-{b36}-{sig}.DOMAIN, or the same under

@@ -104,6 +104,11 @@ int main(void)
     CHECK(!route_match_host(NULL, "8080-abc123.notlocalhost", "/", &r));
     CHECK(!route_match_host(NULL, "8080-abc123.x.localhost", "/", &r));
     CHECK(!route_match_host(NULL, "localhost:9000", "/", &r));
+    /* after the domain, only a numeric port */
+    CHECK(!route_match_host(NULL, "8080-abc123.localhost:9000@evil.example", "/", &r));
+    CHECK(!route_match_host("sb.example", "8080-abc123.sb.example:", "/", &r));
+    CHECK(!route_match_host("sb.example", "8080-abc123.sb.example:123456", "/", &r));
+    CHECK(!route_match_host("sb.example", "8080-abc123.sb.example:80/x", "/", &r));
     test_take_query_param();
     return CHECK_DONE();
 }
