@@ -18,7 +18,6 @@
  * route: route.c; who may: api/auth.c), and upstream.c opens the way there. */
 #include "coved/gateway/gateway.h"
 
-#include <ctype.h>
 #include <event2/bufferevent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,52 +73,6 @@ static bool is_navigation(const struct tunnel *t)
     return accept != NULL && strcasestr(accept, "text/html") != NULL;
 }
 
-/* True when text is a port: 1 to 5 digits. */
-static bool port_text(const char *text)
-{
-    size_t n = strlen(text);
-    return n >= 1 && n <= 5 && strspn(text, "0123456789") == n;
-}
-
-/* A Host header naming this machine's loopback (localhost, *.localhost, 127.x.y.z, [::1]),
- * with a numeric port if any: there *.localhost reaches this coved too. */
-static bool loopback_host(const char *host)
-{
-    if (host == NULL)
-        return false;
-    const char *colon = host[0] == '[' ? strstr(host, "]:") : strchr(host, ':');
-    if (colon && host[0] == '[')
-        colon++;
-    size_t len = colon ? (size_t)(colon - host) : strlen(host);
-    if (colon && !port_text(colon + 1))
-        return false;
-    if (len == 5 && strncmp(host, "[::1]", 5) == 0)
-        return true;
-    if (len >= 7 && strncmp(host, "127.", 4) == 0)
-        return strspn(host, "0123456789.") == len;
-    static const char local[] = ROUTE_LOCAL_DOMAIN;
-    size_t n = sizeof(local) - 1;
-    if (len < n || strncasecmp(host + len - n, local, n) != 0)
-        return false;
-    for (size_t i = 0; i < len - n; i++)
-        if (!isalnum((unsigned char)host[i]) && host[i] != '-' && host[i] != '.')
-            return false;
-    return len == n || host[len - n - 1] == '.';
-}
-
-/* Where a redirect on this host goes for rest: "/" then rest without the slashes at its start
- * (browsers read "//elsewhere", and "/\elsewhere" too, as another host), so a redirect never
- * leaves this host; just "/" for what is no path or query (an absolute-form target). */
-static void local_path(const char *rest, const char **slash, const char **path)
-{
-    *slash = "/";
-    if (rest[0] != '/' && rest[0] != '?')
-        rest = "";
-    while (rest[0] == '/' || rest[0] == '\\')
-        rest++;
-    *path = rest;
-}
-
 /* The redirect of a browser that opened a signed route, valid for sb: to the host form
  * {port}-{id} under the host's own domain (the signed host form's, or --domain, or
  * .localhost when it came by loopback), with the cookie's value in the query, for that host
@@ -138,14 +91,14 @@ static bool signed_route_redirect(struct gateway *gw, struct tunnel *t, const st
         char public[300];
         api_public_host(api, host, public, sizeof(public));
         api_host_endpoint(api, public, label, where, sizeof(where));
-    } else if (loopback_host(host)) {
+    } else if (route_host_is_loopback(host)) {
         api_host_endpoint(api, host, label, where, sizeof(where)); /* .localhost, Host's port */
     } else {
         return false; /* *.localhost would be the browser's own machine */
     }
     route_cookie_sign(&api->signer, sb->id, r->port, r->expires_b36, cove_monotonic_ms(), cookie);
     const char *slash, *path;
-    local_path(r->rest, &slash, &path);
+    route_local_path(r->rest, &slash, &path);
     int n =
         snprintf(target->location, sizeof(target->location), "//%s%s%s%s" GATEWAY_COOKIE_NAME "=%s",
                  where, slash, path, strchr(path, '?') ? "&" : "?", cookie);
@@ -176,7 +129,7 @@ static enum tunnel_verdict gateway_hand_over(struct gateway *gw, struct tunnel *
              GATEWAY_COOKIE_NAME "=%s; Path=/; Max-Age=%lld; HttpOnly; SameSite=Lax", value,
              (long long)(max_age > 0 ? max_age : 0));
     const char *slash, *path;
-    local_path(rest, &slash, &path);
+    route_local_path(rest, &slash, &path);
     snprintf(target->location, sizeof(target->location), "%s%s", slash, path);
     return TUNNEL_REDIRECT;
 }

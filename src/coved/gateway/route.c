@@ -66,6 +66,13 @@ static bool copy_part(char *out, size_t size, const char *part)
     return true;
 }
 
+/* True when text is a port: 1 to 5 digits. */
+static bool port_text(const char *text)
+{
+    size_t n = strlen(text);
+    return n >= 1 && n <= 5 && strspn(text, "0123456789") == n;
+}
+
 /* True when what follows the host's first label is suffix, then nothing or a :port (digits
  * only: the rest of the Host header may end up in a redirect's Location). */
 static bool under(const char *after_dot, const char *suffix)
@@ -74,11 +81,7 @@ static bool under(const char *after_dot, const char *suffix)
     if (len == 0 || strncasecmp(after_dot, suffix, len) != 0)
         return false;
     const char *p = after_dot + len;
-    if (*p == '\0')
-        return true;
-    if (*p++ != ':' || *p == '\0' || strlen(p) > 5)
-        return false;
-    return strspn(p, "0123456789") == strlen(p);
+    return *p == '\0' || (*p == ':' && port_text(p + 1));
 }
 
 /* The host forms: {port}-{id}.DOMAIN or {id}-{port}-{b36}-{sig}.DOMAIN, or the same under
@@ -161,4 +164,38 @@ bool route_take_query_param(const char *target, const char *name, char *value, s
             p++;
     }
     return false;
+}
+
+bool route_host_is_loopback(const char *host)
+{
+    if (host == NULL)
+        return false;
+    const char *colon = host[0] == '[' ? strstr(host, "]:") : strchr(host, ':');
+    if (colon && host[0] == '[')
+        colon++;
+    size_t len = colon ? (size_t)(colon - host) : strlen(host);
+    if (colon && !port_text(colon + 1))
+        return false;
+    if (len == 5 && strncmp(host, "[::1]", 5) == 0)
+        return true;
+    if (len >= 7 && strncmp(host, "127.", 4) == 0)
+        return strspn(host, "0123456789.") == len;
+    static const char local[] = ROUTE_LOCAL_DOMAIN;
+    size_t n = sizeof(local) - 1;
+    if (len < n || strncasecmp(host + len - n, local, n) != 0)
+        return false;
+    for (size_t i = 0; i < len - n; i++)
+        if (!isalnum((unsigned char)host[i]) && host[i] != '-' && host[i] != '.')
+            return false;
+    return len == n || host[len - n - 1] == '.';
+}
+
+void route_local_path(const char *rest, const char **slash, const char **path)
+{
+    *slash = "/";
+    if (rest[0] != '/' && rest[0] != '?')
+        rest = "";
+    while (rest[0] == '/' || rest[0] == '\\')
+        rest++;
+    *path = rest;
 }

@@ -43,3 +43,11 @@ bool route_match_host(const char *domain, const char *host, const char *target, 
  * there is none, or value or rest would not fit. */
 bool route_take_query_param(const char *target, const char *name, char *value, size_t value_size,
                             char *rest, size_t rest_size);
+/* A Host header naming this machine's loopback (localhost, *.localhost, 127.x.y.z, [::1]),
+ * with a numeric port if any: where *.localhost reaches this coved too. */
+bool route_host_is_loopback(const char *host);
+/* Where a redirect on the same host goes for rest: *slash ("/") then *path, rest without the
+ * slashes at its start (browsers read "//elsewhere", and "/\elsewhere" too, as another host),
+ * so that it never leaves the host; just "/" for what is no path or query (an absolute-form
+ * target). */
+void route_local_path(const char *rest, const char **slash, const char **path);

@@ -37,6 +37,59 @@ static void test_take_query_param(void)
                                   sizeof(rest)));
 }
 
+static void test_loopback_hosts(void)
+{
+    static const struct {
+        const char *host;
+        bool loopback;
+    } cases[] = {
+        {"localhost", true},
+        {"localhost:8080", true},
+        {"LocalHost:1", true},
+        {"3000-abc.localhost:8080", true},
+        {"127.0.0.1:8080", true},
+        {"127.77.0.2", true},
+        {"[::1]:8080", true},
+        {"[::1]", true},
+        {"notlocalhost:80", false},
+        {"localhost.evil.example", false},
+        {"127.0.0.1.evil.example", false},
+        {"127.0.0.1:8080@evil.example", false},
+        {"localhost:80x", false},
+        {"localhost:", false},
+        {"[::2]:80", false},
+        {"10.0.0.1:80", false},
+        {"a/b.localhost", false},
+        {"", false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        if (route_host_is_loopback(cases[i].host) != cases[i].loopback) {
+            fprintf(stderr, "%s: expected %d\n", cases[i].host, cases[i].loopback);
+            CHECK(0);
+        }
+    CHECK(!route_host_is_loopback(NULL));
+}
+
+static void test_local_paths(void)
+{
+    static const struct {
+        const char *rest, *location;
+    } cases[] = {
+        {"/a/b?c", "/a/b?c"}, {"", "/"},         {"?q=1", "/?q=1"},     {"//evil/x", "/evil/x"},
+        {"/\\evil", "/evil"}, {"/\\/\\x", "/x"}, {"http://evil/", "/"}, {"/", "/"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *slash, *path;
+        char got[64];
+        route_local_path(cases[i].rest, &slash, &path);
+        snprintf(got, sizeof(got), "%s%s", slash, path);
+        if (strcmp(got, cases[i].location) != 0) {
+            fprintf(stderr, "%s: got %s, expected %s\n", cases[i].rest, got, cases[i].location);
+            CHECK(0);
+        }
+    }
+}
+
 int main(void)
 {
     static const struct {
@@ -110,5 +163,7 @@ int main(void)
     CHECK(!route_match_host("sb.example", "8080-abc123.sb.example:123456", "/", &r));
     CHECK(!route_match_host("sb.example", "8080-abc123.sb.example:80/x", "/", &r));
     test_take_query_param();
+    test_loopback_hosts();
+    test_local_paths();
     return CHECK_DONE();
 }
