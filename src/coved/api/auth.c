@@ -58,9 +58,6 @@ int api_authenticate(struct api *api, struct http_request *req, struct api_calle
     return 0;
 }
 
-/* Who may use a route: the owner's API key, the sandbox's access token, or a valid signed
- * route (checked and rate-limited per peer address of the client). NULL with err set
- * otherwise. */
 struct sandbox *api_authorize_cookie(struct api *api, const struct route *r, const char *value,
                                      size_t len, int client_fd, int64_t *expires,
                                      struct cove_error **err)
@@ -101,8 +98,10 @@ static struct sandbox *authorize_cookies(struct api *api, const struct route *r,
     return NULL;
 }
 
-/* Who may use a route: a valid signed route; else the sandbox's access token (when no key is
- * given); else, on the host form, a cookie from a signed route; else the owner's API key. */
+/* Who may use a route: a valid signed route (checked and rate-limited per peer address of the
+ * client); else the sandbox's access token (when no key is given); else, on the host form
+ * and without a key, a cookie from a signed route; else the owner's API key. NULL with err
+ * set otherwise. */
 struct sandbox *api_authorize_route(struct api *api, const struct route *r, const char *key,
                                     const char *token, const char *cookies, int client_fd,
                                     struct cove_error **err)
