@@ -222,7 +222,6 @@ ROUTE_CASES = [
     ("GET", "/v1/sandboxes/{id}/endpoints/65536", None, 400),
     ("GET", "/v1/sandboxes/{id}/endpoints/http", None, 400),
     ("GET", "/v1/sandboxes/{id}/endpoints/80?expires=-1", None, 400),
-    ("GET", "/v1/sandboxes/{id}/endpoints/80?host=true", None, 400),  # no --domain
     ("GET", "/v1/sandboxes/{id}/endpoints/80?host=maybe", None, 400),
     ("GET", "/v1/sandboxes/{id}/endpoints/80?use_server_proxy=perhaps", None, 400),
     ("GET", "/v1/sandboxes/{id}/endpoints/80/extra", None, 404),

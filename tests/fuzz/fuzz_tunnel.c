@@ -1,7 +1,9 @@
 /* The gateway's relay state machine (src/coved/gateway/tunnel.c), driven by an arbitrary
  * client byte stream and an arbitrary upstream byte stream over socket pairs, in pieces, with
  * early closes and half-closes on either side. Routes come from the request path: /back...
- * hands the connection back, /refuse... is refused, /NAME/rest goes to upstream NAME (a new
+ * hands the connection back, /refuse... is refused, /redirect... is redirected with a cookie,
+ * /NAME/rest goes to upstream NAME (whose Cookie headers lose the private cookie "sess", and
+ * whose Set-Cookie of it is dropped) (a new
  * socket pair whenever the tunnel opens one). A crash, a sanitizer report or a leak is a
  * finding.
  *
@@ -36,6 +38,11 @@ static enum tunnel_verdict route(void *arg, struct tunnel *t, struct tunnel_targ
     const char *path = tunnel_request_target(t);
     if (strncmp(path, "/back", 5) == 0)
         return TUNNEL_HAND_BACK;
+    if (strncmp(path, "/redirect", 9) == 0) {
+        snprintf(target->location, sizeof(target->location), "%s", path + 9);
+        snprintf(target->set_cookie, sizeof(target->set_cookie), "sess=%.32s; HttpOnly", path);
+        return TUNNEL_REDIRECT;
+    }
     if (strncmp(path, "/refuse", 7) == 0) {
         cove_error_set(err, 0, 403, "FUZZ::REFUSED", "refused %s", path);
         return TUNNEL_REFUSE;
@@ -108,6 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .release = release,
         .hand_back = hand_back,
         .private_headers = private_headers,
+        .private_cookie = "sess",
     };
     struct tunnel_set *set = tunnel_set_new(base, &ops);
     int sv[2];

@@ -60,6 +60,11 @@ struct api {
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint). */
 #define GATEWAY_TOKEN_HEADER "X-Cove-Access-Token"
+/* What a browser holds for one sandbox's port once it opened a signed route
+ * (route_cookie_sign); the gateway hands it over in a query parameter of the same name on the
+ * host form's first request (a cookie can be set only by that host's own response). Neither
+ * ever reaches the sandbox. */
+#define GATEWAY_COOKIE_NAME "cove_route"
 
 /* The caller of a route: the owner id derived from its API key, and whether that key is an
  * admin key (every caller is, with --insecure). */
@@ -80,10 +85,24 @@ int api_check_key(struct api *api, const char *key, struct api_caller *caller,
 /* Checks OPEN-SANDBOX-API-KEY; on failure answers 401 itself and returns -1. */
 int api_authenticate(struct api *api, struct http_request *req, struct api_caller *caller);
 /* Who may use a gateway route (api/auth.c): the owner's API key, the sandbox's access token
- * (token, when no key is given), or a valid signed route (checked and rate-limited per peer
+ * (token, when no key is given), on the host form a cove_route cookie in the Cookie header
+ * cookies (when neither is given), or a valid signed route (checked and rate-limited per peer
  * address of client_fd). The sandbox, or NULL with err set. */
 struct sandbox *api_authorize_route(struct api *api, const struct route *r, const char *key,
-                                    const char *token, int client_fd, struct cove_error **err);
+                                    const char *token, const char *cookies, int client_fd,
+                                    struct cove_error **err);
+/* One cove_route cookie's value (len bytes) for r's sandbox and port: the sandbox and the
+ * cookie's expiry (Unix seconds, in *expires when not NULL), or NULL with err set. */
+struct sandbox *api_authorize_cookie(struct api *api, const struct route *r, const char *value,
+                                     size_t len, int client_fd, int64_t *expires,
+                                     struct cove_error **err);
+/* host[:port] clients use to reach coved (--public-host, else the request's Host header,
+ * else the listen address), for endpoints (api/endpoints.c). */
+void api_public_host(struct api *api, const char *host_header, char *out, size_t size);
+/* The host form's name for label ("{port}-{id}", or a signed label) under --domain, or under
+ * .localhost without one, with public's port if it has one. */
+void api_host_endpoint(struct api *api, const char *public, const char *label, char *out,
+                       size_t size);
 /* Parses the body as a JSON object; on failure answers 400 itself and returns NULL. */
 json_t *api_parse_json_object(struct http_request *req);
 /* Any JSON value (answered with a 400 and NULL when malformed). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coved/api/api.h"
+#include "lib/http_cookie.h"
 #include "lib/random.h"
 
 static void owner_of_key(const char *key, char out[65])
@@ -57,11 +58,53 @@ int api_authenticate(struct api *api, struct http_request *req, struct api_calle
     return 0;
 }
 
-/* Who may use a route: the owner's API key, the sandbox's access token, or a valid signed
- * route (checked and rate-limited per peer address of the client). NULL with err set
- * otherwise. */
+struct sandbox *api_authorize_cookie(struct api *api, const struct route *r, const char *value,
+                                     size_t len, int client_fd, int64_t *expires,
+                                     struct cove_error **err)
+{
+    if (route_cookie_check_connection(&api->signer, value, len, r->id, r->port, client_fd, expires,
+                                      err) < 0)
+        return NULL;
+    struct sandbox *sb = sandbox_find_any(api->sandboxes, r->id);
+    if (sb == NULL)
+        cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %s not found", r->id);
+    return sb;
+}
+
+/* The sandbox of the first cove_route cookie in a Cookie header that is valid for r; NULL with
+ * the first one's error if none is, NULL without one if there is no such cookie. Several can
+ * come (one set by an app with Domain=localhost, say): any valid one will do. */
+static struct sandbox *authorize_cookies(struct api *api, const struct route *r,
+                                         const char *cookies, int client_fd,
+                                         struct cove_error **err)
+{
+    struct http_cookie c;
+    for (const char *p = cookies; p && http_cookie_next(&p, &c);) {
+        if (!http_cookie_is(&c, GATEWAY_COOKIE_NAME))
+            continue;
+        struct cove_error *e = NULL;
+        struct sandbox *sb =
+            api_authorize_cookie(api, r, c.value, c.value_len, client_fd, NULL, &e);
+        if (sb != NULL) {
+            cove_error_free(*err);
+            *err = NULL;
+            return sb;
+        }
+        if (*err == NULL)
+            *err = e;
+        else
+            cove_error_free(e);
+    }
+    return NULL;
+}
+
+/* Who may use a route: a valid signed route (checked and rate-limited per peer address of the
+ * client); else the sandbox's access token (when no key is given); else, on the host form
+ * and without a key, a cookie from a signed route; else the owner's API key. NULL with err
+ * set otherwise. */
 struct sandbox *api_authorize_route(struct api *api, const struct route *r, const char *key,
-                                    const char *token, int client_fd, struct cove_error **err)
+                                    const char *token, const char *cookies, int client_fd,
+                                    struct cove_error **err)
 {
     if (r->signed_route) {
         if (route_check_connection(&api->signer, r, client_fd, err) < 0)
@@ -81,6 +124,12 @@ struct sandbox *api_authorize_route(struct api *api, const struct route *r, cons
             return NULL;
         }
         return sb;
+    }
+    /* A cookie is host-scoped: only the host form can have been given one. */
+    if (key == NULL && r->by_host && r->port > 0) {
+        struct sandbox *sb = authorize_cookies(api, r, cookies, client_fd, err);
+        if (sb != NULL || *err != NULL)
+            return sb;
     }
     struct api_caller caller;
     if (api_check_key(api, key, &caller, err) < 0)

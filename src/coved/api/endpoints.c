@@ -1,7 +1,9 @@
 /* getSandboxEndpoint: how a client reaches port P of a sandbox. Every port is reached through
  * the gateway (a sandbox has no address of its own), so direct and server-proxy answers are
  * the same route; `expires` asks for a signed route that needs no key at all, and Cove's
- * `host=true` for the host form under --domain instead of the path form. */
+ * `host=true` for the host form ({port}-{id}.DOMAIN, or .localhost without --domain) instead
+ * of the path form. The path form stays the default: SDKs (Python's, Node's) do not resolve
+ * *.localhost, and OpenSandbox clients expect it. */
 #include <ctype.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -25,9 +27,8 @@ static bool host_header_usable(const char *host)
     return true;
 }
 
-static void public_host(struct api *api, struct http_request *req, char *out, size_t size)
+void api_public_host(struct api *api, const char *host, char *out, size_t size)
 {
-    const char *host = http_request_header(req, "Host");
     if (api->config.public_host && api->config.public_host[0])
         snprintf(out, size, "%s", api->config.public_host);
     else if (host_header_usable(host))
@@ -36,13 +37,14 @@ static void public_host(struct api *api, struct http_request *req, char *out, si
         snprintf(out, size, "%s:%d", api->config.listen_host, http_server_port(api->http));
 }
 
-/* LABEL.DOMAIN, with the port of the public host if it has one. */
-static void host_endpoint(struct api *api, const char *public, const char *label, char *out,
-                          size_t size)
+void api_host_endpoint(struct api *api, const char *public, const char *label, char *out,
+                       size_t size)
 {
     const char *colon = strrchr(public, ':'), *bracket = strrchr(public, ']');
     const char *port = colon && (bracket == NULL || colon > bracket) ? colon : "";
-    snprintf(out, size, "%s.%s%s", label, api->config.domain, port);
+    const char *domain =
+        api->config.domain && api->config.domain[0] ? api->config.domain : ROUTE_LOCAL_DOMAIN;
+    snprintf(out, size, "%s.%s%s", label, domain, port);
 }
 
 static int parse_flag(const char *v, bool *out)
@@ -95,17 +97,12 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
                             "unexpected query parameter '%.64s'", kv->key);
         goto out;
     }
-    if (by_host && (api->config.domain == NULL || api->config.domain[0] == '\0')) {
-        http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                            "host=true needs a domain for host routing (coved --domain)");
-        goto out;
-    }
     char host[300], endpoint[600], label[128];
-    public_host(api, req, host, sizeof(host));
+    api_public_host(api, http_request_header(req, "Host"), host, sizeof(host));
     if (expires == NULL) {
         if (by_host) {
             snprintf(label, sizeof(label), "%ld-%s", port, sb->id);
-            host_endpoint(api, host, label, endpoint, sizeof(endpoint));
+            api_host_endpoint(api, host, label, endpoint, sizeof(endpoint));
         } else {
             snprintf(endpoint, sizeof(endpoint), "%s/sandboxes/%s/proxy/%ld", host, sb->id, port);
         }
@@ -144,7 +141,7 @@ void api_sandbox_endpoint(struct api *api, struct http_request *req, const struc
                                 "(63 characters): use the path form");
             goto out;
         }
-        host_endpoint(api, host, label, endpoint, sizeof(endpoint));
+        api_host_endpoint(api, host, label, endpoint, sizeof(endpoint));
     } else {
         snprintf(endpoint, sizeof(endpoint), "%s" GATEWAY_SIGNED_PREFIX "/%s/%ld/%s/%s", host,
                  sb->id, port, b36, sig);

@@ -3,6 +3,10 @@
  *   /route/{id}/{port}/{expires_b36}/{sig}/{path}  (signed route, no key)
  *   Host: {port}-{id}.{domain}                     (API key or access token)
  *   Host: {id}-{port}-{expires_b36}-{sig}.{domain} (signed route)
+ * and the host forms under .localhost the same, with or without a domain. A browser that
+ * opens a signed route (a navigation: Sec-Fetch-Mode, or a GET for HTML) is redirected to the
+ * host form with a cookie for it (signed_route_redirect, gateway_hand_over), which then lets
+ * the app's own requests through; other clients use signed routes as they are.
  * Port 44772 is the agent, reached on its unix socket.
  *
  * It never allocates an address or a host port: a socket for a TCP port is created inside the
@@ -18,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <time.h>
 #include <sys/socket.h>
 
 #include "coved/api/api.h"
@@ -25,6 +31,7 @@
 #include "coved/gateway/route_token.h"
 #include "coved/gateway/tunnel.h"
 #include "coved/gateway/upstream.h"
+#include "lib/clock.h"
 #include "lib/log.h"
 
 /* Credentials for coved never reach the sandbox. */
@@ -53,6 +60,81 @@ static void gateway_release(void *arg, const struct tunnel *t, const char *upstr
 
 /* ---- requests ---- */
 
+/* A browser opening a page, not a script or an API client: only it is redirected to a
+ * cookie. Browsers say so with Sec-Fetch-Mode; without it, a GET that asks for HTML. */
+static bool is_navigation(const struct tunnel *t)
+{
+    const char *method = tunnel_request_method(t);
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return false;
+    const char *mode = tunnel_request_header(t, "Sec-Fetch-Mode");
+    if (mode != NULL)
+        return strcasecmp(mode, "navigate") == 0;
+    const char *accept = tunnel_request_header(t, "Accept");
+    return accept != NULL && strcasestr(accept, "text/html") != NULL;
+}
+
+/* The redirect of a browser that opened a signed route, valid for sb: to the host form
+ * {port}-{id} under the host's own domain (the signed host form's, or --domain, or
+ * .localhost when it came by loopback), with the cookie's value in the query, for that host
+ * to set (gateway_hand_over). False when there is no host form it could reach. */
+static bool signed_route_redirect(struct gateway *gw, struct tunnel *t, const struct route *r,
+                                  const struct sandbox *sb, struct tunnel_target *target)
+{
+    struct api *api = gw->api;
+    const char *host = tunnel_request_header(t, "Host");
+    char label[128], where[600], cookie[ROUTE_COOKIE_SIZE];
+    snprintf(label, sizeof(label), "%d-%s", r->port, sb->id);
+    bool has_domain = api->config.domain && api->config.domain[0];
+    if (r->by_host) {
+        snprintf(where, sizeof(where), "%s.%s", label, strchr(host, '.') + 1);
+    } else if (has_domain) {
+        char public[300];
+        api_public_host(api, host, public, sizeof(public));
+        api_host_endpoint(api, public, label, where, sizeof(where));
+    } else if (route_host_is_loopback(host)) {
+        api_host_endpoint(api, host, label, where, sizeof(where)); /* .localhost, Host's port */
+    } else {
+        return false; /* *.localhost would be the browser's own machine */
+    }
+    route_cookie_sign(&api->signer, sb->id, r->port, r->expires_b36, cove_monotonic_ms(), cookie);
+    const char *slash, *path;
+    route_local_path(r->rest, &slash, &path);
+    int n =
+        snprintf(target->location, sizeof(target->location), "//%s%s%s%s" GATEWAY_COOKIE_NAME "=%s",
+                 where, slash, path, strchr(path, '?') ? "&" : "?", cookie);
+    return n > 0 && (size_t)n < sizeof(target->location);
+}
+
+/* The first request of a browser on the host form after a signed route's redirect: it sets
+ * the cookie from the query (a cookie can only be set by its own host) and redirects to the
+ * same path without it. Host-scoped (no Domain), HttpOnly, SameSite=Lax, Path=/, and gone
+ * when the signed route would have expired. */
+static enum tunnel_verdict gateway_hand_over(struct gateway *gw, struct tunnel *t,
+                                             const struct route *r, const char *value,
+                                             const char *rest, struct tunnel_target *target,
+                                             struct cove_error **err)
+{
+    const char *method = tunnel_request_method(t);
+    int64_t expires = 0;
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        cove_error_set(err, 0, 405, "GATEWAY::METHOD_NOT_ALLOWED",
+                       "a " GATEWAY_COOKIE_NAME " query parameter is for GET only");
+        return TUNNEL_REFUSE;
+    }
+    if (api_authorize_cookie(gw->api, r, value, strlen(value), tunnel_client_fd(t), &expires,
+                             err) == NULL)
+        return TUNNEL_REFUSE;
+    int64_t max_age = expires - (int64_t)time(NULL);
+    snprintf(target->set_cookie, sizeof(target->set_cookie),
+             GATEWAY_COOKIE_NAME "=%s; Path=/; Max-Age=%lld; HttpOnly; SameSite=Lax", value,
+             (long long)(max_age > 0 ? max_age : 0));
+    const char *slash, *path;
+    route_local_path(rest, &slash, &path);
+    snprintf(target->location, sizeof(target->location), "%s%s", slash, path);
+    return TUNNEL_REDIRECT;
+}
+
 static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tunnel_target *target,
                                          struct cove_error **err)
 {
@@ -64,11 +146,17 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
     bool routed =
         route_match_host(api->config.domain, tunnel_request_header(t, "Host"), target_text, &r) ||
         route_match_path(target_text, &r);
-    if (!routed) {
+    if (!routed)
         return TUNNEL_HAND_BACK;
-    } else if ((sb = api_authorize_route(api, &r, tunnel_request_header(t, "OPEN-SANDBOX-API-KEY"),
-                                         tunnel_request_header(t, GATEWAY_TOKEN_HEADER),
-                                         tunnel_client_fd(t), err)) == NULL) {
+    char handed[ROUTE_COOKIE_SIZE];
+    if (r.by_host && !r.signed_route && r.port > 0 &&
+        route_take_query_param(target_text, GATEWAY_COOKIE_NAME, handed, sizeof(handed),
+                               target->path, sizeof(target->path)))
+        return gateway_hand_over(gw, t, &r, handed, target->path, target, err);
+    if ((sb = api_authorize_route(api, &r, tunnel_request_header(t, "OPEN-SANDBOX-API-KEY"),
+                                  tunnel_request_header(t, GATEWAY_TOKEN_HEADER),
+                                  tunnel_request_header(t, "Cookie"), tunnel_client_fd(t), err)) ==
+        NULL) {
         /* err is set */
     } else if (r.port < 0) {
         cove_error_set(err, 0, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
@@ -81,6 +169,13 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
     }
     if (*err != NULL)
         return TUNNEL_REFUSE;
+    /* A browser that opened a signed route goes on with a cookie on the host form, where the
+     * app's absolute links work; other clients keep the signed route as it is. */
+    if (r.signed_route && is_navigation(t) && signed_route_redirect(gw, t, &r, sb, target)) {
+        sandbox_touch(api->sandboxes, sb);
+        return TUNNEL_REDIRECT;
+    }
+    target->location[0] = '\0';
     snprintf(target->prefix, sizeof(target->prefix), "%.*s", (int)(r.rest - target_text),
              target_text);
     if (r.port == EGRESS_API_PORT) /* coved's own egress API, told which sandbox */
@@ -121,6 +216,7 @@ int gateway_new(struct api *api, struct gateway **out, struct cove_error **err)
         .hand_back = gateway_hand_back,
         .arg = gw,
         .private_headers = private_headers,
+        .private_cookie = GATEWAY_COOKIE_NAME,
         .idle_timeout_s = api->config.gateway_idle_timeout_s,
         .head_timeout_s = api->config.head_timeout_s,
     };

@@ -66,19 +66,36 @@ static bool copy_part(char *out, size_t size, const char *part)
     return true;
 }
 
-/* The host forms: {port}-{id}.DOMAIN or {id}-{port}-{b36}-{sig}.DOMAIN (an optional :port
- * after DOMAIN). Sandbox ids hold no '-', so the dashes split the label unambiguously; host
- * names have no case, so the label is read in lowercase. */
+/* True when text is a port: 1 to 5 digits. */
+static bool port_text(const char *text)
+{
+    size_t n = strlen(text);
+    return n >= 1 && n <= 5 && strspn(text, "0123456789") == n;
+}
+
+/* True when what follows the host's first label is suffix, then nothing or a :port (digits
+ * only: the rest of the Host header may end up in a redirect's Location). */
+static bool under(const char *after_dot, const char *suffix)
+{
+    size_t len = suffix ? strlen(suffix) : 0;
+    if (len == 0 || strncasecmp(after_dot, suffix, len) != 0)
+        return false;
+    const char *p = after_dot + len;
+    return *p == '\0' || (*p == ':' && port_text(p + 1));
+}
+
+/* The host forms: {port}-{id}.DOMAIN or {id}-{port}-{b36}-{sig}.DOMAIN, or the same under
+ * .localhost (an optional :port after either). Sandbox ids hold no '-', so the dashes split
+ * the label unambiguously; host names have no case, so the label is read in lowercase. */
 bool route_match_host(const char *domain, const char *host, const char *target, struct route *r)
 {
-    if (domain == NULL || domain[0] == '\0' || host == NULL)
+    if (host == NULL)
         return false;
     char label[128];
     const char *dot = strchr(host, '.');
     if (dot == NULL || (size_t)(dot - host) >= sizeof(label))
         return false;
-    size_t dlen = strlen(domain);
-    if (strncasecmp(dot + 1, domain, dlen) != 0 || (dot[1 + dlen] != '\0' && dot[1 + dlen] != ':'))
+    if (!under(dot + 1, domain) && !under(dot + 1, ROUTE_LOCAL_DOMAIN))
         return false;
     for (size_t i = 0; i < (size_t)(dot - host); i++)
         label[i] = (char)tolower((unsigned char)host[i]);
@@ -113,6 +130,72 @@ bool route_match_host(const char *domain, const char *host, const char *target, 
     } else {
         return false;
     }
+    r->by_host = true;
     r->rest = target; /* host routing keeps the whole path */
     return true;
+}
+
+bool route_take_query_param(const char *target, const char *name, char *value, size_t value_size,
+                            char *rest, size_t rest_size)
+{
+    const char *q = strchr(target, '?');
+    size_t nlen = strlen(name);
+    if (q == NULL || value_size == 0 || rest_size == 0)
+        return false;
+    for (const char *p = q + 1; *p;) {
+        size_t len = strcspn(p, "&");
+        if (len > nlen && strncmp(p, name, nlen) == 0 && p[nlen] == '=') {
+            size_t vlen = len - nlen - 1;
+            const char *after = p[len] == '&' ? p + len + 1 : p + len;
+            /* the rest: what comes before the pair, then what comes after it */
+            size_t before = (size_t)(p - target);
+            if (*after == '\0')
+                before--; /* the '?' or '&' in front of the pair goes too */
+            if (vlen >= value_size || before + strlen(after) >= rest_size)
+                return false;
+            memcpy(value, p + nlen + 1, vlen);
+            value[vlen] = '\0';
+            memcpy(rest, target, before);
+            strcpy(rest + before, after);
+            return true;
+        }
+        p += len;
+        if (*p == '&')
+            p++;
+    }
+    return false;
+}
+
+bool route_host_is_loopback(const char *host)
+{
+    if (host == NULL)
+        return false;
+    const char *colon = host[0] == '[' ? strstr(host, "]:") : strchr(host, ':');
+    if (colon && host[0] == '[')
+        colon++;
+    size_t len = colon ? (size_t)(colon - host) : strlen(host);
+    if (colon && !port_text(colon + 1))
+        return false;
+    if (len == 5 && strncmp(host, "[::1]", 5) == 0)
+        return true;
+    if (len >= 7 && strncmp(host, "127.", 4) == 0)
+        return strspn(host, "0123456789.") == len;
+    static const char local[] = ROUTE_LOCAL_DOMAIN;
+    size_t n = sizeof(local) - 1;
+    if (len < n || strncasecmp(host + len - n, local, n) != 0)
+        return false;
+    for (size_t i = 0; i < len - n; i++)
+        if (!isalnum((unsigned char)host[i]) && host[i] != '-' && host[i] != '.')
+            return false;
+    return len == n || host[len - n - 1] == '.';
+}
+
+void route_local_path(const char *rest, const char **slash, const char **path)
+{
+    *slash = "/";
+    if (rest[0] != '/' && rest[0] != '?')
+        rest = "";
+    while (rest[0] == '/' || rest[0] == '\\')
+        rest++;
+    *path = rest;
 }

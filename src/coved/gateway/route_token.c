@@ -139,12 +139,16 @@ int route_base32_decode(const char *in, unsigned char *out, size_t n)
 
 /* HMAC-SHA256 over the canonical text, cut to ROUTE_MAC_SIZE bytes. The id is the only field
  * that could hold a newline, and it comes before the fixed number of fields that cannot, so
- * no two routes share a text. */
-static void route_mac(const struct route_key *k, const char *id, int port, const char *expires_b36,
-                      unsigned char mac[ROUTE_MAC_SIZE])
+ * no two routes share a text; the purpose ("cove-route-v2", "cove-cookie-v1") keeps a route's
+ * MAC from being a cookie's. */
+#define ROUTE_PURPOSE "cove-route-v2"
+#define COOKIE_PURPOSE "cove-cookie-v1"
+
+static void route_mac(const struct route_key *k, const char *purpose, const char *id, int port,
+                      const char *expires_b36, unsigned char mac[ROUTE_MAC_SIZE])
 {
     char canonical[256];
-    int len = snprintf(canonical, sizeof(canonical), "cove-route-v2\n%c\n%s\n%d\n%s\n", k->id, id,
+    int len = snprintf(canonical, sizeof(canonical), "%s\n%c\n%s\n%d\n%s\n", purpose, k->id, id,
                        port, expires_b36);
     if (len < 0 || (size_t)len >= sizeof(canonical)) {
         /* cannot happen with the sizes of struct route; never a MAC anyone could give */
@@ -163,7 +167,7 @@ void route_sign_with(const struct route_key *k, enum route_form form, const char
                      const char *expires_b36, char out[ROUTE_SIG_SIZE])
 {
     unsigned char mac[ROUTE_MAC_SIZE];
-    route_mac(k, id, port, expires_b36, mac);
+    route_mac(k, ROUTE_PURPOSE, id, port, expires_b36, mac);
     out[0] = k->id;
     if (form == ROUTE_FORM_HOST)
         route_base32_encode(mac, sizeof(mac), out + 1);
@@ -186,7 +190,7 @@ int route_verify(const struct route_keyring *ring, enum route_form form, const c
                                           : route_base64url_decode(sig + 1, given, sizeof(given));
     if (k == NULL || decoded < 0)
         return -1;
-    route_mac(k, id, port, expires_b36, expected);
+    route_mac(k, ROUTE_PURPOSE, id, port, expires_b36, expected);
     return CRYPTO_memcmp(given, expected, sizeof(expected)) == 0 ? 0 : -1;
 }
 
@@ -279,14 +283,110 @@ int route_check(struct route_signer *signer, const struct route *r, const struct
     return 0;
 }
 
-int route_check_connection(struct route_signer *signer, const struct route *r, int fd,
-                           struct cove_error **err)
+static bool connection_peer(int fd, struct route_peer *peer)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
+    return getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
+           route_peer_from_sockaddr((struct sockaddr *)&ss, len, peer) == 0;
+}
+
+int route_check_connection(struct route_signer *signer, const struct route *r, int fd,
+                           struct cove_error **err)
+{
     struct route_peer peer;
-    bool known = getpeername(fd, (struct sockaddr *)&ss, &len) == 0 &&
-                 route_peer_from_sockaddr((struct sockaddr *)&ss, len, &peer) == 0;
+    bool known = connection_peer(fd, &peer);
     return route_check(signer, r, known ? &peer : NULL, (int64_t)time(NULL), cove_monotonic_ms(),
                        err);
+}
+
+/* ---- cookies ---- */
+
+void route_cookie_sign(struct route_signer *signer, const char *id, int port,
+                       const char *expires_b36, int64_t now_ms, char out[ROUTE_COOKIE_SIZE])
+{
+    route_keyring_refresh(signer->keys, now_ms);
+    const struct route_key *k = route_keyring_current(signer->keys);
+    unsigned char mac[ROUTE_MAC_SIZE];
+    char text[ROUTE_SIG_SIZE];
+    route_mac(k, COOKIE_PURPOSE, id, port, expires_b36, mac);
+    route_base64url_encode(mac, sizeof(mac), text);
+    snprintf(out, ROUTE_COOKIE_SIZE, "%s.%d.%s.%c%s", id, port, expires_b36, k->id, text);
+}
+
+/* Splits {id}.{port}.{expires}.{sig} into its four parts (each NUL-terminated in buf). */
+static int cookie_parts(const char *value, size_t len, char buf[ROUTE_COOKIE_SIZE], char *parts[4])
+{
+    if (len == 0 || len >= ROUTE_COOKIE_SIZE)
+        return -1;
+    memcpy(buf, value, len);
+    buf[len] = '\0';
+    char *p = buf;
+    for (int i = 0; i < 4; i++) {
+        parts[i] = p;
+        p = i < 3 ? strchr(p, '.') : NULL;
+        if (i < 3 && p == NULL)
+            return -1;
+        if (p)
+            *p++ = '\0';
+        if (parts[i][0] == '\0')
+            return -1;
+    }
+    return 0;
+}
+
+int route_cookie_check(struct route_signer *signer, const char *value, size_t len, const char *id,
+                       int port, const struct route_peer *peer, int64_t now_s, int64_t now_ms,
+                       int64_t *expires_out, struct cove_error **err)
+{
+    char buf[ROUTE_COOKIE_SIZE], *parts[4];
+    char port_text[16];
+    snprintf(port_text, sizeof(port_text), "%d", port);
+    /* Another sandbox's or port's cookie is not a guess at a MAC: refused unchecked. */
+    if (cookie_parts(value, len, buf, parts) < 0 || strcmp(parts[0], id) != 0 ||
+        strcmp(parts[1], port_text) != 0)
+        return cove_error_set(err, 0, 403, "GATEWAY::INVALID_COOKIE",
+                              "this cookie is not for this sandbox and port: open a signed "
+                              "endpoint URL of this port again");
+    if (peer && route_limiter_blocked(signer->limiter, peer, now_ms))
+        return cove_error_set(err, 0, 429, "GATEWAY::TOO_MANY_BAD_SIGNATURES",
+                              "too many bad signed routes from this address: try again later");
+    route_keyring_refresh(signer->keys, now_ms);
+    const char *sig = parts[3];
+    int64_t expires = route_parse_base36(parts[2]);
+    const struct route_key *k =
+        sig[0] >= '0' && sig[0] <= 'z' ? route_keyring_find(signer->keys, sig[0]) : NULL;
+    unsigned char given[ROUTE_MAC_SIZE], expected[ROUTE_MAC_SIZE];
+    bool good = expires >= 0 && k != NULL && k->id == sig[0] && strlen(sig) == ROUTE_SIG_PATH_LEN &&
+                route_base64url_decode(sig + 1, given, sizeof(given)) == 0;
+    if (good) {
+        route_mac(k, COOKIE_PURPOSE, id, port, parts[2], expected);
+        good = CRYPTO_memcmp(given, expected, sizeof(expected)) == 0;
+    }
+    if (!good) {
+        struct route r = {.port = port};
+        snprintf(r.id, sizeof(r.id), "%s", id);
+        bool blocked = peer && route_limiter_fail(signer->limiter, peer, now_ms);
+        log_bad_signature(signer, peer, &r, blocked, now_ms);
+        return cove_error_set(err, 0, 403, "GATEWAY::INVALID_COOKIE",
+                              "invalid cookie for this sandbox: open a signed endpoint URL of "
+                              "this port again");
+    }
+    if (expires <= now_s)
+        return cove_error_set(err, 0, 403, "GATEWAY::COOKIE_EXPIRED",
+                              "the cookie of this sandbox's signed URL expired: open a new "
+                              "signed endpoint URL");
+    if (expires_out)
+        *expires_out = expires;
+    return 0;
+}
+
+int route_cookie_check_connection(struct route_signer *signer, const char *value, size_t len,
+                                  const char *id, int port, int fd, int64_t *expires,
+                                  struct cove_error **err)
+{
+    struct route_peer peer;
+    bool known = connection_peer(fd, &peer);
+    return route_cookie_check(signer, value, len, id, port, known ? &peer : NULL,
+                              (int64_t)time(NULL), cove_monotonic_ms(), expires, err);
 }

@@ -10,7 +10,15 @@
  * the first 128 bits of HMAC-SHA256(key, "cove-route-v2\n{K}\n{id}\n{port}\n{expires}\n").
  * The host form needs an alphabet without case (browsers lower-case host names) and without
  * '-' (the label's separator). With coved's 16-character ids its label is at most 57
- * characters (58 after 2038, when expiries take 7 digits): within DNS's 63. */
+ * characters (58 after 2038, when expiries take 7 digits): within DNS's 63.
+ *
+ * A browser that opens a signed route is given a cookie for the host form {port}-{id}.DOMAIN
+ * instead (gateway.c), so that the app's own links need no signature:
+ *
+ *   cookie     {id}.{port}.{expires}.{K}{mac}      mac: base64url over "cove-cookie-v1\n..."
+ *
+ * the same fields and expiry as the route it came from, a MAC of its own (a cookie is never a
+ * route, nor a route a cookie). */
 #pragma once
 
 #include <stdbool.h>
@@ -77,6 +85,20 @@ void route_sign(struct route_signer *signer, enum route_form form, const char *i
  * monotonic milliseconds. */
 int route_check(struct route_signer *signer, const struct route *r, const struct route_peer *peer,
                 int64_t now_s, int64_t now_ms, struct cove_error **err);
+/* The value of a cookie for port of sandbox id, until expires_b36 (Unix seconds, base 36). */
+#define ROUTE_COOKIE_SIZE 96
+void route_cookie_sign(struct route_signer *signer, const char *id, int port,
+                       const char *expires_b36, int64_t now_ms, char out[ROUTE_COOKIE_SIZE]);
+/* Checks a cookie's value (len bytes, not NUL-terminated) for port of sandbox id: 0 and its
+ * expiry in *expires (when not NULL) if it is valid and unexpired; else -1 and err 403
+ * (another sandbox's or port's, forged, expired) or 429 (peer blocked). Bad MACs count
+ * against the peer as bad signed routes do. */
+int route_cookie_check(struct route_signer *signer, const char *value, size_t len, const char *id,
+                       int port, const struct route_peer *peer, int64_t now_s, int64_t now_ms,
+                       int64_t *expires, struct cove_error **err);
+int route_cookie_check_connection(struct route_signer *signer, const char *value, size_t len,
+                                  const char *id, int port, int fd, int64_t *expires,
+                                  struct cove_error **err);
 /* route_check for a request on connected socket fd, at the current time. */
 int route_check_connection(struct route_signer *signer, const struct route *r, int fd,
                            struct cove_error **err);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "lib/http.h"
+#include "lib/http_cookie.h"
 #include "lib/log.h"
 #include "lib/clock.h"
 
@@ -328,12 +329,43 @@ static void respond_error(struct tunnel *t, int status, const char *code, const 
                         t->client_keep_alive ? "keep-alive" : "close", body);
 }
 
+/* A redirect the gateway answers itself (a browser's signed route to its cookie). */
+static void respond_redirect(struct tunnel *t, const char *location, const char *set_cookie)
+{
+    struct evbuffer *out = bufferevent_get_output(t->client);
+    evbuffer_add_printf(out, "HTTP/1.1 302 Found\r\nLocation: %s\r\n", location);
+    if (set_cookie[0])
+        evbuffer_add_printf(out, "Set-Cookie: %s\r\n", set_cookie);
+    /* the URLs on the way hold credentials: no cache keeps them, no Referer repeats them */
+    evbuffer_add_printf(out,
+                        "Cache-Control: no-store\r\nReferrer-Policy: no-referrer\r\n"
+                        "Content-Length: 0\r\nConnection: %s\r\n\r\n",
+                        t->client_keep_alive ? "keep-alive" : "close");
+}
+
 /* ---- upstream ---- */
 
 static void on_upstream_read(struct bufferevent *bev, void *arg);
 static void on_upstream_write(struct bufferevent *bev, void *arg);
 static void on_upstream_event(struct bufferevent *bev, short what, void *arg);
 static void pass_half_close(struct tunnel *t);
+
+/* A Cookie header without the owner's cookie; nothing if no other cookie is left. */
+static void write_cookie_header(struct tunnel *t, struct evbuffer *out, const char *value)
+{
+    const char *mine = t->set->ops.private_cookie;
+    struct http_cookie c;
+    bool first = true;
+    for (const char *p = value; http_cookie_next(&p, &c);) {
+        if (mine && http_cookie_is(&c, mine))
+            continue;
+        evbuffer_add_printf(out, "%s%.*s", first ? "Cookie: " : "; ",
+                            (int)(c.value + c.value_len - c.name), c.name);
+        first = false;
+    }
+    if (!first)
+        evbuffer_add(out, "\r\n", 2);
+}
 
 /* The request head as the sandbox sees it. */
 static void write_request_head(struct tunnel *t, const char *rest)
@@ -344,9 +376,13 @@ static void write_request_head(struct tunnel *t, const char *rest)
                         rest[0] == '/' ? "" : "/", rest);
     for (size_t i = 0; i < t->request.count; i++) {
         const struct http_header *h = &t->request.headers[i];
-        if (!dropped(h->name, dropped_request_headers,
-                     sizeof(dropped_request_headers) / sizeof(dropped_request_headers[0])) &&
-            !private_header(t->set, h->name))
+        if (dropped(h->name, dropped_request_headers,
+                    sizeof(dropped_request_headers) / sizeof(dropped_request_headers[0])) ||
+            private_header(t->set, h->name))
+            continue;
+        if (strcasecmp(h->name, "Cookie") == 0 && t->set->ops.private_cookie)
+            write_cookie_header(t, out, h->value);
+        else
             evbuffer_add_printf(out, "%s: %s\r\n", h->name, h->value);
     }
     if (t->request_upgrade)
@@ -378,8 +414,11 @@ static void write_response_head(struct tunnel *t)
                         t->response.target ? t->response.target : "");
     for (size_t i = 0; i < t->response.count; i++) {
         const struct http_header *h = &t->response.headers[i];
+        const char *mine = t->set->ops.private_cookie;
         if (!dropped(h->name, dropped_response_headers,
-                     sizeof(dropped_response_headers) / sizeof(dropped_response_headers[0])))
+                     sizeof(dropped_response_headers) / sizeof(dropped_response_headers[0])) &&
+            !(mine && strcasecmp(h->name, "Set-Cookie") == 0 &&
+              http_set_cookie_names(h->value, mine)))
             evbuffer_add_printf(out, "%s: %s\r\n", h->name, h->value);
     }
     if (p->status_code == 101)
@@ -481,6 +520,12 @@ static bool accept_request(struct tunnel *t)
             if (open_upstream(t, target, &err) < 0)
                 log_warn("gateway to %s: %s", target->upstream, err->message);
         }
+    } else if (v == TUNNEL_REDIRECT && err == NULL) {
+        respond_redirect(t, target->location, target->set_cookie);
+        t->request_upgrade = false;
+        t->state = SKIP_BODY;
+        t->skipped = 0;
+        return false;
     } else if (err == NULL) {
         cove_error_set(&err, 0, 500, "COVE::INTERNAL", "request refused");
     }

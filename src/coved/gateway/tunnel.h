@@ -2,12 +2,12 @@
  * requests go, one at a time, to upstream connections that the owner chooses per request.
  *
  * Each request head is parsed (http-parser), given to the owner's `route`, rewritten (the
- * route's prefix and coved's credentials removed) and sent upstream; body bytes follow as they
- * come, framing untouched. Each response head is parsed the same way and its body forwarded
- * raw. So client keep-alive works across requests (even to other upstreams), bodies of any
- * size stream with backpressure, SSE arrives as it is written, and after a 101 both directions
- * are raw bytes (WebSocket). What is read ahead of either side is bounded; a trickled request
- * head is cut off at its deadline and a tunnel with no byte either way at the idle timeout.
+ * route's prefix and coved's credentials, headers and cookie, removed) and sent upstream; body
+ * bytes follow as they come, framing untouched. Each response head is parsed the same way and its
+ * body forwarded raw. So client keep-alive works across requests (even to other upstreams), bodies
+ * of any size stream with backpressure, SSE arrives as it is written, and after a 101 both
+ * directions are raw bytes (WebSocket). What is read ahead of either side is bounded; a trickled
+ * request head is cut off at its deadline and a tunnel with no byte either way at the idle timeout.
  *
  * It knows nothing of sandboxes: routing, authorization and how an upstream is reached are
  * the owner's (gateway.c), which is also what lets a fuzzer drive it over socket pairs. */
@@ -29,12 +29,16 @@ struct tunnel_target {
     char upstream[64]; /* names the upstream: its open connection is reused for the same name */
     char prefix[512];  /* route part of the path, sent as X-Forwarded-Prefix ("" for none) */
     char path[8192];   /* the target as the upstream sees it */
+    /* TUNNEL_REDIRECT: where to, and a Set-Cookie value to send with it ("" for none) */
+    char location[8448];
+    char set_cookie[256];
 };
 
 enum tunnel_verdict {
     TUNNEL_FORWARD,   /* to target (connect is called unless its upstream is open) */
     TUNNEL_REFUSE,    /* answered with *err ({"code","message"}), its body dropped */
     TUNNEL_HAND_BACK, /* not the tunnel's: the connection goes back with this head first */
+    TUNNEL_REDIRECT,  /* answered 302 to target's location (and its cookie), body dropped */
 };
 
 struct tunnel_ops {
@@ -51,6 +55,9 @@ struct tunnel_ops {
     void *arg;
     /* NULL-terminated: request headers never sent upstream (credentials for the owner). */
     const char *const *private_headers;
+    /* A cookie of the owner's (NULL: none): removed from Cookie headers sent upstream, and a
+     * Set-Cookie of it from upstream is dropped (the sandbox neither sees nor replaces it). */
+    const char *private_cookie;
     int idle_timeout_s; /* 0: 300 */
     int head_timeout_s; /* 0: 10 */
 };

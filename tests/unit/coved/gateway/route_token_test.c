@@ -196,6 +196,83 @@ static void test_check_expiry_and_limit(void)
     unlink(p);
 }
 
+static int cookie_code(struct route_signer *s, const char *value, const char *id, int port,
+                       const struct route_peer *peer, int64_t now_s, const char **code)
+{
+    struct cove_error *err = NULL;
+    int64_t expires = 0;
+    if (route_cookie_check(s, value, strlen(value), id, port, peer, now_s, 10, &expires, &err) == 0)
+        return expires == 2000 ? 0 : -1;
+    static char last[64];
+    snprintf(last, sizeof(last), "%s", err->code);
+    *code = last;
+    int status = err->http_status;
+    cove_error_free(err);
+    return status;
+}
+
+static void test_cookies(void)
+{
+    struct route_signer s;
+    struct cove_error *err = NULL;
+    CHECK(route_signer_open(&s, tmpdir, &err) == 0);
+    if (err) {
+        fprintf(stderr, "%s\n", err->message);
+        return;
+    }
+    /* the ring's one key, replaced by the known one: a vector from Python's hmac */
+    struct route_key known = test_key('0');
+    s.keys->keys[0] = known;
+    char b36[16], value[ROUTE_COOKIE_SIZE], sig[ROUTE_SIG_SIZE];
+    route_base36(2000, b36, sizeof(b36));
+    route_cookie_sign(&s, "sbx", 3000, b36, 1, value);
+    CHECK(strcmp(value, "sbx.3000.1jk.0rUzn1A4JX4A183jhqyb8bQ") == 0);
+    const char *code = "";
+    struct route_peer a = {.addr = {[10] = 0xff, [11] = 0xff, 127, 77, 0, 3}};
+    CHECK_EQ_INT(cookie_code(&s, value, "sbx", 3000, &a, 1999, &code), 0);
+    CHECK_EQ_INT(cookie_code(&s, value, "sbx", 3000, &a, 2000, &code), 403);
+    CHECK(strcmp(code, "GATEWAY::COOKIE_EXPIRED") == 0);
+    /* another sandbox's, another port's */
+    CHECK_EQ_INT(cookie_code(&s, value, "sby", 3000, &a, 1000, &code), 403);
+    CHECK(strcmp(code, "GATEWAY::INVALID_COOKIE") == 0);
+    CHECK_EQ_INT(cookie_code(&s, value, "sbx", 3001, &a, 1000, &code), 403);
+    /* the same fields relabelled are not the same cookie */
+    CHECK_EQ_INT(
+        cookie_code(&s, "sby.3000.1jk.0rUzn1A4JX4A183jhqyb8bQ", "sby", 3000, &a, 1000, &code), 403);
+    CHECK_EQ_INT(
+        cookie_code(&s, "sbx.3000.1jl.0rUzn1A4JX4A183jhqyb8bQ", "sbx", 3000, &a, 1000, &code), 403);
+    /* a signed route's signature is no cookie */
+    route_sign(&s, ROUTE_FORM_PATH, "sbx", 3000, b36, 1, sig);
+    char as_cookie[ROUTE_COOKIE_SIZE];
+    snprintf(as_cookie, sizeof(as_cookie), "sbx.3000.%s.%s", b36, sig);
+    CHECK_EQ_INT(cookie_code(&s, as_cookie, "sbx", 3000, &a, 1000, &code), 403);
+    static const char *const malformed[] = {
+        "",
+        "sbx",
+        "sbx.3000.1jk",
+        "sbx.3000..0rUzn1A4JX4A183jhqyb8bQ",
+        "sbx.3000.1jk.",
+        "sbx.3000.1jk.0rUzn1A4JX4A183jhqyb8b",
+        "sbx.3000.1jk.0rUzn1A4JX4A183jhqyb8bQQ",
+        "sbx.3000.1jk.ZrUzn1A4JX4A183jhqyb8bQ",
+        "sbx.3000.1JK.0rUzn1A4JX4A183jhqyb8bQ",
+        "sbx.03000.1jk.0rUzn1A4JX4A183jhqyb8bQ",
+        "sbx.3000.1jk.0rUzn1A4JX4A183jhqyb8bQ.x",
+        "sbx.3000.1jk."
+        "0rUzn1A4JX4A183jhqyb8bQxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    };
+    for (size_t i = 0; i < sizeof(malformed) / sizeof(malformed[0]); i++)
+        CHECK_EQ_INT(cookie_code(&s, malformed[i], "sbx", 3000, NULL, 1000, &code), 403);
+    /* bad MACs count against the peer like bad routes: then even a good cookie is 429 */
+    for (int i = 0; i < ROUTE_BAD_SIGNATURES_MAX; i++)
+        cookie_code(&s, "sbx.3000.1jk.0AAAAAAAAAAAAAAAAAAAAAA", "sbx", 3000, &a, 1000, &code);
+    CHECK_EQ_INT(cookie_code(&s, value, "sbx", 3000, &a, 1000, &code), 429);
+    route_signer_close(&s);
+    char p[512];
+    path_in(p, sizeof(p), "route_keys");
+    unlink(p);
+}
+
 static void test_rotation_and_retirement(void)
 {
     char keys_path[512], legacy[512];
@@ -314,6 +391,7 @@ int main(void)
     test_known_answers();
     test_verify();
     test_check_expiry_and_limit();
+    test_cookies();
     test_rotation_and_retirement();
     test_match();
     char lock[512];
