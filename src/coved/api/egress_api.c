@@ -125,9 +125,9 @@ static void vault_route(struct http_request *req, struct sandbox *sb, const char
     } else if (strcmp(rest, "/bindings") == 0) {
         out = vault_bindings_json(cur);
     } else if (strncmp(rest, "/credentials/", 13) == 0 && strchr(rest + 13, '/') == NULL) {
-        out = vault_credential_json(cur, rest + 13, &err);
+        vault_credential_json(cur, rest + 13, &out, &err);
     } else if (strncmp(rest, "/bindings/", 10) == 0 && strchr(rest + 10, '/') == NULL) {
-        out = vault_binding_json(cur, rest + 10, &err);
+        vault_binding_json(cur, rest + 10, &out, &err);
     } else {
         cove_error_set(&err, 0, 404, "SANDBOX::NOT_FOUND", "no such egress API route");
     }

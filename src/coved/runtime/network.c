@@ -24,19 +24,21 @@
 #define STR2(x) #x
 #define STR(x) STR2(x)
 
-/* Loopback stays loopback (the sandbox's own services, the gateway's way in); TCP to anywhere
- * else goes to the proxy; the rest is dropped at once (sendto fails with EPERM). IPv6 has no
- * route but ::1, so a connection there fails as fast. */
+/* The sandbox's own loopback is 127.0.0.1 (its services, the gateway's way in) and coved's
+ * resolver address; TCP to anywhere else, the rest of 127.0.0.0/8 included, goes to the proxy,
+ * which treats those addresses as the host's (denied unless a rule names them); the rest is
+ * dropped at once (sendto fails with EPERM). IPv6 has no route but ::1, so a connection
+ * there fails as fast. */
 static const char egress_rules[] =
     "table inet cove {\n"
     "  chain egress_nat {\n"
     "    type nat hook output priority -100; policy accept;\n"
-    "    ip daddr 127.0.0.0/8 return\n"
+    "    ip daddr { 127.0.0.1, " EGRESS_DNS_ADDRESS " } return\n"
     "    meta l4proto tcp redirect to :" STR(EGRESS_PROXY_PORT) "\n"
     "  }\n"
     "  chain egress_filter {\n"
     "    type filter hook output priority 0; policy drop;\n"
-    "    ip daddr 127.0.0.0/8 accept\n"
+    "    ip daddr { 127.0.0.1, " EGRESS_DNS_ADDRESS " } accept\n"
     "    ip6 daddr ::1 accept\n"
     "  }\n"
     "}\n";
