@@ -4,7 +4,18 @@
  * with a deadline) and calls sniff_parse on what it has until the answer is not NEED_MORE.
  *
  * The answer depends only on the first max_len bytes and never changes once given: a longer
- * peek of the same connection gives the same kind and the same name. */
+ * peek of the same connection gives the same kind and the same name.
+ *
+ * Choices where the RFCs leave room (anything two parsers could read differently gives no name):
+ * - HTTP lines end in CRLF only: a bare LF or CR is OTHER, so is an empty line before the
+ *   request line, obs-fold, whitespace before a colon, a control byte or NUL in a value, a
+ *   method over 15 bytes, a version other than HTTP/1.digit (HTTP/2's preface is OTHER).
+ * - Host: absolute-form "scheme://authority..." wins over Host, as does CONNECT's
+ *   authority-form (which must carry a port); two Host headers, an invalid one, userinfo, or a
+ *   target that is none of the four forms is HTTP with host_rejected.
+ * - server_name must hold exactly one entry, of type host_name; an IPv6 literal there is not a
+ *   host name. A second server_name extension, or a second ALPN one, cancels the first.
+ * - A name whose last label is a number must be a dotted-quad IPv4 (no 127.1, 0x7f.0.0.1). */
 #pragma once
 
 #include <stdbool.h>
