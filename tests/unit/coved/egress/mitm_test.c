@@ -97,6 +97,7 @@ struct server_conn {
     http_parser parser;
     struct evbuffer *raw;
     bool complete, closing;
+    bool raw_echo; /* after a 101: every byte comes back */
     struct server_conn *next;
 };
 static struct server_conn *server_conns;
@@ -128,7 +129,16 @@ static void server_respond(struct server_conn *c)
     if (a != NULL)
         sscanf(a + 17, "%1023[^\r]", auth);
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    if (strstr(path, "/chunked") != NULL) {
+    if (strstr(path, "/upgrade") != NULL) {
+        evbuffer_add_printf(out,
+                            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\n"
+                            "Connection: Upgrade\r\nX-Echo-Auth: %s\r\n\r\n",
+                            auth);
+        c->raw_echo = true;
+    } else if (strncmp(req, "HEAD ", 5) == 0) {
+        evbuffer_add_printf(
+            out, "HTTP/1.1 200 OK\r\nX-Echo-Auth: %s\r\nContent-Length: 999\r\n\r\n", auth);
+    } else if (strstr(path, "/chunked") != NULL) {
         /* five bytes a chunk: every value arrives split across pieces */
         evbuffer_add_printf(out,
                             "HTTP/1.1 200 OK\r\nX-Echo-Auth: %s\r\n"
@@ -171,6 +181,10 @@ static void server_read(struct bufferevent *bev, void *arg)
     struct server_conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     while (!c->closing && evbuffer_get_length(in) > 0) {
+        if (c->raw_echo) {
+            bufferevent_write_buffer(bev, in);
+            return;
+        }
         size_t len = evbuffer_get_length(in);
         const char *data = (const char *)evbuffer_pullup(in, -1);
         http_parser_pause(&c->parser, 0);
@@ -254,6 +268,11 @@ struct client {
     struct response responses[8];
     struct evbuffer *raw, *body;
     bool closed, finished;
+    bool raw_mode;     /* after a 101 */
+    size_t raw_expect; /* raw bytes to wait for */
+    struct evbuffer *raw_in;
+    char *raw_bytes; /* what came raw, after the exchange */
+    size_t raw_len;
 };
 
 static int client_body(http_parser *p, const char *at, size_t n)
@@ -275,7 +294,14 @@ static int client_message_complete(http_parser *p)
     return 0;
 }
 
+static int client_headers_complete(http_parser *p)
+{
+    struct client *c = p->data;
+    return c->got < c->count && strncmp(c->requests[c->got], "HEAD ", 5) == 0 ? 1 : 0;
+}
+
 static const http_parser_settings client_settings = {
+    .on_headers_complete = client_headers_complete,
     .on_body = client_body,
     .on_message_complete = client_message_complete,
 };
@@ -291,6 +317,12 @@ static void client_read(struct bufferevent *bev, void *arg)
     struct client *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     while (evbuffer_get_length(in) > 0 && !c->finished) {
+        if (c->raw_mode) {
+            evbuffer_add_buffer(c->raw_in, in);
+            if (evbuffer_get_length(c->raw_in) >= c->raw_expect)
+                client_finish(c);
+            return;
+        }
         size_t len = evbuffer_get_length(in);
         const char *data = (const char *)evbuffer_pullup(in, -1);
         http_parser_pause(&c->parser, 0);
@@ -305,6 +337,16 @@ static void client_read(struct bufferevent *bev, void *arg)
             evbuffer_remove(c->raw, r->raw, rl);
             http_parser_init(&c->parser, HTTP_RESPONSE);
             c->parser.data = c;
+            if (r->status == 101) {
+                c->raw_mode = true;
+                continue;
+            }
+            if (c->raw_expect > 0) {
+                /* everything was sent at once (pipelined): wait for all the answers */
+                if (c->got == c->count)
+                    client_finish(c);
+                continue;
+            }
             if (c->sent < c->count) {
                 evbuffer_add(bufferevent_get_output(bev), c->requests[c->sent],
                              strlen(c->requests[c->sent]));
@@ -385,9 +427,9 @@ static int connect_upstream(int port)
 
 /* One sandbox connection through a relay to server: requests one after the other (each sent
  * when the previous answer is in); responses into c. */
-static void exchange(bool tls, const char *host, uint16_t port, const struct server *server,
-                     const char *const *requests, size_t count, struct client *c,
-                     struct relay_record *rec)
+static void exchange_raw(bool tls, const char *host, uint16_t port, const struct server *server,
+                         const char *const *requests, size_t count, size_t raw_expect,
+                         struct client *c, struct relay_record *rec)
 {
     memset(c, 0, sizeof(*c));
     memset(rec, 0, sizeof(*rec));
@@ -427,6 +469,8 @@ static void exchange(bool tls, const char *host, uint16_t port, const struct ser
     }
     c->raw = evbuffer_new();
     c->body = evbuffer_new();
+    c->raw_in = evbuffer_new();
+    c->raw_expect = raw_expect;
     c->requests = requests;
     c->count = count;
     http_parser_init(&c->parser, HTTP_RESPONSE);
@@ -435,6 +479,10 @@ static void exchange(bool tls, const char *host, uint16_t port, const struct ser
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     evbuffer_add(bufferevent_get_output(c->bev), requests[0], strlen(requests[0]));
     c->sent = 1;
+    if (raw_expect > 0) /* the rest right away: raw bytes after an upgrade, or a pipeline */
+        for (; c->sent < count; c->sent++)
+            evbuffer_add(bufferevent_get_output(c->bev), requests[c->sent],
+                         strlen(requests[c->sent]));
 
     bool timed_out = false;
     struct event *timer = evtimer_new(base, timeout_turn, &timed_out);
@@ -455,11 +503,23 @@ static void exchange(bool tls, const char *host, uint16_t port, const struct ser
     mitm_free(rec->m); /* only if done never came */
     evbuffer_free(c->raw);
     evbuffer_free(c->body);
+    c->raw_len = evbuffer_get_length(c->raw_in);
+    c->raw_bytes = calloc(1, c->raw_len + 1);
+    evbuffer_remove(c->raw_in, c->raw_bytes, c->raw_len);
+    evbuffer_free(c->raw_in);
     SSL_CTX_free(cctx);
+}
+
+static void exchange(bool tls, const char *host, uint16_t port, const struct server *server,
+                     const char *const *requests, size_t count, struct client *c,
+                     struct relay_record *rec)
+{
+    exchange_raw(tls, host, port, server, requests, count, 0, c, rec);
 }
 
 static void client_clear(struct client *c)
 {
+    free(c->raw_bytes);
     for (size_t i = 0; i < c->got; i++) {
         free(c->responses[i].raw);
         free(c->responses[i].body);
@@ -474,12 +534,19 @@ static bool has(const char *haystack, const char *needle)
 /* No real value, nor its URL form, in anything the sandbox got. */
 static void check_no_secret(const struct client *c)
 {
+    for (size_t k = 0; k < vault_secret_count(vault); k++) {
+        size_t len;
+        const char *s = vault_secret(vault, k, &len);
+        CHECK(c->raw_bytes == NULL || memmem(c->raw_bytes, c->raw_len, s, len) == NULL);
+    }
     for (size_t i = 0; i < c->got; i++)
         for (size_t k = 0; k < vault_secret_count(vault); k++) {
             size_t len;
             const char *s = vault_secret(vault, k, &len);
-            const char *raw = c->responses[i].raw;
+            const char *raw = c->responses[i].raw, *body = c->responses[i].body;
             CHECK(raw == NULL || memmem(raw, strlen(raw), s, len) == NULL);
+            /* decoded too: chunk framing could hide a value split across chunks */
+            CHECK(body == NULL || memmem(body, c->responses[i].body_len, s, len) == NULL);
         }
 }
 
@@ -691,6 +758,79 @@ static void test_large_head(const struct server *tls_server)
     free(req);
 }
 
+static void test_upgrade_and_head(const struct server *tls_server)
+{
+    /* after a 101, bytes pass raw both ways (and the client's bytes sent right after its
+     * upgrade request wait for the answer) */
+    static const char *const requests[] = {
+        "GET /v1/upgrade HTTP/1.1\r\nHost: api.test\r\nConnection: Upgrade\r\n"
+        "Upgrade: echo\r\n\r\n",
+        "raw bytes, not HTTP\r\n\r\n",
+    };
+    struct client c;
+    struct relay_record rec;
+    exchange_raw(true, "api.test", 443, tls_server, requests, 2, strlen(requests[1]), &c, &rec);
+    CHECK(c.got == 1 && c.responses[0].status == 101);
+    CHECK(c.raw_len == strlen(requests[1]) && memcmp(c.raw_bytes, requests[1], c.raw_len) == 0);
+    CHECK(has(last_logged(), "Authorization: Bearer " SECRET_A));
+    CHECK(has(rec.events, "raw"));
+    check_no_secret(&c);
+    client_clear(&c);
+
+    /* a response to HEAD has no body whatever its Content-Length says; the next one works */
+    static const char *const heads[] = {
+        "HEAD /v1/h HTTP/1.1\r\nHost: api.test\r\n\r\n",
+        "GET /v1/after HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    };
+    exchange(true, "api.test", 443, tls_server, heads, 2, &c, &rec);
+    CHECK(c.got == 2 && c.responses[0].status == 200 && c.responses[0].body_len == 0);
+    CHECK(c.got == 2 && has(c.responses[1].body, "GET /v1/after"));
+    check_no_secret(&c);
+    client_clear(&c);
+}
+
+static void test_pipeline_and_large_body(const struct server *tls_server)
+{
+    /* three requests at once: each is rewritten, each answer comes back in order */
+    static const char *const requests[] = {
+        "GET /v1/one HTTP/1.1\r\nHost: api.test\r\n\r\n",
+        "GET /v2/two HTTP/1.1\r\nHost: api.test\r\n\r\n",
+        "GET /v1/three HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    };
+    struct client c;
+    struct relay_record rec;
+    size_t first = server_log_count;
+    exchange_raw(true, "api.test", 443, tls_server, requests, 3, 1, &c, &rec);
+    CHECK_EQ_INT(c.got, 3);
+    CHECK_EQ_INT(server_log_count, first + 3);
+    if (c.got == 3 && server_log_count == first + 3) {
+        CHECK(has(c.responses[0].body, "/v1/one") && has(c.responses[1].body, "/v2/two") &&
+              has(c.responses[2].body, "/v1/three"));
+        CHECK(has(server_log[first], SECRET_A) && !has(server_log[first + 1], SECRET_A) &&
+              has(server_log[first + 2], SECRET_A));
+    }
+    check_no_secret(&c);
+    client_clear(&c);
+
+    /* 3 MiB each way through the 256 KiB watermarks, byte for byte */
+    size_t n = 3 * 1024 * 1024;
+    char *req = malloc(n + 256);
+    int off = snprintf(req, 256,
+                       "POST /v1/big HTTP/1.1\r\nHost: api.test\r\nContent-Length: %zu\r\n\r\n", n);
+    for (size_t i = 0; i < n; i++)
+        req[off + i] = (char)('a' + i % 23);
+    req[off + n] = '\0';
+    const char *big[] = {req};
+    exchange(true, "api.test", 443, tls_server, big, 1, &c, &rec);
+    CHECK(c.got == 1 && c.responses[0].status == 200);
+    if (c.got == 1) {
+        size_t bl = c.responses[0].body_len;
+        CHECK(bl > n && memcmp(c.responses[0].body + bl - n, req + off, n) == 0);
+    }
+    client_clear(&c);
+    free(req);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as in coved: a closed peer is an error, not a death */
@@ -737,6 +877,8 @@ int main(void)
     test_untrusted_upstream(&bad_server);
     test_plain(&plain_server);
     test_large_head(&tls_server);
+    test_upgrade_and_head(&tls_server);
+    test_pipeline_and_large_body(&tls_server);
 
     while (server_conns != NULL)
         server_conn_free(server_conns);
