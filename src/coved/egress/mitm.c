@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
 #include "lib/log.h"
 
 #define PIPELINE_MAX 16   /* requests sent upstream and not yet answered */
@@ -30,6 +31,8 @@ struct mitm {
     struct event_base *base;
     struct bufferevent *client, *upstream;
     struct event *done_event;
+    struct event *idle_timer;
+    int64_t last_activity_ms; /* a byte read, or written out, either way */
     bool tls;
     char host[256];
     uint16_t port;
@@ -80,6 +83,7 @@ static void finish(struct mitm *m, const char *reason)
     snprintf(m->reason, sizeof(m->reason), "%s", reason);
     bufferevent_disable(m->client, EV_READ | EV_WRITE);
     bufferevent_disable(m->upstream, EV_READ | EV_WRITE);
+    event_del(m->idle_timer);
     if (m->tls) {
         /* close_notify, so that a body that ends with the connection is not taken for a
          * truncated one (libevent sends none of its own) */
@@ -521,22 +525,36 @@ static bool body_until_eof(const http_parser *p)
 
 /* ---- events ---- */
 
+static void idle_turn(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct mitm *m = arg;
+    if (!m->finished && cove_monotonic_ms() - m->last_activity_ms >= MITM_IDLE_TIMEOUT_S * 1000)
+        finish(m, "idle");
+}
+
 static void client_read_turn(struct bufferevent *bev, void *arg)
 {
     (void)bev;
-    process_client(arg);
+    struct mitm *m = arg;
+    m->last_activity_ms = cove_monotonic_ms();
+    process_client(m);
 }
 
 static void upstream_read_turn(struct bufferevent *bev, void *arg)
 {
     (void)bev;
-    process_upstream(arg);
+    struct mitm *m = arg;
+    m->last_activity_ms = cove_monotonic_ms();
+    process_upstream(m);
 }
 
 static void client_write_turn(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct mitm *m = arg;
+    m->last_activity_ms = cove_monotonic_ms();
     if (m->closing) {
         finish_after_flush(m, m->reason);
         return;
@@ -551,6 +569,7 @@ static void upstream_write_turn(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct mitm *m = arg;
+    m->last_activity_ms = cove_monotonic_ms();
     if (m->closing) {
         finish_after_flush(m, m->reason);
         return;
@@ -606,6 +625,7 @@ static void upstream_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_ERROR) {
         char reason[300];
         describe_error(bev, "upstream", reason, sizeof(reason));
+        emit_event(m, "%s: %s", m->host, reason);
         if (m->resp == RESP_HEAD && !m->response_started && !m->closing) {
             /* The sandbox gets a clear answer, never a success. */
             char message[400];
@@ -652,6 +672,10 @@ struct mitm *mitm_start(struct event_base *base, int client_fd, int upstream_fd,
         cove_error_sys(err, "mitm");
         goto fail;
     }
+    if (vault == NULL) {
+        cove_error_set(err, 0, 500, "EGRESS::NO_VAULT", "a credential relay needs a vault");
+        goto fail;
+    }
     m->base = base;
     m->tls = tls;
     snprintf(m->host, sizeof(m->host), "%s", host);
@@ -659,7 +683,9 @@ struct mitm *mitm_start(struct event_base *base, int client_fd, int upstream_fd,
     m->ops = *ops;
     m->arg = arg;
     m->done_event = event_new(base, -1, 0, done_turn, m);
-    if (m->done_event == NULL) {
+    m->idle_timer = event_new(base, -1, EV_PERSIST, idle_turn, m);
+    m->last_activity_ms = cove_monotonic_ms();
+    if (m->done_event == NULL || m->idle_timer == NULL) {
         cove_error_sys(err, "mitm");
         goto fail;
     }
@@ -720,6 +746,8 @@ struct mitm *mitm_start(struct event_base *base, int client_fd, int upstream_fd,
     bufferevent_setcb(m->upstream, upstream_read_turn, upstream_write_turn, upstream_event, m);
     bufferevent_enable(m->client, EV_READ | EV_WRITE);
     bufferevent_enable(m->upstream, EV_READ | EV_WRITE);
+    struct timeval tick = {MITM_IDLE_TIMEOUT_S / 10 > 0 ? MITM_IDLE_TIMEOUT_S / 10 : 1, 0};
+    event_add(m->idle_timer, &tick);
     return m;
 fail:
     SSL_free(server_ssl);
@@ -738,6 +766,8 @@ void mitm_free(struct mitm *m)
         return;
     if (m->done_event != NULL)
         event_free(m->done_event);
+    if (m->idle_timer != NULL)
+        event_free(m->idle_timer);
     if (m->client != NULL)
         bufferevent_free(m->client);
     if (m->upstream != NULL)

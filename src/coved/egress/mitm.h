@@ -11,7 +11,8 @@
  * 101 (or a 2xx to CONNECT) bytes pass raw. Memory is bounded: heads up to 64 KiB (431 for a
  * larger request head), and a side whose peer does not read stops being read.
  *
- * The vault snapshot given at the start is used for the connection's whole life. */
+ * The vault snapshot given at the start is used for the connection's whole life. Upgraded
+ * (raw) bytes are not redacted. */
 #pragma once
 
 #include <event2/event.h>
@@ -25,6 +26,8 @@
 
 #define MITM_HEAD_MAX (64 * 1024)
 #define MITM_HIGH_WATER (256 * 1024)
+/* Ended when no byte went either way for this long (a TLS handshake included). */
+#define MITM_IDLE_TIMEOUT_S 300
 
 struct mitm;
 
@@ -33,7 +36,8 @@ struct mitm_ops {
      * idle afterwards; call mitm_free (it may be called from here). */
     void (*done)(void *arg, const char *reason);
     /* What it did, for the sandbox's event log (never a value): "inject bearer binding x
-     * into GET /v1/models". May be NULL. */
+     * into GET /v1/models", an upstream certificate refused. May be NULL; must not free the
+     * relay. */
     void (*event)(void *arg, const char *what);
 };
 

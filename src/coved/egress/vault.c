@@ -1245,7 +1245,8 @@ static bool ows(char c)
 }
 
 /* Splits a head at its lines (CRLF or LF). The target must be origin-form or absolute-form;
- * *authority gets an absolute-form target's host part (or stays empty). */
+ * *authority gets an absolute-form target's host part (or stays empty). 1 for a target with no
+ * path ("*", authority-form), -1 for what is no request head. */
 static int head_parse(const char *data, size_t len, struct head *h, char *authority,
                       size_t authority_size)
 {
@@ -1286,7 +1287,7 @@ static int head_parse(const char *data, size_t len, struct head *h, char *author
             goto query;
         }
     } else if (target_len == 0 || target[0] != '/') {
-        return -1; /* "*" (OPTIONS) and authority-form: no path a binding could match */
+        return 1; /* "*" (OPTIONS) and authority-form: no path a binding could match */
     }
     {
         const char *q = memchr(target, '?', target_len);
@@ -1633,11 +1634,15 @@ int vault_rewrite_request_head(const struct vault *v, const char *scheme, const 
     memset(&h, 0, sizeof(h));
     char authority[HOST_MAX_LEN + 8];
     int rc = -1;
-    if (head_parse(data, len, &h, authority, sizeof(authority)) < 0) {
-        cove_error_set(err, 0, 400, "EGRESS::BAD_REQUEST", "not an HTTP request head");
+    int parsed = head_parse(data, len, &h, authority, sizeof(authority));
+    if (parsed < 0) {
+        cove_error_set(err, 0, 400, "EGRESS::BAD_REQUEST",
+                       "not an HTTP request head (or more than %d header lines)", HEAD_MAX_LINES);
         goto out;
     }
     rc = 0;
+    if (parsed > 0)
+        goto out; /* no path: nothing to match, passed on as it is */
     /* Credentials go only where the connection goes: a request that names another host (to
      * be routed there by a shared front end) gets none. */
     const struct text *host_header = head_get(&h, "Host");

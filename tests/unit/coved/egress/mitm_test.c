@@ -711,6 +711,7 @@ static void test_untrusted_upstream(const struct server *bad_server)
     CHECK(c.got == 1 || c.closed);
     CHECK(has(rec.reason, "upstream TLS"));
     CHECK(has(rec.reason, "certificate verify failed"));
+    CHECK(has(rec.events, "api.test: upstream TLS"));
     check_no_secret(&c);
     client_clear(&c);
 }

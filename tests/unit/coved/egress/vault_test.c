@@ -461,6 +461,8 @@ static void test_rewrite(void)
          "GET /bot/" SECRET_A "/x?t=" SECRET_A " HTTP/1.1\r\nHost: sub.test\r\nX-Key: pre-" SECRET_A
          "-post\r\nContent-Length: 0\r\nAccept-Encoding: identity\r\n\r\n"},
         {"https", "sub.test", 443, "GET /nothing HTTP/1.1\r\nHost: sub.test\r\n\r\n", NULL},
+        /* no path to match */
+        {"https", "sub.test", 443, "OPTIONS * HTTP/1.1\r\nHost: sub.test\r\n\r\n", NULL},
         /* a placeholder sent to a host with no binding stays a placeholder */
         {"https", "elsewhere.test", 443,
          "GET /PLACEHOLDER_A HTTP/1.1\r\nHost: elsewhere.test\r\n\r\n", NULL},
