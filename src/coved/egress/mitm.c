@@ -455,7 +455,8 @@ static void forward_response_head(struct mitm *m)
     evbuffer_add(bufferevent_get_output(m->client), head, len);
     free(head);
     m->response_started = true;
-    m->response_chunked = (p->flags & F_CHUNKED) != 0;
+    /* a body-less answer (HEAD, 204, 304) says chunked but has no chunks to end */
+    m->response_chunked = (p->flags & F_CHUNKED) != 0 && !m->response_done;
     const struct pending *q = &m->queue[m->queue_first];
     unsigned status = p->status_code;
     if ((status == 101 && q->upgrade) || (q->connect && status / 100 == 2)) {
@@ -482,6 +483,12 @@ static void process_upstream(struct mitm *m)
             return;
         }
         if (m->resp == RESP_RAW) {
+            /* Masked too, within what is there (holding bytes back would stall an
+             * interactive protocol): a server that echoes an injected header in WebSocket or
+             * h2c frames gives nothing away, framing lengths hold. */
+            size_t len = evbuffer_get_length(in);
+            if (len > 0)
+                mask_secrets(m->vault, (char *)evbuffer_pullup(in, -1), len);
             evbuffer_add_buffer(out, in);
             if (evbuffer_get_length(out) >= MITM_HIGH_WATER)
                 bufferevent_disable(m->upstream, EV_READ);

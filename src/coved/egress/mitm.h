@@ -12,7 +12,8 @@
  * larger request head), and a side whose peer does not read stops being read.
  *
  * The vault snapshot given at the start is used for the connection's whole life. Upgraded
- * (raw) bytes are not redacted. */
+ * (raw) bytes from the server are masked within each read (a value split across two reads
+ * there is not). */
 #pragma once
 
 #include <event2/event.h>
