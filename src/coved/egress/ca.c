@@ -325,6 +325,10 @@ static bool is_ip_literal(const char *host)
 static int normalize(const char *host, char *out, struct cove_error **err)
 {
     size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        host++; /* "[::1]" as in a URL */
+        n -= 2;
+    }
     if (n > 0 && host[n - 1] == '.')
         n--;
     if (n == 0 || n > HOST_MAX)

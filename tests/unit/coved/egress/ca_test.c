@@ -107,6 +107,9 @@ int main(void)
           X509_check_host(SSL_CTX_get0_certificate(ip), "127.77.0.1", 0, 0, NULL) != 1);
     SSL_CTX *v6 = egress_ca_server_ctx(ca, "::1", &err);
     CHECK(v6 != NULL && leaf_verifies(v6, egress_ca_pem(ca), "::1", true));
+    SSL_CTX *v6b = egress_ca_server_ctx(ca, "[::1]", &err);
+    CHECK(v6b == v6);
+    SSL_CTX_free(v6b);
     SSL_CTX_free(v6);
     ASN1_TIME_diff(&days, &secs, X509_get0_notBefore(SSL_CTX_get0_certificate(a)),
                    X509_get0_notAfter(SSL_CTX_get0_certificate(a)));
