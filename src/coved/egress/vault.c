@@ -1170,10 +1170,30 @@ bool vault_host_bound(const struct vault *v, const char *scheme, const char *hos
     return false;
 }
 
+/* "/v1/../admin" or "/v1/%2e%2e/admin" is not below /v1/ once the server resolves it: such
+ * a path (and one with a backslash) matches only a binding for all paths. */
+static bool path_is_plain(const char *path, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (path[i] == '\\' || (path[i] == '%' && i + 2 < len && path[i + 1] == '2' &&
+                                (path[i + 2] == 'e' || path[i + 2] == 'E')))
+            return false;
+        if (path[i] == '.' && (i == 0 || path[i - 1] == '/')) {
+            size_t dots = i + 1 < len && path[i + 1] == '.' ? 2 : 1;
+            if (i + dots == len || path[i + dots] == '/')
+                return false;
+        }
+    }
+    return true;
+}
+
 static bool path_matches(const struct binding *b, const char *path, size_t len)
 {
+    bool plain = path_is_plain(path, len);
     for (size_t i = 0; i < b->path_count; i++) {
         const char *p = b->paths[i];
+        if (!plain && strcmp(p, "/*") != 0)
+            continue;
         size_t pl = strlen(p);
         if (pl > 0 && p[pl - 1] == '*') {
             if (len >= pl - 1 && memcmp(path, p, pl - 1) == 0)
@@ -1646,7 +1666,10 @@ int vault_rewrite_request_head(const struct vault *v, const char *scheme, const 
     /* Credentials go only where the connection goes: a request that names another host (to
      * be routed there by a shared front end) gets none. */
     const struct text *host_header = head_get(&h, "Host");
-    if ((host_header != NULL && !authority_is(host_header->s, host)) ||
+    size_t host_headers = 0;
+    for (size_t i = 0; i < h.count; i++)
+        host_headers += !h.folded[i] && strcasecmp(h.names[i].s, "Host") == 0;
+    if (host_headers > 1 || (host_header != NULL && !authority_is(host_header->s, host)) ||
         (authority[0] != '\0' && !authority_is(authority, host)))
         goto out;
     bool changed = false;

@@ -461,6 +461,21 @@ static void test_rewrite(void)
          "GET /bot/" SECRET_A "/x?t=" SECRET_A " HTTP/1.1\r\nHost: sub.test\r\nX-Key: pre-" SECRET_A
          "-post\r\nContent-Length: 0\r\nAccept-Encoding: identity\r\n\r\n"},
         {"https", "sub.test", 443, "GET /nothing HTTP/1.1\r\nHost: sub.test\r\n\r\n", NULL},
+        /* dot segments leave /v1/; two Host headers name two hosts */
+        {"https", "api.example.com", 443,
+         "GET /v1/../admin HTTP/1.1\r\nHost: api.example.com\r\n\r\n", NULL},
+        {"https", "api.example.com", 443,
+         "GET /v1/%2E%2e/admin HTTP/1.1\r\nHost: api.example.com\r\n\r\n", NULL},
+        {"https", "api.example.com", 443,
+         "GET /v1/x HTTP/1.1\r\nHost: api.example.com\r\nHost: evil.test\r\n\r\n", NULL},
+        {"https", "api.example.com", 443,
+         "GET /v1/.well-known/x HTTP/1.1\r\nHost: api.example.com\r\n\r\n",
+         "GET /v1/.well-known/x HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: "
+         "Bearer " SECRET_A "\r\nAccept-Encoding: identity\r\n\r\n"},
+        /* a binding for all paths takes any */
+        {"https", "a.basic.test", 443, "GET /a/../b HTTP/1.1\r\nHost: a.basic.test\r\n\r\n",
+         "GET /a/../b HTTP/1.1\r\nHost: a.basic.test\r\nAuthorization: Basic " SECRET_B
+         "\r\nAccept-Encoding: identity\r\n\r\n"},
         /* no path to match */
         {"https", "sub.test", 443, "OPTIONS * HTTP/1.1\r\nHost: sub.test\r\n\r\n", NULL},
         /* a placeholder sent to a host with no binding stays a placeholder */
