@@ -55,7 +55,7 @@ struct mitm {
     size_t hold_len, hold_cap;
 
     bool client_eof;
-    bool closing; /* no more reading: both outputs are flushed, then done */
+    bool closing; /* nothing more relayed: both outputs are flushed, then done */
     bool finished;
     char reason[256];
 };
@@ -106,7 +106,8 @@ static bool flushed(struct mitm *m)
 }
 
 /* Stops relaying; what was already queued for either side still goes out, then done. Reads
- * go on (bounded by the watermarks, and dropped) since a TLS handshake needs them. */
+ * go on and are dropped: a TLS handshake needs them, and a peer whose unread bytes are still
+ * queued when its socket closes gets a reset that may swallow the answer. */
 static void finish_after_flush(struct mitm *m, const char *reason)
 {
     if (m->finished)
@@ -546,6 +547,10 @@ static void client_read_turn(struct bufferevent *bev, void *arg)
     (void)bev;
     struct mitm *m = arg;
     m->last_activity_ms = cove_monotonic_ms();
+    if (m->closing) {
+        evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+        return;
+    }
     process_client(m);
 }
 
@@ -554,6 +559,10 @@ static void upstream_read_turn(struct bufferevent *bev, void *arg)
     (void)bev;
     struct mitm *m = arg;
     m->last_activity_ms = cove_monotonic_ms();
+    if (m->closing) {
+        evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+        return;
+    }
     process_upstream(m);
 }
 
