@@ -585,6 +585,8 @@ static const char *vault_json =
     " {\"name\": \"sub\", \"match\": {\"hosts\": [\"sub.test\"]}, \"substitutions\": ["
     "   {\"credential\": \"f\", \"placeholder\": \"" PLACEHOLDER_F "\", \"in\": [\"header\", "
     "\"query\"]}]},"
+    " {\"name\": \"mismatch\", \"match\": {\"hosts\": [\"mismatch.test\"]},"
+    "  \"auth\": {\"type\": \"bearer\", \"credential\": \"a\"}},"
     " {\"name\": \"plain\", \"match\": {\"hosts\": [\"plain.test\"], \"schemes\": [\"http\"],"
     "  \"ports\": [80]}, \"auth\": {\"type\": \"bearer\", \"credential\": \"a\"}}]}";
 
@@ -716,6 +718,21 @@ static void test_untrusted_upstream(const struct server *bad_server)
     CHECK(has(rec.reason, "upstream TLS"));
     CHECK(has(rec.reason, "certificate verify failed"));
     CHECK(has(rec.events, "api.test: upstream TLS"));
+    check_no_secret(&c);
+    client_clear(&c);
+}
+
+static void test_wrong_name_upstream(const struct server *tls_server)
+{
+    /* a certificate of a trusted CA, but not for this name */
+    static const char *const requests[] = {"GET /x HTTP/1.1\r\nHost: mismatch.test\r\n\r\n"};
+    struct client c;
+    struct relay_record rec;
+    size_t first = server_log_count;
+    exchange(true, "mismatch.test", 443, tls_server, requests, 1, &c, &rec);
+    CHECK(server_log_count == first);
+    CHECK(c.got == 1 && c.responses[0].status == 502);
+    CHECK(has(rec.reason, "certificate verify failed"));
     check_no_secret(&c);
     client_clear(&c);
 }
@@ -886,6 +903,7 @@ int main(void)
     test_auth_kinds(&tls_server);
     test_chunked(&tls_server);
     test_untrusted_upstream(&bad_server);
+    test_wrong_name_upstream(&tls_server);
     test_plain(&plain_server);
     test_large_head(&tls_server);
     test_upgrade_and_head(&tls_server);
