@@ -17,7 +17,7 @@ if [ "${1:-}" = "--time" ]; then
     shift 2
 fi
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(http multipart websocket wire values routes events tunnel)
+[ ${#names[@]} -gt 0 ] || names=(http multipart websocket wire values routes events tunnel policy dns sniff vault mitm)
 
 if [ ! -f build-fuzz/build.ninja ]; then
     CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \
@@ -36,8 +36,8 @@ for name in "${names[@]}"; do
     if [ -n "$time_limit" ]; then
         limits=(-max_total_time="$time_limit")
     else
-        # The tunnel harness runs an event loop per input: fewer runs in the same time.
-        limits=(-runs="$([ "$name" = tunnel ] && echo $((runs / 16)) || echo "$runs")" -seed=1)
+        # The tunnel and mitm harnesses run an event loop per input: fewer runs in the same time.
+        limits=(-runs="$([ "$name" = tunnel ] || [ "$name" = mitm ] && echo $((runs / 16)) || echo "$runs")" -seed=1)
     fi
     started=$(date +%s)
     if build-fuzz/tests/fuzz/fuzz_"$name" "${limits[@]}" -max_len=8192 -timeout=10 \
