@@ -155,10 +155,12 @@ def test_allow_all_still_denies_the_host(coved, make, world):
                 f"http://metadata.test:{HTTP_PORT}/", f"http://rebind.test:{coved.port}/health"):
         code, out = curl(coved, sid, url)
         assert "healthy" not in out and (code != 0 or "cove egress" in out), (url, out)
-    # even a rule naming loopback does not open coved's own port
-    sid2 = make(allow("127.0.0.1", default="allow"))
-    code, out = curl(coved, sid2, f"http://127.0.0.1:{coved.port}/health")
-    assert "healthy" not in out, out
+    # even rules naming the host's loopback do not open coved's own port (127.0.0.1 inside is
+    # the sandbox's own loopback: the way out to the host's is a name that resolves there)
+    sid2 = make(allow("rebind.test", "127.0.0.1", default="allow"))
+    code, out = curl(coved, sid2, f"http://rebind.test:{coved.port}/health",
+                     f"--resolve rebind.test:{coved.port}:127.77.0.10")
+    assert "healthy" not in out and "cove egress" in out, out
     ev = events(coved, sid2)
     assert any("coved's own" in e["rule"] for e in ev), ev
 
@@ -176,7 +178,7 @@ def test_runtime_patch_applies_to_the_next_connection(coved, make, world):
     status, body, _ = coved.request("GET", base)
     targets = [r["target"] for r in body["policy"]["egress"]]
     assert status == 200 and body["mode"] == "deny_all" and "other.test" in targets, body
-    status, body, _ = coved.request("DELETE", base, ["other.test"])
+    status, body, _ = coved.request("DELETE", base, ["other.test", "127.77.0.11"])
     assert status == 200
     code, _ = curl(coved, sid, f"http://other.test:{HTTP_PORT}/")
     assert code != 0

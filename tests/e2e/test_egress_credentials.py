@@ -76,7 +76,7 @@ CLIENTS = {
                  " headers=dict(h.split(': ',1) for h in sys.argv[1:]), timeout=10);"
                  " print(r.headers.get('X-Echo-Authorization')); print(r.text)\" {pyargs}"
                  % HTTPS_PORT),
-    "node": ("node -e \"const h={}; for (const a of process.argv.slice(1)) {{ const i=a.indexOf(': ');"
+    "node": ("node -e \"const h={{}}; for (const a of process.argv.slice(1)) {{ const i=a.indexOf(': ');"
              " h[a.slice(0,i)]=a.slice(i+2); }} fetch('https://api.test:%d{path}', {{headers: h}})"
              ".then(async r => {{ console.log(r.headers.get('x-echo-authorization'));"
              " console.log(await r.text()); }})"

@@ -80,6 +80,7 @@ def test_pip_install_when_the_index_is_allowed(coved, world, template):
 
 
 def test_pip_install_fails_clearly_when_the_index_is_denied(coved, world):
+    world.recorder.clear()
     sid = coved.create(networkPolicy=allow("allowed.test", "127.77.0.10"))
     try:
         with open(world.ca) as f:

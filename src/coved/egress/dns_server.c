@@ -23,8 +23,8 @@ struct egress_dns_query {
     struct egress_dns_query *prev, *next;
     struct egress_sandbox *es;
     struct dns_query q;
-    struct sockaddr_in from;          /* UDP: who asked */
-    struct egress_dns_tcp *tcp;       /* TCP: the connection that asked, or NULL */
+    struct sockaddr_in from;    /* UDP: who asked */
+    struct egress_dns_tcp *tcp; /* TCP: the connection that asked, or NULL */
     struct egress_lookup *lookup;
 };
 
@@ -116,7 +116,9 @@ static void on_resolved(enum egress_lookup_status status, const char *message,
                     ? DNS_RCODE_SERVFAIL
                     : DNS_RCODE_NXDOMAIN;
     send_reply(es, &dq->from, dq->tcp, &dq->q, rcode, allowed, kept,
-               ttl < 1 ? 1 : ttl > 300 ? 300 : ttl);
+               ttl < 1     ? 1
+               : ttl > 300 ? 300
+                           : ttl);
     struct egress_dns_tcp *tcp = dq->tcp;
     query_unlink(dq);
     if (tcp != NULL)

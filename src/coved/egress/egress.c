@@ -202,9 +202,8 @@ static int open_sockets(struct egress_sandbox *es, pid_t pid, struct cove_error 
 }
 
 int egress_sandbox_open(struct egress *eg, const char *id, pid_t pid,
-                        const struct egress_policy *policy,
-                        bool credential_proxy, struct egress_sandbox **out,
-                        struct cove_error **err)
+                        const struct egress_policy *policy, bool credential_proxy,
+                        struct egress_sandbox **out, struct cove_error **err)
 {
     struct egress_sandbox *es = calloc(1, sizeof(*es));
     if (es == NULL)
@@ -294,8 +293,7 @@ static void format_address(const struct sockaddr *addr, char *out, size_t size)
     if (addr->sa_family == AF_INET)
         inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, out, (socklen_t)size);
     else if (addr->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, out,
-                  (socklen_t)size);
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, out, (socklen_t)size);
 }
 
 void egress_record(struct egress_sandbox *es, bool allow, const char *protocol, const char *name,
@@ -329,10 +327,10 @@ json_t *egress_sandbox_events_json(const struct egress_sandbox *es)
         const struct egress_event *e = &es->events[(start + k) % EGRESS_EVENTS];
         char when[COVE_RFC3339_SIZE];
         cove_rfc3339_ms(e->ms, when);
-        json_array_append_new(
-            list, json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "time", when, "action",
-                            e->allow ? "allow" : "deny", "protocol", e->protocol, "name", e->name,
-                            "address", e->address, "port", (int)e->port, "rule", e->rule));
+        json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s}", "time", when,
+                                              "action", e->allow ? "allow" : "deny", "protocol",
+                                              e->protocol, "name", e->name, "address", e->address,
+                                              "port", (int)e->port, "rule", e->rule));
     }
     return json_pack("{s:o}", "events", list);
 }
@@ -385,16 +383,16 @@ const char *egress_answered_name(struct egress_sandbox *es, struct in_addr addr)
 }
 
 size_t egress_allowed_addresses(struct egress_sandbox *es, const struct egress_address *in,
-                                size_t n, uint16_t port, struct in_addr *out, size_t max,
-                                char *why, size_t why_size)
+                                size_t n, uint16_t port, struct in_addr *out, size_t max, char *why,
+                                size_t why_size)
 {
     size_t kept = 0;
     why[0] = '\0';
     for (size_t i = 0; i < n && kept < max; i++) {
         if (in[i].family != AF_INET)
             continue; /* a sandbox has no IPv6 beyond ::1 */
-        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port),
-                                  .sin_addr = in[i].v4};
+        struct sockaddr_in sin = {
+            .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = in[i].v4};
         struct egress_verdict v;
         egress_policy_check_addr(es->policy, (struct sockaddr *)&sin, true, &v);
         if (v.allow && port != 0 && egress_policy_is_forbidden_endpoint((struct sockaddr *)&sin)) {

@@ -43,9 +43,8 @@ const char *egress_ca_bundle_path(const struct egress *eg);
  * namespace of pid (PID 1 of the sandbox, alive). policy is referenced. A re-adopted sandbox
  * (after a restart of coved) is opened the same way. */
 int egress_sandbox_open(struct egress *eg, const char *id, pid_t pid,
-                        const struct egress_policy *policy,
-                        bool credential_proxy, struct egress_sandbox **out,
-                        struct cove_error **err);
+                        const struct egress_policy *policy, bool credential_proxy,
+                        struct egress_sandbox **out, struct cove_error **err);
 /* Closes its sockets and every connection through it. NULL is fine. */
 void egress_sandbox_close(struct egress_sandbox *es);
 /* The policy decisions use from the next connection or query on; referenced. */

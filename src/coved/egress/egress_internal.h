@@ -9,11 +9,11 @@
 #include "coved/egress/egress.h"
 #include "coved/egress/resolver.h"
 
-#define EGRESS_EVENTS 128         /* decisions kept per sandbox */
-#define EGRESS_ANSWERS 512        /* addresses the resolver gave this sandbox for allowed names */
-#define EGRESS_CONNECTIONS 1024   /* proxied connections per sandbox at once */
-#define EGRESS_DNS_IN_FLIGHT 256  /* queries of one sandbox being resolved at once */
-#define EGRESS_DNS_TCP 16         /* DNS-over-TCP connections per sandbox */
+#define EGRESS_EVENTS 128        /* decisions kept per sandbox */
+#define EGRESS_ANSWERS 512       /* addresses the resolver gave this sandbox for allowed names */
+#define EGRESS_CONNECTIONS 1024  /* proxied connections per sandbox at once */
+#define EGRESS_DNS_IN_FLIGHT 256 /* queries of one sandbox being resolved at once */
+#define EGRESS_DNS_TCP 16        /* DNS-over-TCP connections per sandbox */
 
 struct egress {
     struct event_base *base;
@@ -79,8 +79,8 @@ const char *egress_answered_name(struct egress_sandbox *es, struct in_addr addr)
 /* Filters a resolver's answer through the policy (rebinding: an allowed name whose address is
  * in a denied range) and coved's own endpoints; the first denial's reason in why. */
 size_t egress_allowed_addresses(struct egress_sandbox *es, const struct egress_address *in,
-                                size_t n, uint16_t port, struct in_addr *out, size_t max,
-                                char *why, size_t why_size);
+                                size_t n, uint16_t port, struct in_addr *out, size_t max, char *why,
+                                size_t why_size);
 
 /* proxy.c */
 void egress_proxy_on_accept(evutil_socket_t fd, short what, void *arg);

@@ -29,9 +29,10 @@
 #include "lib/clock.h"
 #include "lib/log.h"
 
-#define PEEK_MAX 16384          /* a ClientHello or request head bigger than this is "other" */
-#define NAME_WAIT_MS 10000      /* how long a client may take to say where it goes */
-#define RAW_FIRST_BYTE_MS 300   /* a client allowed raw TCP that is silent: a server-first protocol */
+#define PEEK_MAX 16384        /* a ClientHello or request head bigger than this is "other" */
+#define NAME_WAIT_MS 10000    /* how long a client may take to say where it goes */
+#define RAW_FIRST_BYTE_MS 300 /* a client allowed raw TCP that is silent: a server-first protocol  \
+                               */
 #define CONNECT_TIMEOUT_MS 15000
 
 enum conn_phase { PHASE_SNIFF, PHASE_RESOLVE, PHASE_CONNECT, PHASE_RELAY };
@@ -47,8 +48,8 @@ struct egress_conn {
     bool raw_allowed;            /* the original address may be reached without a name */
     char raw_rule[160];
     int64_t started_ms;
-    int wait_ms;                 /* the next peek's back-off */
-    struct event *event;         /* client readable, peek timer, or upstream connected */
+    int wait_ms;         /* the next peek's back-off */
+    struct event *event; /* client readable, peek timer, or upstream connected */
     struct event *deadline;
     struct egress_lookup *lookup;
     struct relay *relay;
@@ -108,8 +109,9 @@ static void tell_client(struct egress_conn *c, const char *name, const char *rul
         (void)ignored;
     } else {
         char body[512], head[256];
-        int blen = snprintf(body, sizeof(body), "cove egress: %s is not reachable from this "
-                                                "sandbox (%s)\n",
+        int blen = snprintf(body, sizeof(body),
+                            "cove egress: %s is not reachable from this "
+                            "sandbox (%s)\n",
                             name && name[0] ? name : "this address", rule);
         if (blen < 0 || blen >= (int)sizeof(body))
             blen = (int)strlen(body);
@@ -355,7 +357,9 @@ static void on_client_data(evutil_socket_t fd, short what, void *arg)
         return;
     }
     snprintf(c->protocol, sizeof(c->protocol), "%s",
-             kind == SNIFF_TLS ? "tls" : kind == SNIFF_HTTP ? "http" : "tcp");
+             kind == SNIFF_TLS    ? "tls"
+             : kind == SNIFF_HTTP ? "http"
+                                  : "tcp");
     if ((kind == SNIFF_TLS || kind == SNIFF_HTTP) && c->sniff.has_host && !c->sniff.host_is_ip &&
         !egress_resolver_is_ip_literal(c->sniff.host))
         decide_name(c);
@@ -422,8 +426,7 @@ void egress_proxy_on_accept(evutil_socket_t fd, short what, void *arg)
         }
         c->raw_allowed = v.allow;
         if (v.allow && answered != NULL)
-            snprintf(c->raw_rule, sizeof(c->raw_rule), "answered for %s (%s)", answered,
-                     v.reason);
+            snprintf(c->raw_rule, sizeof(c->raw_rule), "answered for %s (%s)", answered, v.reason);
         else
             snprintf(c->raw_rule, sizeof(c->raw_rule), "%s", v.reason);
 

@@ -179,8 +179,8 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
     snprintf(target->prefix, sizeof(target->prefix), "%.*s", (int)(r.rest - target_text),
              target_text);
     if (r.port == EGRESS_API_PORT) /* coved's own egress API, told which sandbox */
-        snprintf(target->path, sizeof(target->path), "/%s%s%s", sb->id,
-                 r.rest[0] == '/' ? "" : "/", r.rest);
+        snprintf(target->path, sizeof(target->path), "/%s%s%s", sb->id, r.rest[0] == '/' ? "" : "/",
+                 r.rest);
     else
         snprintf(target->path, sizeof(target->path), "%s", r.rest);
     upstream_name(target->upstream, sizeof(target->upstream), sb->id, r.port);

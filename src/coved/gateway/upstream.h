@@ -13,8 +13,8 @@
 
 struct upstreams {
     struct sandbox_manager *sandboxes;
-    int cap;        /* per sandbox; a client address may hold a quarter */
-    json_t *counts; /* "{id}" and "{id}@{peer}" -> open connections */
+    int cap;                     /* per sandbox; a client address may hold a quarter */
+    json_t *counts;              /* "{id}" and "{id}@{peer}" -> open connections */
     char egress_api_socket[108]; /* port 18080: coved's egress API, not the sandbox's */
 };
 

@@ -4,6 +4,7 @@
  * coved's proxy and drop everything else that is not loopback. The host's network is never
  * touched. The sandbox cannot undo any of it: its user namespace, made later, holds no
  * capability over this network namespace. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
@@ -34,14 +35,15 @@ static const char egress_rules[] =
     "  chain egress_nat {\n"
     "    type nat hook output priority -100; policy accept;\n"
     "    ip daddr { 127.0.0.1, " EGRESS_DNS_ADDRESS " } return\n"
-    "    meta l4proto tcp redirect to :" STR(EGRESS_PROXY_PORT) "\n"
-    "  }\n"
-    "  chain egress_filter {\n"
-    "    type filter hook output priority 0; policy drop;\n"
-    "    ip daddr { 127.0.0.1, " EGRESS_DNS_ADDRESS " } accept\n"
-    "    ip6 daddr ::1 accept\n"
-    "  }\n"
-    "}\n";
+    "    meta l4proto tcp redirect to :" STR(
+        EGRESS_PROXY_PORT) "\n"
+                           "  }\n"
+                           "  chain egress_filter {\n"
+                           "    type filter hook output priority 0; policy drop;\n"
+                           "    ip daddr { 127.0.0.1, " EGRESS_DNS_ADDRESS " } accept\n"
+                           "    ip6 daddr ::1 accept\n"
+                           "  }\n"
+                           "}\n";
 
 static void bring_up_loopback(int status_fd, int sock)
 {
@@ -53,6 +55,25 @@ static void bring_up_loopback(int status_fd, int sock)
     ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
     if (ioctl(sock, SIOCSIFFLAGS, &ifr) < 0)
         child_fail(status_fd, "bring lo up");
+}
+
+/* The resolver's address on lo, as an address of its own: besides being where coved answers,
+ * it is what glibc's getaddrinfo (AI_ADDRCONFIG) needs to see before it asks for IPv4 at all
+ * (127.0.0.1 alone counts as no IPv4). ::1 alone keeps it from asking for IPv6, which the
+ * sandbox has no route for. */
+static void add_resolver_address(int status_fd, int sock)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo:1");
+    struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+    sin->sin_family = AF_INET;
+    inet_pton(AF_INET, EGRESS_DNS_ADDRESS, &sin->sin_addr);
+    if (ioctl(sock, SIOCSIFADDR, &ifr) < 0)
+        child_fail(status_fd, "add %s to lo", EGRESS_DNS_ADDRESS);
+    inet_pton(AF_INET, "255.255.255.255", &sin->sin_addr);
+    if (ioctl(sock, SIOCSIFNETMASK, &ifr) < 0)
+        child_fail(status_fd, "netmask of %s", EGRESS_DNS_ADDRESS);
 }
 
 /* Without a route, connect() to an outside address fails (ENETUNREACH) before the output
@@ -91,6 +112,7 @@ void child_setup_network(int status_fd)
     if (sock < 0)
         child_fail(status_fd, "socket for lo");
     bring_up_loopback(status_fd, sock);
+    add_resolver_address(status_fd, sock);
     add_default_route(status_fd, sock);
     close(sock);
     install_rules(status_fd);
@@ -130,6 +152,5 @@ void child_mount_ca_bundle(int status_fd, const char *bundle)
     if (access(target, F_OK) < 0)
         child_touch(status_fd, target);
     child_mount(status_fd, bundle, target, NULL, MS_BIND, NULL);
-    child_mount(status_fd, NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID,
-                NULL);
+    child_mount(status_fd, NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, NULL);
 }

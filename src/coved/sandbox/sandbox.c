@@ -434,8 +434,8 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         .host_id_base = id_range_host_base(sb->id_slot),
         .nofile_soft = nofile_soft,
         .nofile_hard = nofile_hard,
-        .ca_bundle = sb->credential_proxy && mgr->egress ? egress_ca_bundle_path(mgr->egress)
-                                                         : NULL,
+        .ca_bundle =
+            sb->credential_proxy && mgr->egress ? egress_ca_bundle_path(mgr->egress) : NULL,
     };
     int rc = (env && argv) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
                            : cove_error_sys(err, "calloc");

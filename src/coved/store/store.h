@@ -40,7 +40,7 @@ struct store_sandbox {
     const char *run_dir;
     const char *access_token;
     int64_t renew_on_access_s;
-    int id_slot; /* -1 in rows from before per-sandbox id ranges */
+    int id_slot;            /* -1 in rows from before per-sandbox id ranges */
     json_t *network_policy; /* NetworkPolicy in force; NULL or JSON null: none stored */
     bool credential_proxy;
 };
