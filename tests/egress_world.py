@@ -92,8 +92,18 @@ def _handler(recorder, address, kind, files):
             headers = {k: v for k, v in self.headers.items()}
             recorder.add(address, kind, self.path, headers)
             path = self.path.split("?")[0]
+            static = files.get("static")  # (prefix, directory): files served as they are
             if path in files:
                 data, ctype = files[path]
+            elif static and path.startswith(static[0]) and ".." not in path:
+                full = os.path.join(static[1], path[len(static[0]):])
+                if not os.path.isfile(full):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                with open(full, "rb") as f:
+                    data, ctype = f.read(), "application/octet-stream"
             else:
                 # echoes what arrived: the headers, the path and the body
                 data = json.dumps({"server": address, "path": self.path, "headers": headers,

@@ -50,7 +50,12 @@ def test_only_loopback(coved, make_sandbox):
     assert [l.split(":")[0].strip() for l in dev] == ["lo"], dev
     links = coved.sh(sid, "ip -o link show").splitlines()
     assert len(links) == 1 and ": lo:" in links[0], links
-    assert coved.sh(sid, "ip -4 route show; ip -6 route show | grep -v '^::1 '; true") == ""
+    # lo only, and its default route: every outside address leads to coved's egress proxy
+    # (docs/egress.md), never to an interface of the host
+    assert coved.sh(sid, "ip -4 route show; ip -6 route show | grep -v '^::1 '; true") == \
+        "default dev lo scope link \n"
+    addrs = coved.sh(sid, "ip -o addr show | awk '{print $4}'").split()
+    assert sorted(addrs) == ["127.0.0.1/8", "127.0.0.11/32", "::1/128"], addrs
     # The host's unix sockets (the daemon's agent sockets among them) are not listed.
     unix = coved.sh(sid, "cat /proc/net/unix")
     assert coved.state_dir not in unix

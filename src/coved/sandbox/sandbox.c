@@ -440,9 +440,11 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     int rc = (env && argv) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
                            : cove_error_sys(err, "calloc");
     /* Its sockets exist before anything of the sandbox runs: the child is still being set up. */
-    if (rc == 0 && mgr->egress != NULL && policy != NULL)
-        rc = egress_sandbox_open(mgr->egress, sb->id, runtime_start_pid(sb->starting), policy,
-                                 sb->credential_proxy, &sb->egress, err);
+    if (rc == 0 && mgr->egress != NULL && policy != NULL &&
+        (rc = egress_sandbox_open(mgr->egress, sb->id, runtime_start_pid(sb->starting), policy,
+                                  sb->credential_proxy, &sb->egress, err)) < 0 &&
+        err != NULL && *err != NULL) /* its set-up child died early, say */
+        snprintf((*err)->code, sizeof((*err)->code), "SANDBOX::START_FAILED");
     free_strv(env, true);
     free_strv(argv, false);
     if (rc == 0) {
