@@ -191,10 +191,15 @@ static void event_row(const json_t *event, const char **cells, char (*scratch)[2
     for (size_t i = 0; i < 4; i++)
         cells[i] =
             output_cell_text(json_object_get(event, fields[i]), scratch[i], sizeof(scratch[i]));
+    /* address:port ([v6]:port); a DNS question that was refused has no address */
     char port[32];
     const char *address = json_string_value(json_object_get(event, "address"));
-    snprintf(scratch[4], sizeof(scratch[4]), "%s:%s", address != NULL ? address : "-",
-             output_cell_text(json_object_get(event, "port"), port, sizeof(port)));
+    if (address == NULL || address[0] == '\0')
+        snprintf(scratch[4], sizeof(scratch[4]), "-");
+    else
+        snprintf(scratch[4], sizeof(scratch[4]), "%s%s%s:%s", strchr(address, ':') ? "[" : "",
+                 address, strchr(address, ':') ? "]" : "",
+                 output_cell_text(json_object_get(event, "port"), port, sizeof(port)));
     cells[4] = scratch[4];
     cells[5] = output_cell_text(json_object_get(event, "rule"), scratch[5], sizeof(scratch[5]));
 }
