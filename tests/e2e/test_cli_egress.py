@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/dnsmasq"), reason=
 SETTINGS_ENV = ("COVE_SERVER", "OPEN_SANDBOX_DOMAIN", "COVE_API_KEY", "OPEN_SANDBOX_API_KEY",
                 "COVE_STATE_DIR", "COVE_CONFIG_FILE", "XDG_CONFIG_HOME")
 SECRET = "sk-cli-secret-7f3a9c2e51d04b68"
+SHORT_SECRET = "sk-short-4b68c2"
 PLACEHOLDER = "COVE_PLACEHOLDER"
 
 
@@ -285,10 +286,12 @@ def test_credential_vault_round_trip_never_prints_the_value(coved, create, world
 
     # a file that is not JSON: the error names where, never the text near it (the value)
     bad = tmp_path / "bad.json"
-    bad.write_text('{"credentials": [{"name": "x", "source": {"type": "inline", "value": '
-                   + SECRET + '}}]}')
+    # (a comma missing before a short value: jansson's own message would quote it whole)
+    bad.write_text('{"credentials": [{"name": "x", "source": {"type": "inline" "'
+                   + SHORT_SECRET + '"}}]}')
     r = run("credential-vault", "patch", sid, "--file", str(bad), check=False)
     assert r.returncode == 1 and "line 1" in r.stderr, r
+    assert SHORT_SECRET not in r.stderr, r
     r = run("credential-vault", "create", sid, "--file", str(tmp_path / "missing.json"),
             check=False)
     assert r.returncode == 1 and "missing.json" in r.stderr, r
