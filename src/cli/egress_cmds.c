@@ -50,21 +50,25 @@ static void join_scalars(const json_t *array, char *out, size_t size)
         snprintf(out, size, "-");
 }
 
-/* Prints a table of `objects` (a JSON array), one row per element made by row_fn. */
+/* Prints a table of `objects` (a JSON array), one row per element made by row_fn, which may
+ * put each cell's text in its scratch[column]. */
+#define TABLE_MAX_COLUMNS 8
 typedef void (*table_row_fn)(const json_t *object, const char **cells, char (*scratch)[256]);
 
 static int table_print(const json_t *objects, size_t columns, const char *const headers[],
                        table_row_fn row_fn, struct cove_error **err)
 {
     struct output_table table;
+    if (columns > TABLE_MAX_COLUMNS)
+        return cove_error_set(err, 0, 0, "CLI::INTERNAL", "a table of %zu columns", columns);
     if (output_table_init(&table, columns, headers, err) < 0)
         return -1;
     size_t index;
     json_t *object;
     json_array_foreach(objects, index, object)
     {
-        const char *cells[8];
-        char scratch[8][256];
+        const char *cells[TABLE_MAX_COLUMNS];
+        char scratch[TABLE_MAX_COLUMNS][256];
         row_fn(object, cells, scratch);
         if (output_table_add_row(&table, cells, err) < 0) {
             output_table_release(&table);
@@ -354,6 +358,7 @@ static void credential_row(const json_t *credential, const char **cells, char (*
 static const char *const BINDING_HEADERS[] = {"BINDING", "AUTH",    "SCHEMES", "HOSTS",
                                               "PORTS",   "METHODS", "PATHS",   "REVISION"};
 #define BINDING_COLUMNS (sizeof(BINDING_HEADERS) / sizeof(BINDING_HEADERS[0]))
+_Static_assert(BINDING_COLUMNS <= TABLE_MAX_COLUMNS, "a binding row fits the table");
 
 static void binding_row(const json_t *binding, const char **cells, char (*scratch)[256])
 {
