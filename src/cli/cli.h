@@ -56,6 +56,9 @@ extern const struct cli_command run_code_command;       /* code_cmd.c */
 extern const struct cli_command template_command;       /* template_cmds.c */
 extern const struct cli_command config_command;         /* config_cmds.c */
 
+/* A sandbox's outbound traffic and the credentials coved injects into it. */
+extern const struct cli_command egress_command, credential_vault_command; /* egress_cmds.c */
+
 /* Commands inside a running sandbox, through its agent. */
 extern const struct cli_command upload_command, download_command; /* transfer_cmds.c */
 extern const struct cli_command files_command;                    /* files_cmds.c */

@@ -26,6 +26,25 @@ static const struct cli_command *const agent_commands[] = {
     &upload_command, &download_command, &files_command, &logs_command, &shell_command, NULL,
 };
 
+/* What sandboxes may reach, and the credentials coved puts in on the way out. */
+static const struct cli_command *const network_commands[] = {
+    &egress_command,
+    &credential_vault_command,
+    NULL,
+};
+
+static void print_commands(FILE *out, const struct cli_command *const *table)
+{
+    for (const struct cli_command *const *command = table; *command != NULL; command++) {
+        const char *name = (*command)->name;
+        /* a long name gets a line of its own, its summary under the others' */
+        if (strlen(name) > 10)
+            fprintf(out, "  %s\n  %-10s %s\n", name, "", (*command)->summary);
+        else
+            fprintf(out, "  %-10s %s\n", name, (*command)->summary);
+    }
+}
+
 static void print_help(FILE *out)
 {
     fputs("Usage: cove [OPTIONS] COMMAND [ARGS...]\n"
@@ -34,11 +53,11 @@ static void print_help(FILE *out)
           "\n"
           "Commands:\n",
           out);
-    for (const struct cli_command *const *command = commands; *command != NULL; command++)
-        fprintf(out, "  %-10s %s\n", (*command)->name, (*command)->summary);
+    print_commands(out, commands);
     fputs("\nFiles, logs and terminals:\n", out);
-    for (const struct cli_command *const *command = agent_commands; *command != NULL; command++)
-        fprintf(out, "  %-10s %s\n", (*command)->name, (*command)->summary);
+    print_commands(out, agent_commands);
+    fputs("\nNetwork:\n", out);
+    print_commands(out, network_commands);
     fprintf(out,
             "\n"
             "Options (also accepted after COMMAND):\n"
@@ -108,6 +127,8 @@ static int run(struct cli *cli, int argc, char **argv, struct cove_error **err)
     const struct cli_command *command = command_find(commands, argv[0]);
     if (command == NULL)
         command = command_find(agent_commands, argv[0]);
+    if (command == NULL)
+        command = command_find(network_commands, argv[0]);
     if (command == NULL)
         return cli_usage_error(err, "unknown command '%s'", argv[0]);
     snprintf(name, sizeof(name), "cove %s", command->name);

@@ -124,7 +124,43 @@ enum {
     CREATE_OPTION_PIDS,
     CREATE_OPTION_DISK,
     CREATE_OPTION_TIMEOUT,
+    CREATE_OPTION_ALLOW,
+    CREATE_OPTION_DENY,
+    CREATE_OPTION_NETWORK,
+    CREATE_OPTION_CREDENTIAL_PROXY,
 };
+
+/* Appends {"action", "target"} to rules, in the order the options came (NetworkPolicy). */
+static int create_add_rule(json_t *rules, const char *action, const char *target,
+                           struct cove_error **err)
+{
+    json_t *rule = json_object();
+    if (rule == NULL || json_array_append_new(rules, rule) < 0)
+        return cove_error_sys(err, "cannot build the request");
+    json_object_set_new(rule, "action", json_string(action));
+    return set_string(rule, "target", target, strcmp(action, "allow") == 0 ? "--allow" : "--deny",
+                      err);
+}
+
+/* The networkPolicy of createSandbox: none unless asked for (coved's default then applies);
+ * the default action deny once rules are given, so that --allow means "only these". */
+static int create_network_policy(json_t *request, const char *network, json_t *rules,
+                                 struct cove_error **err)
+{
+    if (network == NULL && json_array_size(rules) == 0)
+        return 0;
+    const char *action = "deny";
+    if (network != NULL && strcmp(network, "allow-all") == 0)
+        action = "allow";
+    else if (network != NULL && strcmp(network, "deny-all") != 0)
+        return cli_usage_error(err, "--network expects allow-all or deny-all, got '%s'", network);
+    json_t *policy = json_pack("{s:s}", "defaultAction", action);
+    if (policy == NULL || json_object_set_new(request, "networkPolicy", policy) < 0)
+        return cove_error_sys(err, "cannot build the request");
+    if (json_array_size(rules) > 0)
+        json_object_set(policy, "egress", rules);
+    return 0;
+}
 
 static int create_parse_timeout(const char *text, json_t *request, struct cove_error **err)
 {
@@ -165,15 +201,22 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         {"timeout", required_argument, NULL, CREATE_OPTION_TIMEOUT},
         {"env", required_argument, NULL, 'e'},
         {"metadata", required_argument, NULL, 'm'},
+        {"allow", required_argument, NULL, CREATE_OPTION_ALLOW},
+        {"deny", required_argument, NULL, CREATE_OPTION_DENY},
+        {"network", required_argument, NULL, CREATE_OPTION_NETWORK},
+        {"credential-proxy", no_argument, NULL, CREATE_OPTION_CREDENTIAL_PROXY},
         {0},
     };
     const char *template_name = SANDBOX_DEFAULT_TEMPLATE;
+    const char *network = NULL;
+    bool credential_proxy = false;
     cleanup_json json_t *request = json_object();
     cleanup_json json_t *limits =
         json_pack("{s:s, s:s}", "cpu", SANDBOX_DEFAULT_CPU, "memory", SANDBOX_DEFAULT_MEMORY);
     cleanup_json json_t *env = json_object();
     cleanup_json json_t *metadata = json_object();
-    if (request == NULL || limits == NULL || env == NULL || metadata == NULL)
+    cleanup_json json_t *rules = json_array();
+    if (request == NULL || limits == NULL || env == NULL || metadata == NULL || rules == NULL)
         return cove_error_sys(err, "cannot build the request");
 
     /* '+': the entrypoint starts at the first word that is not an option */
@@ -214,11 +257,28 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
             if (cli_parse_assignment(optarg, metadata, "--metadata", err) < 0)
                 return -1;
             break;
+        case CREATE_OPTION_ALLOW:
+        case CREATE_OPTION_DENY:
+            if (create_add_rule(rules, option == CREATE_OPTION_ALLOW ? "allow" : "deny", optarg,
+                                err) < 0)
+                return -1;
+            break;
+        case CREATE_OPTION_NETWORK:
+            network = optarg;
+            break;
+        case CREATE_OPTION_CREDENTIAL_PROXY:
+            credential_proxy = true;
+            break;
         default:
             if (cli_common_option(cli, option, optarg, err) < 0)
                 return -1;
         }
     }
+    if (create_network_policy(request, network, rules, err) < 0)
+        return -1;
+    if (credential_proxy &&
+        json_object_set_new(request, "credentialProxy", json_pack("{s:b}", "enabled", 1)) < 0)
+        return cove_error_sys(err, "cannot build the request");
 
     json_t *entrypoint;
     if (optind < argc)
@@ -255,6 +315,7 @@ const struct cli_command sandbox_create_command = {
             "Create a sandbox from a template and print its id (all of it with -o json):\n"
             "  ID=$(cove create -t base --timeout 600)\n"
             "Without an entrypoint the sandbox idles until it is killed or expires.\n"
+            "What it may reach over the network: 'cove egress --help'.\n"
             "\n"
             "Options:\n"
             "  -t, --template NAME   template to start from (" SANDBOX_DEFAULT_TEMPLATE ")\n"
@@ -266,7 +327,18 @@ const struct cli_command sandbox_create_command = {
             "                        kill the sandbox after this long (default: never)\n"
             "  -e, --env KEY=VALUE   environment variable for the sandbox (repeatable)\n"
             "  -m, --metadata KEY=VALUE\n"
-            "                        tag to filter by, e.g. owner=me (repeatable)\n",
+            "                        tag to filter by, e.g. owner=me (repeatable)\n"
+            "      --allow TARGET    let the sandbox connect to a name (pypi.org), a wildcard\n"
+            "                        ('*.example.com'), an IP or a CIDR (repeatable; all else\n"
+            "                        is denied unless --network allow-all)\n"
+            "      --deny TARGET     refuse one (repeatable; a deny wins over any allow)\n"
+            "      --network allow-all|deny-all\n"
+            "                        what targets no rule names get (default: deny-all).\n"
+            "                        Without these three, the server's default policy\n"
+            "                        applies (out of the box: deny-all)\n"
+            "      --credential-proxy\n"
+            "                        let coved put credentials into requests on the way out\n"
+            "                        ('cove credential-vault --help')\n",
 };
 
 /* --- get ------------------------------------------------------------------------------- */
