@@ -29,10 +29,13 @@
 #include "lib/clock.h"
 #include "lib/log.h"
 
-#define PEEK_MAX 16384        /* a ClientHello or request head bigger than this is "other" */
-#define NAME_WAIT_MS 10000    /* how long a client may take to say where it goes */
-#define RAW_FIRST_BYTE_MS 300 /* a client allowed raw TCP that is silent: a server-first protocol  \
-                               */
+/* A ClientHello or request head bigger than this is "other". */
+#define PEEK_MAX 16384
+/* How long a client may take to say where it goes. */
+#define NAME_WAIT_MS 10000
+/* A client allowed raw TCP that stays silent this long: a protocol where the server speaks
+ * first. */
+#define RAW_FIRST_BYTE_MS 300
 #define CONNECT_TIMEOUT_MS 15000
 
 enum conn_phase { PHASE_SNIFF, PHASE_RESOLVE, PHASE_CONNECT, PHASE_RELAY };
