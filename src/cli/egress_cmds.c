@@ -167,6 +167,40 @@ static int egress_deny_run(struct cli *cli, int argc, char **argv, struct cove_e
     return egress_patch(cli, argc, argv, "deny", err);
 }
 
+/* `egress patch ID --file F`: PATCH /policy with F's rules as they are ([{action, target}]). */
+static int egress_patch_file_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {
+        CLI_COMMON_LONG_OPTIONS,
+        {"file", required_argument, NULL, 'f'},
+        {0},
+    };
+    const char *file = NULL;
+    int option;
+    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS "f:", options, NULL)) != -1) {
+        if (option == 'f')
+            file = optarg;
+        else if (cli_common_option(cli, option, optarg, err) < 0)
+            return -1;
+    }
+    if (argc - optind != 1)
+        return cli_usage_error(err, "expects one sandbox id");
+    if (file == NULL)
+        return cli_usage_error(err, "--file FILE is required ('-' for stdin)");
+    json_error_t error;
+    bool from_stdin = strcmp(file, "-") == 0;
+    cleanup_json json_t *rules =
+        from_stdin ? json_loadf(stdin, 0, &error) : json_load_file(file, 0, &error);
+    if (rules == NULL)
+        return cove_error_set(err, 0, 0, "CLI::LOCAL_FILE", "%s: %s", from_stdin ? "stdin" : file,
+                              error.text);
+    if (!json_is_array(rules))
+        return cove_error_set(err, 0, 0, "CLI::LOCAL_FILE",
+                              "%s must hold a JSON array of rules [{\"action\", \"target\"}]",
+                              from_stdin ? "stdin" : file);
+    return policy_call(cli, argv[optind], "PATCH", rules, err);
+}
+
 /* `egress remove ID TARGET...`: DELETE /policy with the targets whose rules go. */
 static int egress_remove_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
@@ -270,6 +304,20 @@ static const struct cli_command egress_deny_command = {
             "Options:\n",
 };
 
+static const struct cli_command egress_patch_command = {
+    .name = "patch",
+    .summary = "Merge rules from a file",
+    .run = egress_patch_file_run,
+    .help = "Usage: cove egress patch [OPTIONS] ID --file FILE\n"
+            "\n"
+            "Merge the rules in FILE ('-' for stdin), a JSON array [{\"action\": \"allow\",\n"
+            "\"target\": \"pypi.org\"}, ...], into the policy (egress-api.yaml's PATCH /policy:\n"
+            "a rule for a target the policy has replaces it). Prints the policy as 'get' does.\n"
+            "\n"
+            "Options:\n"
+            "  -f, --file FILE       the rules\n",
+};
+
 static const struct cli_command egress_remove_command = {
     .name = "remove",
     .summary = "Remove the rules for targets",
@@ -296,13 +344,18 @@ static const struct cli_command egress_events_command = {
 };
 
 static const struct cli_command *const egress_subcommands[] = {
-    &egress_get_command,    &egress_allow_command,  &egress_deny_command,
-    &egress_remove_command, &egress_events_command, NULL,
+    &egress_get_command,
+    &egress_allow_command,
+    &egress_deny_command,
+    &egress_patch_command,
+    &egress_remove_command,
+    &egress_events_command,
+    NULL,
 };
 
 const struct cli_command egress_command = {
     .name = "egress",
-    .summary = "What a sandbox may reach (get, allow, deny, remove, events)",
+    .summary = "What a sandbox may reach (get, allow, deny, patch, remove, events)",
     .subcommands = egress_subcommands,
     .help = "Usage: cove egress COMMAND [OPTIONS] ID [TARGET...]\n"
             "\n"

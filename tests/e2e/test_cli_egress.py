@@ -161,6 +161,20 @@ def test_egress_allow_deny_remove_apply_to_the_next_connection(coved, create, wo
     assert [h[2] for h in world.recorder.to("127.77.0.11")] == ["/now"]
 
 
+def test_egress_patch_merges_rules_from_a_file(coved, create, world, tmp_path):
+    sid = create("--allow", "allowed.test", "--allow", "127.77.0.10")
+    f = tmp_path / "rules.json"
+    f.write_text('[{"action": "allow", "target": "other.test"},'
+                 ' {"action": "allow", "target": "127.77.0.11"}]')
+    cli(coved, "egress", "patch", sid, "--file", str(f))
+    assert ("allow", "other.test") in rules(coved, sid)
+    code, out = curl(coved, sid, f"http://other.test:{HTTP_PORT}/patched")
+    assert code == 0 and served_by(out) == "127.77.0.11", out
+    f.write_text('{"action": "allow"}')
+    r = cli(coved, "egress", "patch", sid, "--file", str(f), check=False)
+    assert r.returncode != 0 and "array" in r.stderr, r.stderr
+
+
 def test_create_rules_keep_their_order_and_network_sets_the_default(coved, create):
     sid = create("--deny", "denied.test", "--allow", "*.test", "--network", "allow-all",
                  "--allow", "127.77.0.0/24")
