@@ -35,9 +35,11 @@ cafile = sys.argv[5] if len(sys.argv) > 5 else None
 ctx = ssl.create_default_context(cafile=cafile) if cafile else ssl.create_default_context()
 req = ("GET /bench HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % host).encode()
 out = []
+# resolved once, as a client with a DNS cache would: the figures are the connections'
+address = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
 if mode == "bulk":
     t = time.perf_counter()
-    s = socket.create_connection((host, port))
+    s = socket.create_connection(address)
     s.sendall(req)
     got, buf = 0, bytearray(1 << 20)
     while True:
@@ -49,7 +51,7 @@ if mode == "bulk":
     sys.exit(0)
 for i in range(n):
     t = time.perf_counter()
-    s = socket.create_connection((host, port))
+    s = socket.create_connection(address)
     if mode == "tls":
         s = ctx.wrap_socket(s, server_hostname=host)
     s.sendall(req)
@@ -76,16 +78,26 @@ class Bulk(socketserver.ThreadingMixIn, socketserver.TCPServer):
     allow_reuse_address = True
 
 
-def bulk_server(address, total):
-    chunk = b"x" * (1 << 20)
+def bulk_server(address, total, dir_="/tmp"):
+    """Sends `total` bytes with sendfile(2) from a 64 MiB file: the source costs little CPU,
+    so the figures are the path's, not Python's."""
+    import tempfile
+    src = tempfile.NamedTemporaryFile(dir=dir_, prefix="cove-bench-bulk-")
+    src.write(b"x" * (64 << 20))
+    src.flush()
 
     class H(socketserver.BaseRequestHandler):
         def handle(self):
             self.request.recv(4096)
             self.request.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
-            for _ in range(total >> 20):
-                self.request.sendall(chunk)
+            with open(src.name, "rb") as f:
+                for _ in range(total // (64 << 20)):
+                    offset = 0
+                    while offset < 64 << 20:
+                        offset += os.sendfile(self.request.fileno(), f.fileno(), offset,
+                                              (64 << 20) - offset)
     srv = Bulk((address, BULK_PORT), H)
+    srv.source = src  # removed with the server
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
@@ -102,11 +114,6 @@ def main():
         client = os.path.join(w.dir, "client.py")
         with open(client, "w") as f:
             f.write(CLIENT)
-
-        def host_run(*a):
-            r = subprocess.run([sys.executable, client, *map(str, a)], capture_output=True,
-                               text=True, check=True)
-            return json.loads(r.stdout)
 
         with serve(*w.coved_args(), "--egress-log", "none") as d:
             sid = d.create(networkPolicy=allow("allowed.test", "api.test", "127.77.0.10",
@@ -131,31 +138,33 @@ def main():
 
             results = {}
             # warm both sides once (name caches, leaf certificate)
-            host_run("http", "127.77.0.10", HTTP_PORT, 20)
+            direct_run(client, w, "http", "allowed.test", HTTP_PORT, 20)
             sandbox_run("http", "allowed.test", HTTP_PORT, 20)
             sandbox_run("tls", "api.test", HTTPS_PORT, 5)
-            results["direct http"] = host_run("http", "127.77.0.10", HTTP_PORT, n)
+            results["direct http"] = direct_run(client, w, "http", "allowed.test", HTTP_PORT, n)
             results["proxy http"] = sandbox_run("http", "allowed.test", HTTP_PORT, n)
             # direct TLS: the host's client trusts the test CA, as the sandbox's does
-            results["direct tls"] = tls_direct(client, w, n)
+            results["direct tls"] = direct_run(client, w, "tls", "allowed.test", HTTPS_PORT, n,
+                                               w.ca)
             results["passthrough tls"] = sandbox_run("tls", "allowed.test", HTTPS_PORT, n,
                                                      "/tmp/test-ca.pem")
             results["mitm tls"] = sandbox_run("tls", "api.test", HTTPS_PORT, n)
-            bulk_direct = host_run("bulk", "127.77.0.10", BULK_PORT, 1)
+            bulk_direct = direct_run(client, w, "bulk", "allowed.test", BULK_PORT, 1)
             bulk_proxy = sandbox_run("bulk", "allowed.test", BULK_PORT, 1)
         bulk.shutdown()
     report(results, bulk_direct, bulk_proxy, n, args)
 
 
-def tls_direct(client, w, n):
-    """TLS straight from the host: the names resolve through /etc/hosts in a private mount
-    namespace, so the certificate's names match without touching the host's resolver."""
+def direct_run(client, w, *args):
+    """The client straight from the host: the names resolve through /etc/hosts in a private
+    mount namespace (the same name, Host header and certificate as in the sandbox), without
+    touching the host's resolver."""
     hosts = os.path.join(w.dir, "hosts")
     with open(hosts, "w") as f:
         f.write("127.77.0.10 allowed.test\n127.77.0.12 api.test\n")
     r = subprocess.run(["unshare", "-m", "sh", "-c",
                         f"mount --bind {hosts} /etc/hosts && exec {sys.executable} {client} "
-                        f"tls allowed.test {HTTPS_PORT} {n} {w.ca}"],
+                        + " ".join(map(str, args))],
                        capture_output=True, text=True, check=True)
     return json.loads(r.stdout)
 

@@ -150,6 +150,21 @@ static void handle_query(struct egress_sandbox *es, const uint8_t *msg, size_t l
         send_reply(es, from, tcp, &q, DNS_RCODE_NOERROR, NULL, 0, 60);
         return;
     }
+    /* Resolved lately (by an earlier question or connection): answered at once, each address
+     * checked against the policy in force. glibc keeps no cache: without this, every
+     * connection of a sandbox would cost a round trip to the upstream resolver. */
+    struct egress_address known[16];
+    size_t n_known = egress_remembered_addresses(es, q.name, known, 16);
+    if (n_known > 0) {
+        struct in_addr allowed[16];
+        char why[200];
+        size_t kept =
+            egress_allowed_addresses(es, known, n_known, 0, allowed, 16, why, sizeof(why));
+        if (kept > 0) {
+            send_reply(es, from, tcp, &q, DNS_RCODE_NOERROR, allowed, kept, 30);
+            return;
+        }
+    }
     if (es->query_count >= EGRESS_DNS_IN_FLIGHT) {
         send_reply(es, from, tcp, &q, DNS_RCODE_SERVFAIL, NULL, 0, 0);
         return;

@@ -404,6 +404,8 @@ void egress_proxy_on_accept(evutil_socket_t fd, short what, void *arg)
             close(client);
             continue;
         }
+        int one = 1;
+        setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         c->es = es;
         c->client_fd = client;
         c->upstream_fd = -1;

@@ -1,21 +1,36 @@
-/* The egress byte relay (relay.h), on libevent bufferevents. */
+/* The egress byte relay (relay.h): splice(2) from each socket into a pipe and from the pipe
+ * into the other socket, so the bytes never cross into coved's memory (a bulk download runs
+ * at the speed of the kernel's loopback, not of two copies through user space). A pipe holds
+ * at most RELAY_PIPE_SIZE: while it is full, its source socket is not read. */
 #include "coved/egress/relay.h"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* What one direction may hold while its reader is slow: past it, its writer is not read. */
-#define RELAY_HIGH_WATER (256 * 1024)
+#define RELAY_PIPE_SIZE (256 * 1024)
+#define RELAY_SPLICE_FLAGS (SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
+
+struct relay;
+
+/* One direction: from `from` through the pipe to `to`. */
+struct relay_dir {
+    struct relay *relay;
+    int from, to;
+    int pipe[2];
+    size_t in_pipe; /* bytes read from `from`, not yet written to `to` */
+    bool eof;       /* `from` sent EOF */
+    bool shut;      /* `to`'s write half is shut (after the EOF and the last byte) */
+    uint64_t bytes; /* moved so far */
+    struct event *readable, *writable;
+};
 
 struct relay {
-    struct bufferevent *side[2]; /* 0: the sandbox's connection, 1: upstream */
-    bool eof[2];                 /* side i sent EOF (its data may still be flushing) */
-    bool shut[2];                /* side i's write half is shut (the other's EOF passed on) */
-    uint64_t bytes[2];           /* read from side i */
+    int fd[2]; /* 0: the sandbox's connection, 1: upstream */
+    struct relay_dir dir[2];
     relay_done_fn done;
     void *arg;
     bool finished;
@@ -26,94 +41,112 @@ static void finish(struct relay *r)
     if (r->finished)
         return;
     r->finished = true;
-    bufferevent_disable(r->side[0], EV_READ | EV_WRITE);
-    bufferevent_disable(r->side[1], EV_READ | EV_WRITE);
-    r->done(r->arg, r->bytes[0], r->bytes[1]);
+    for (int i = 0; i < 2; i++) {
+        event_del(r->dir[i].readable);
+        event_del(r->dir[i].writable);
+    }
+    r->done(r->arg, r->dir[0].bytes, r->dir[1].bytes);
 }
 
-static int index_of(struct relay *r, struct bufferevent *bev)
+/* Writes what the pipe holds; then reads more, or passes the EOF on once it is empty. */
+static void pump(struct relay_dir *d)
 {
-    return bev == r->side[0] ? 0 : 1;
-}
-
-/* Once side i has sent EOF and everything it sent was written to the other, the other's
- * write half is shut; when both are, the relay is over. */
-static void pass_eof(struct relay *r, int i)
-{
-    int o = 1 - i;
-    if (!r->eof[i] || r->shut[o] || evbuffer_get_length(bufferevent_get_output(r->side[o])) > 0)
-        return;
-    shutdown(bufferevent_getfd(r->side[o]), SHUT_WR);
-    r->shut[o] = true;
-    if (r->shut[0] && r->shut[1])
-        finish(r);
-}
-
-static void on_read(struct bufferevent *bev, void *arg)
-{
-    struct relay *r = arg;
-    int i = index_of(r, bev), o = 1 - i;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    r->bytes[i] += evbuffer_get_length(in);
-    struct evbuffer *out = bufferevent_get_output(r->side[o]);
-    evbuffer_add_buffer(out, in);
-    if (evbuffer_get_length(out) >= RELAY_HIGH_WATER)
-        bufferevent_disable(bev, EV_READ); /* until the other side drained it */
-}
-
-static void on_write(struct bufferevent *bev, void *arg)
-{
-    struct relay *r = arg;
-    int i = index_of(r, bev), o = 1 - i;
-    /* Called when the output fell to the low water mark (0): the other side may read again. */
-    if (!r->eof[o])
-        bufferevent_enable(r->side[o], EV_READ);
-    pass_eof(r, o);
-}
-
-static void on_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct relay *r = arg;
-    int i = index_of(r, bev);
-    if (what & BEV_EVENT_EOF) {
-        /* Data read together with the EOF is in the input: pass it on first. */
-        on_read(bev, r);
-        r->eof[i] = true;
-        bufferevent_disable(bev, EV_READ);
-        pass_eof(r, i);
+    struct relay *r = d->relay;
+    while (d->in_pipe > 0) {
+        ssize_t n = splice(d->pipe[0], NULL, d->to, NULL, d->in_pipe, RELAY_SPLICE_FLAGS);
+        if (n > 0) {
+            d->in_pipe -= (size_t)n;
+            d->bytes += (uint64_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN) {
+            event_del(d->readable);
+            event_add(d->writable, NULL); /* the other side reads slowly: wait for it */
+            return;
+        }
+        finish(r); /* the other side is gone */
         return;
     }
-    if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+    event_del(d->writable);
+    if (!d->eof) {
+        event_add(d->readable, NULL);
+        return;
+    }
+    if (!d->shut) {
+        shutdown(d->to, SHUT_WR);
+        d->shut = true;
+    }
+    if (r->dir[0].shut && r->dir[1].shut)
         finish(r);
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+    struct relay_dir *d = arg;
+    for (;;) {
+        ssize_t n = splice(d->from, NULL, d->pipe[1], NULL, RELAY_PIPE_SIZE - d->in_pipe,
+                           RELAY_SPLICE_FLAGS);
+        if (n > 0) {
+            d->in_pipe += (size_t)n;
+            break;
+        }
+        if (n == 0) {
+            d->eof = true;
+            event_del(d->readable);
+            break;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN)
+            return;       /* nothing after all: still registered */
+        finish(d->relay); /* reset by the peer, say */
+        return;
+    }
+    pump(d);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+    pump(arg);
 }
 
 struct relay *relay_start(struct event_base *base, int client_fd, int upstream_fd,
                           relay_done_fn done, void *arg)
 {
     struct relay *r = calloc(1, sizeof(*r));
-    int fds[2] = {client_fd, upstream_fd};
-    for (int i = 0; r != NULL && i < 2; i++) {
-        r->side[i] = bufferevent_socket_new(base, fds[i], BEV_OPT_CLOSE_ON_FREE);
-        if (r->side[i] == NULL) {
-            relay_free(r);
-            r = NULL;
-        } else {
-            fds[i] = -1;
-        }
-    }
     if (r == NULL) {
-        for (int i = 0; i < 2; i++)
-            if (fds[i] >= 0)
-                close(fds[i]);
+        close(client_fd);
+        close(upstream_fd);
         return NULL;
     }
+    r->fd[0] = client_fd;
+    r->fd[1] = upstream_fd;
     r->done = done;
     r->arg = arg;
+    bool ok = true;
     for (int i = 0; i < 2; i++) {
-        bufferevent_setcb(r->side[i], on_read, on_write, on_event, r);
-        bufferevent_setwatermark(r->side[i], EV_READ, 0, RELAY_HIGH_WATER);
-        bufferevent_enable(r->side[i], EV_READ | EV_WRITE);
+        struct relay_dir *d = &r->dir[i];
+        d->relay = r;
+        d->from = r->fd[i];
+        d->to = r->fd[1 - i];
+        d->pipe[0] = d->pipe[1] = -1;
+        if (!ok || pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) < 0) {
+            ok = false;
+            continue;
+        }
+        fcntl(d->pipe[1], F_SETPIPE_SZ, RELAY_PIPE_SIZE); /* stays 64 KiB if refused */
+        d->readable = event_new(base, d->from, EV_READ | EV_PERSIST, on_read, d);
+        d->writable = event_new(base, d->to, EV_WRITE | EV_PERSIST, on_write, d);
+        ok = d->readable != NULL && d->writable != NULL;
     }
+    if (!ok) {
+        relay_free(r);
+        return NULL;
+    }
+    event_add(r->dir[0].readable, NULL);
+    event_add(r->dir[1].readable, NULL);
     return r;
 }
 
@@ -121,8 +154,16 @@ void relay_free(struct relay *r)
 {
     if (r == NULL)
         return;
-    for (int i = 0; i < 2; i++)
-        if (r->side[i] != NULL)
-            bufferevent_free(r->side[i]);
+    for (int i = 0; i < 2; i++) {
+        struct relay_dir *d = &r->dir[i];
+        if (d->readable != NULL)
+            event_free(d->readable);
+        if (d->writable != NULL)
+            event_free(d->writable);
+        for (int k = 0; k < 2; k++)
+            if (d->pipe[k] >= 0)
+                close(d->pipe[k]);
+        close(r->fd[i]);
+    }
     free(r);
 }
