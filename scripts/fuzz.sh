@@ -36,8 +36,14 @@ for name in "${names[@]}"; do
     if [ -n "$time_limit" ]; then
         limits=(-max_total_time="$time_limit")
     else
-        # The tunnel and mitm harnesses run an event loop per input: fewer runs in the same time.
-        limits=(-runs="$([ "$name" = tunnel ] || [ "$name" = mitm ] && echo $((runs / 16)) || echo "$runs")" -seed=1)
+        # The tunnel and mitm harnesses run an event loop per input, and sniff parses every
+        # prefix of its input: fewer runs in the same time.
+        case "$name" in
+        tunnel | mitm) n=$((runs / 16)) ;;
+        sniff) n=$((runs / 4)) ;;
+        *) n=$runs ;;
+        esac
+        limits=(-runs="$n" -seed=1)
     fi
     started=$(date +%s)
     if build-fuzz/tests/fuzz/fuzz_"$name" "${limits[@]}" -max_len=8192 -timeout=10 \

@@ -229,3 +229,17 @@ def test_policy_survives_a_restart(world):
         r = d.exec(sid, f"curl -sS -m 10 http://denied.test:{HTTP_PORT}/")
         assert r.exit_code != 0
         d.delete(sid)
+
+
+def test_outside_addresses_reach_the_proxy(coved, make):
+    """An address outside 127/8 (TEST-NET-2, never dialled: the policy denies it) goes to the
+    proxy like any other, which answers for it; the sandbox's ::1 stays its own."""
+    sid = make()
+    code, out = curl(coved, sid, "http://198.51.100.10:8080/")
+    assert "cove egress" in out and "198.51.100.10" in out, out
+    ev = events(coved, sid)
+    assert any(e["action"] == "deny" and e["address"] == "198.51.100.10" for e in ev), ev
+    probe = ("import socket; s=socket.socket(socket.AF_INET6); s.bind(('::1',8765)); s.listen();"
+             "c=socket.create_connection(('::1',8765),timeout=5); a,_=s.accept(); c.sendall(b'v6');"
+             "print(a.recv(10).decode())")
+    assert coved.sh(sid, f'python3 -c "{probe}"').strip() == "v6"

@@ -93,9 +93,14 @@ void egress_set_own_endpoint(const char *host, int port)
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
     bool any = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 || host[0] == '\0';
-    if (!any && inet_pton(AF_INET, host, &sin.sin_addr) == 1) {
+    if (any) {
+        /* The policy reads an unspecified address as every local one (all of 127/8, and
+         * the host's addresses as they are when asked). */
         memcpy(&own[n++], &sin, sizeof(sin));
-    } else if (!any && inet_pton(AF_INET6, host, &sin6.sin6_addr) == 1) {
+        memcpy(&own[n++], &sin6, sizeof(sin6));
+    } else if (inet_pton(AF_INET, host, &sin.sin_addr) == 1) {
+        memcpy(&own[n++], &sin, sizeof(sin));
+    } else if (inet_pton(AF_INET6, host, &sin6.sin6_addr) == 1) {
         memcpy(&own[n++], &sin6, sizeof(sin6));
     } else {
         struct ifaddrs *ifs = NULL;
@@ -117,6 +122,11 @@ void egress_set_own_endpoint(const char *host, int port)
     egress_policy_set_forbidden_endpoints(own, n);
 }
 
+static void on_host_watch(evutil_socket_t fd, short what, void *arg)
+{
+    register_host_addresses();
+}
+
 int egress_new(struct event_base *base, const struct egress_config *cfg, struct egress **out,
                struct cove_error **err)
 {
@@ -134,6 +144,13 @@ int egress_new(struct event_base *base, const struct egress_config *cfg, struct 
         egress_free(eg);
         return cove_error_wrap(err, "egress");
     }
+    /* An address the host gains later (DHCP, a VPN, a bridge) is the host's too. */
+    struct timeval every = {.tv_sec = 2};
+    eg->host_watch = event_new(base, -1, EV_PERSIST, on_host_watch, eg);
+    if (eg->host_watch == NULL || event_add(eg->host_watch, &every) < 0) {
+        egress_free(eg);
+        return cove_error_sys(err, "egress: host address watch");
+    }
     *out = eg;
     return 0;
 }
@@ -142,6 +159,8 @@ void egress_free(struct egress *eg)
 {
     if (eg == NULL)
         return;
+    if (eg->host_watch != NULL)
+        event_free(eg->host_watch);
     egress_resolver_free(eg->resolver);
     if (eg->upstream_ctx != NULL)
         SSL_CTX_free(eg->upstream_ctx);
@@ -275,6 +294,8 @@ void egress_sandbox_set_vault(struct egress_sandbox *es, struct vault *vault)
 {
     struct vault *old = es->vault;
     es->vault = vault != NULL ? vault_ref(vault) : NULL;
+    if (old != NULL)
+        egress_proxy_close_decrypted(es); /* they hold the old vault */
     vault_unref(old);
 }
 

@@ -11,7 +11,8 @@
 
 #define EGRESS_EVENTS 128        /* decisions kept per sandbox */
 #define EGRESS_ANSWERS 512       /* addresses the resolver gave this sandbox for allowed names */
-#define EGRESS_CONNECTIONS 1024  /* proxied connections per sandbox at once */
+#define EGRESS_CONNECTIONS 256   /* proxied connections per sandbox at once (6 fds each) */
+#define EGRESS_FD_RESERVE 512    /* descriptors a new connection must leave free */
 #define EGRESS_DNS_IN_FLIGHT 256 /* queries of one sandbox being resolved at once */
 #define EGRESS_DNS_TCP 16        /* DNS-over-TCP connections per sandbox */
 
@@ -23,6 +24,7 @@ struct egress {
     struct egress_resolver *resolver;
     struct egress_ca *ca;
     SSL_CTX *upstream_ctx;
+    struct event *host_watch; /* re-reads the host's addresses (ones added later are its too) */
 };
 
 struct egress_event {
@@ -85,6 +87,10 @@ size_t egress_allowed_addresses(struct egress_sandbox *es, const struct egress_a
 /* proxy.c */
 void egress_proxy_on_accept(evutil_socket_t fd, short what, void *arg);
 void egress_proxy_close_all(struct egress_sandbox *es);
+/* Ends the connections the credential proxy decrypts: after the vault changed, no request
+ * may go out with what it no longer holds. */
+void egress_proxy_close_decrypted(struct egress_sandbox *es);
+bool egress_fds_short(int fd);
 /* dns_server.c */
 void egress_dns_on_udp(evutil_socket_t fd, short what, void *arg);
 void egress_dns_on_tcp_accept(evutil_socket_t fd, short what, void *arg);

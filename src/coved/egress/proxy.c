@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -130,6 +131,16 @@ static void tell_client(struct egress_conn *c, const char *name, const char *rul
     shutdown(c->client_fd, SHUT_WR);
 }
 
+/* True when fd leaves fewer than EGRESS_FD_RESERVE descriptors below coved's limit: the
+ * kernel hands out the lowest free number, so at least that many are in use. A relay takes
+ * six (two sockets, two pipes); other sandboxes and the API need the rest. */
+bool egress_fds_short(int fd)
+{
+    struct rlimit rl;
+    return getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+           (rlim_t)fd + EGRESS_FD_RESERVE >= rl.rlim_cur;
+}
+
 /* A refused connection: recorded, and the client told. */
 static void deny(struct egress_conn *c, const char *name, const struct sockaddr_in *addr,
                  const char *rule)
@@ -179,9 +190,13 @@ static void start_relay(struct egress_conn *c)
         c->mitm = mitm_start(es->eg->base, c->client_fd, c->upstream_fd, tls, name, port, vault,
                              es->eg->ca, es->eg->upstream_ctx, &ops, c, &err);
         if (c->mitm == NULL) {
+            /* mitm_start closed both descriptors: the client sees its connection end */
             log_warn("sandbox %s egress: %s: %s", es->id, name, err ? err->message : "mitm");
             cove_error_free(err);
-            deny(c, name, &c->target, "credential proxy failed");
+            c->client_fd = c->upstream_fd = -1;
+            egress_record(es, false, c->protocol, name, (const struct sockaddr *)&c->target, port,
+                          "credential proxy failed");
+            conn_free(c);
             return;
         }
         c->client_fd = c->upstream_fd = -1;
@@ -222,7 +237,7 @@ static void connect_upstream(struct egress_conn *c)
     struct timeval tv = {.tv_sec = CONNECT_TIMEOUT_MS / 1000};
     event_add(c->deadline, &tv);
     c->upstream_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (c->upstream_fd < 0) {
+    if (c->upstream_fd < 0 || egress_fds_short(c->upstream_fd)) {
         deny(c, c->sniff.host, &c->target, "coved has no socket to spare");
         return;
     }
@@ -393,7 +408,7 @@ void egress_proxy_on_accept(evutil_socket_t fd, short what, void *arg)
             return;
         struct sockaddr_in original;
         socklen_t len = sizeof(original);
-        if (es->conn_count >= EGRESS_CONNECTIONS ||
+        if (es->conn_count >= EGRESS_CONNECTIONS || egress_fds_short(client) ||
             getsockopt(client, SOL_IP, SO_ORIGINAL_DST, &original, &len) < 0 ||
             original.sin_family != AF_INET) {
             close(client); /* over the cap, or not redirected (someone dialled the port) */
@@ -424,6 +439,12 @@ void egress_proxy_on_accept(evutil_socket_t fd, short what, void *arg)
          * resolver answered for an allowed name. */
         const char *answered = egress_answered_name(es, original.sin_addr);
         struct egress_verdict v;
+        if (answered != NULL) {
+            /* ...for a name the policy in force still allows (a PATCH may have denied it) */
+            egress_policy_check_name(c->policy, answered, &v);
+            if (!v.allow)
+                answered = NULL;
+        }
         egress_policy_check_addr(c->policy, (struct sockaddr *)&original, answered != NULL, &v);
         if (v.allow && egress_policy_is_forbidden_endpoint((struct sockaddr *)&original)) {
             v.allow = false;
@@ -452,4 +473,13 @@ void egress_proxy_close_all(struct egress_sandbox *es)
 {
     while (es->conns != NULL)
         conn_free(es->conns);
+}
+
+void egress_proxy_close_decrypted(struct egress_sandbox *es)
+{
+    for (struct egress_conn *c = es->conns, *next; c != NULL; c = next) {
+        next = c->next;
+        if (c->mitm != NULL)
+            conn_free(c);
+    }
 }

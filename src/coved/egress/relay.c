@@ -11,7 +11,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
+
 #define RELAY_PIPE_SIZE (256 * 1024)
+/* A connection with no byte either way this long is closed (checked every minute). */
+#define RELAY_IDLE_MS (10 * 60 * 1000)
 #define RELAY_SPLICE_FLAGS (SPLICE_F_MOVE | SPLICE_F_NONBLOCK)
 
 struct relay;
@@ -29,7 +33,9 @@ struct relay_dir {
 };
 
 struct relay {
-    int fd[2]; /* 0: the sandbox's connection, 1: upstream */
+    int fd[2];         /* 0: the sandbox's connection, 1: upstream */
+    int64_t active_ms; /* the last byte moved */
+    struct event *idle;
     struct relay_dir dir[2];
     relay_done_fn done;
     void *arg;
@@ -45,6 +51,7 @@ static void finish(struct relay *r)
         event_del(r->dir[i].readable);
         event_del(r->dir[i].writable);
     }
+    event_del(r->idle);
     r->done(r->arg, r->dir[0].bytes, r->dir[1].bytes);
 }
 
@@ -57,6 +64,7 @@ static void pump(struct relay_dir *d)
         if (n > 0) {
             d->in_pipe -= (size_t)n;
             d->bytes += (uint64_t)n;
+            r->active_ms = cove_monotonic_ms();
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -112,6 +120,13 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
     pump(arg);
 }
 
+static void on_idle_check(evutil_socket_t fd, short what, void *arg)
+{
+    struct relay *r = arg;
+    if (cove_monotonic_ms() - r->active_ms > RELAY_IDLE_MS)
+        finish(r);
+}
+
 struct relay *relay_start(struct event_base *base, int client_fd, int upstream_fd,
                           relay_done_fn done, void *arg)
 {
@@ -141,7 +156,10 @@ struct relay *relay_start(struct event_base *base, int client_fd, int upstream_f
         d->writable = event_new(base, d->to, EV_WRITE | EV_PERSIST, on_write, d);
         ok = d->readable != NULL && d->writable != NULL;
     }
-    if (!ok) {
+    struct timeval minute = {.tv_sec = 60};
+    r->active_ms = cove_monotonic_ms();
+    r->idle = ok ? event_new(base, -1, EV_PERSIST, on_idle_check, r) : NULL;
+    if (r->idle == NULL || event_add(r->idle, &minute) < 0) {
         relay_free(r);
         return NULL;
     }
@@ -154,6 +172,8 @@ void relay_free(struct relay *r)
 {
     if (r == NULL)
         return;
+    if (r->idle != NULL)
+        event_free(r->idle);
     for (int i = 0; i < 2; i++) {
         struct relay_dir *d = &r->dir[i];
         if (d->readable != NULL)

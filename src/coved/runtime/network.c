@@ -8,7 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
-#include <net/route.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <netinet/in.h>
 #include <nftables/libnftables.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@ static const char egress_rules[] =
     "  chain egress_nat {\n"
     "    type nat hook output priority -100; policy accept;\n"
     "    ip daddr { 127.0.0.1, " EGRESS_DNS_ADDRESS " } return\n"
+    "    ip6 daddr ::1 return\n"
     "    meta l4proto tcp redirect to :" STR(
         EGRESS_PROXY_PORT) "\n"
                            "  }\n"
@@ -77,18 +79,57 @@ static void add_resolver_address(int status_fd, int sock)
 }
 
 /* Without a route, connect() to an outside address fails (ENETUNREACH) before the output
- * hook could redirect it. */
-static void add_default_route(int status_fd, int sock)
+ * hook could redirect it. The route names 127.0.0.1 as the source: lo's addresses are of
+ * host scope, and without a preferred source a connection to an outside address gets none
+ * and never leaves. rtnetlink, since the old SIOCADDRT cannot say it. */
+static void add_default_route(int status_fd)
 {
-    struct rtentry rt;
-    memset(&rt, 0, sizeof(rt));
-    struct sockaddr_in *dst = (struct sockaddr_in *)&rt.rt_dst;
-    struct sockaddr_in *mask = (struct sockaddr_in *)&rt.rt_genmask;
-    dst->sin_family = mask->sin_family = AF_INET;
-    rt.rt_flags = RTF_UP;
-    rt.rt_dev = (char *)"lo";
-    if (ioctl(sock, SIOCADDRT, &rt) < 0 && errno != EEXIST)
+    struct {
+        struct nlmsghdr nh;
+        struct rtmsg rt;
+        char attrs[64];
+    } req;
+    memset(&req, 0, sizeof(req));
+    req.nh.nlmsg_type = RTM_NEWROUTE;
+    req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK;
+    req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(struct rtmsg));
+    req.rt.rtm_family = AF_INET;
+    req.rt.rtm_table = RT_TABLE_MAIN;
+    req.rt.rtm_protocol = RTPROT_BOOT;
+    req.rt.rtm_scope = RT_SCOPE_LINK;
+    req.rt.rtm_type = RTN_UNICAST;
+    int lo = (int)if_nametoindex("lo");
+    struct in_addr src;
+    inet_pton(AF_INET, "127.0.0.1", &src);
+    const struct {
+        unsigned short type;
+        const void *data;
+        size_t len;
+    } attrs[] = {{RTA_OIF, &lo, sizeof(lo)}, {RTA_PREFSRC, &src, sizeof(src)}};
+    for (size_t i = 0; i < 2; i++) {
+        struct rtattr *a = (struct rtattr *)((char *)&req + NLMSG_ALIGN(req.nh.nlmsg_len));
+        a->rta_type = attrs[i].type;
+        a->rta_len = (unsigned short)RTA_LENGTH(attrs[i].len);
+        memcpy(RTA_DATA(a), attrs[i].data, attrs[i].len);
+        req.nh.nlmsg_len = NLMSG_ALIGN(req.nh.nlmsg_len) + RTA_ALIGN(a->rta_len);
+    }
+    int nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (nl < 0)
+        child_fail(status_fd, "netlink socket");
+    struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+    if (sendto(nl, &req, req.nh.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
         child_fail(status_fd, "default route on lo");
+    char answer[512];
+    ssize_t n = recv(nl, answer, sizeof(answer), 0);
+    const struct nlmsghdr *ack = (const struct nlmsghdr *)answer;
+    if (n < (ssize_t)NLMSG_LENGTH(sizeof(struct nlmsgerr)) || ack->nlmsg_type != NLMSG_ERROR)
+        child_fail(status_fd, "default route on lo: no answer from the kernel");
+    const struct nlmsgerr *e = NLMSG_DATA(ack);
+    if (e->error != 0) {
+        errno = -e->error;
+        child_fail(status_fd, "default route on lo");
+    }
+    close(nl);
 }
 
 static void install_rules(int status_fd)
@@ -113,7 +154,7 @@ void child_setup_network(int status_fd)
         child_fail(status_fd, "socket for lo");
     bring_up_loopback(status_fd, sock);
     add_resolver_address(status_fd, sock);
-    add_default_route(status_fd, sock);
+    add_default_route(status_fd);
     close(sock);
     install_rules(status_fd);
 }

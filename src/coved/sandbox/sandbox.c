@@ -778,9 +778,19 @@ static void open_egress(struct sandbox_manager *mgr, struct sandbox *sb)
     if (sb->network_policy != NULL &&
         egress_policy_from_json(sb->network_policy, &parsed, &err) == 0) {
         policy = parsed;
-    } else {
+    } else if (sb->network_policy != NULL) {
+        /* A stored policy that no longer reads: deny all, never something looser. */
+        log_error("sandbox %s: its stored network policy is unreadable (%s): denying all egress",
+                  sb->id, err ? err->message : "?");
         cove_error_free(err);
         err = NULL;
+        json_t *deny = json_pack("{s:s}", "defaultAction", "deny");
+        if (egress_policy_from_json(deny, &parsed, &err) == 0)
+            policy = parsed;
+        json_decref(deny);
+        cove_error_free(err);
+        err = NULL;
+    } else {
         policy = mgr->default_policy ? egress_policy_ref(mgr->default_policy) : NULL;
     }
     if (policy == NULL)
