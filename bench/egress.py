@@ -109,7 +109,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     n = args.iterations
-    with egress_world.world() as w:
+    with egress_world.running_world() as w:
         bulk = bulk_server("127.77.0.10", args.bulk_mib << 20)
         client = os.path.join(w.dir, "client.py")
         with open(client, "w") as f:

@@ -15,6 +15,10 @@ import tempfile
 import threading
 import time
 
+import pytest
+
+from covetest import serve
+
 # name -> address the test DNS server answers
 NAMES = {
     "allowed.test": "127.77.0.10",
@@ -238,12 +242,30 @@ class World:
 
 
 @contextlib.contextmanager
-def world():
+def running_world():
     w = World()
     try:
         yield w.start()
     finally:
         w.stop()
+
+
+# The fixtures of the egress test modules (`from egress_world import world, coved`): one world
+# and one coved pointed at it per module. A module that serves more (a package index, a
+# repository) defines its own `world` around running_world().
+needs_dnsmasq = pytest.mark.skipif(not os.path.exists("/usr/sbin/dnsmasq"), reason="needs dnsmasq")
+
+
+@pytest.fixture(scope="module")
+def world():
+    with running_world() as w:
+        yield w
+
+
+@pytest.fixture(scope="module")
+def coved(world):
+    with serve(*world.coved_args()) as d:
+        yield d
 
 
 def allow(*targets, default="deny"):

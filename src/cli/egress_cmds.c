@@ -167,26 +167,36 @@ static int egress_deny_run(struct cli *cli, int argc, char **argv, struct cove_e
     return egress_patch(cli, argc, argv, "deny", err);
 }
 
-/* `egress patch ID --file F`: PATCH /policy with F's rules as they are ([{action, target}]). */
-static int egress_patch_file_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+/* `VERB ID --file F` (F "-": stdin): the common options, the one operand and F. */
+static int parse_id_and_file(struct cli *cli, int argc, char **argv, const char **file,
+                             struct cove_error **err)
 {
     static const struct option options[] = {
         CLI_COMMON_LONG_OPTIONS,
         {"file", required_argument, NULL, 'f'},
         {0},
     };
-    const char *file = NULL;
+    *file = NULL;
     int option;
     while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS "f:", options, NULL)) != -1) {
         if (option == 'f')
-            file = optarg;
+            *file = optarg;
         else if (cli_common_option(cli, option, optarg, err) < 0)
             return -1;
     }
     if (argc - optind != 1)
         return cli_usage_error(err, "expects one sandbox id");
-    if (file == NULL)
+    if (*file == NULL)
         return cli_usage_error(err, "--file FILE is required ('-' for stdin)");
+    return 0;
+}
+
+/* `egress patch ID --file F`: PATCH /policy with F's rules as they are ([{action, target}]). */
+static int egress_patch_file_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    const char *file;
+    if (parse_id_and_file(cli, argc, argv, &file, err) < 0)
+        return -1;
     json_error_t error;
     bool from_stdin = strcmp(file, "-") == 0;
     cleanup_json json_t *rules =
@@ -519,23 +529,9 @@ static int vault_call(struct cli *cli, const char *id, const char *method, const
 static int vault_change(struct cli *cli, int argc, char **argv, const char *method,
                         struct cove_error **err)
 {
-    static const struct option options[] = {
-        CLI_COMMON_LONG_OPTIONS,
-        {"file", required_argument, NULL, 'f'},
-        {0},
-    };
-    const char *file = NULL;
-    int option;
-    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS "f:", options, NULL)) != -1) {
-        if (option == 'f')
-            file = optarg;
-        else if (cli_common_option(cli, option, optarg, err) < 0)
-            return -1;
-    }
-    if (argc - optind != 1)
-        return cli_usage_error(err, "expects one sandbox id");
-    if (file == NULL)
-        return cli_usage_error(err, "--file FILE is required ('-' for stdin)");
+    const char *file;
+    if (parse_id_and_file(cli, argc, argv, &file, err) < 0)
+        return -1;
     return vault_call(cli, argv[optind], method, "", NULL, file, err);
 }
 

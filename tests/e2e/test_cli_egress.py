@@ -13,27 +13,16 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from covetest import CLI, serve  # noqa: E402
 import egress_world  # noqa: E402
+from egress_world import world, coved  # noqa: E402,F401 (fixtures)
 from egress_world import HTTP_PORT, HTTPS_PORT  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/dnsmasq"), reason="needs dnsmasq")
+pytestmark = egress_world.needs_dnsmasq
 
 SETTINGS_ENV = ("COVE_SERVER", "OPEN_SANDBOX_DOMAIN", "COVE_API_KEY", "OPEN_SANDBOX_API_KEY",
                 "COVE_STATE_DIR", "COVE_CONFIG_FILE", "XDG_CONFIG_HOME")
 SECRET = "sk-cli-secret-7f3a9c2e51d04b68"
 SHORT_SECRET = "sk-short-4b68c2"
 PLACEHOLDER = "COVE_PLACEHOLDER"
-
-
-@pytest.fixture(scope="module")
-def world():
-    with egress_world.world() as w:
-        yield w
-
-
-@pytest.fixture(scope="module")
-def coved(world):
-    with serve(*world.coved_args()) as d:
-        yield d
 
 
 def cli(coved, *args, check=True, stdin=None):

@@ -14,11 +14,11 @@ import tarfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from covetest import serve  # noqa: E402
 import egress_world  # noqa: E402
+from egress_world import coved  # noqa: E402,F401 (the fixture)
 from egress_world import HTTPS_PORT, allow  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/dnsmasq"), reason="needs dnsmasq")
+pytestmark = egress_world.needs_dnsmasq
 
 BASE = f"https://allowed.test:{HTTPS_PORT}"
 
@@ -45,7 +45,7 @@ def npm_package():
 
 @pytest.fixture(scope="module")
 def world():
-    with egress_world.world() as w:
+    with egress_world.running_world() as w:
         repo = os.path.join(w.dir, "static", "repo.git")
         work = os.path.join(w.dir, "work")
         env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
@@ -62,12 +62,6 @@ def world():
         w.files["/coveprobe-js"] = (meta, "application/json")
         w.files["/coveprobe-js/-/coveprobe-js-1.0.0.tgz"] = (tgz, "application/octet-stream")
         yield w
-
-
-@pytest.fixture(scope="module")
-def coved(world):
-    with serve(*world.coved_args()) as d:
-        yield d
 
 
 @pytest.fixture

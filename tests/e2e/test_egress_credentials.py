@@ -10,27 +10,15 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from covetest import serve  # noqa: E402
 import egress_world  # noqa: E402
+from egress_world import world, coved  # noqa: E402,F401 (fixtures)
 from egress_world import HTTP_PORT, HTTPS_PORT, allow  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/dnsmasq"), reason="needs dnsmasq")
+pytestmark = egress_world.needs_dnsmasq
 
 REAL = {"bearer": "sk-real-bearer-0123456789abcdef", "basic": "dXNlcjpyZWFsLXBhc3N3b3Jk",
         "key": "real-api-key-fedcba9876543210", "custom": "real-custom-value-55aa55aa"}
 PLACEHOLDER = "COVE_PLACEHOLDER"
-
-
-@pytest.fixture(scope="module")
-def world():
-    with egress_world.world() as w:
-        yield w
-
-
-@pytest.fixture(scope="module")
-def coved(world):
-    with serve(*world.coved_args()) as d:
-        yield d
 
 
 def vault_body():

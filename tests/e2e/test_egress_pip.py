@@ -12,11 +12,11 @@ import zipfile
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from covetest import serve  # noqa: E402
 import egress_world  # noqa: E402
+from egress_world import coved  # noqa: E402,F401 (the fixture)
 from egress_world import HTTPS_PORT, allow  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/dnsmasq"), reason="needs dnsmasq")
+pytestmark = egress_world.needs_dnsmasq
 
 WHEEL = "coveprobe-1.0-py3-none-any.whl"
 
@@ -43,7 +43,7 @@ def build_wheel():
 
 @pytest.fixture(scope="module")
 def world():
-    with egress_world.world() as w:
+    with egress_world.running_world() as w:
         wheel = build_wheel()
         sha = hashlib.sha256(wheel).hexdigest()
         w.files[f"/packages/{WHEEL}"] = (wheel, "application/octet-stream")
@@ -51,12 +51,6 @@ def world():
             f'<html><body><a href="/packages/{WHEEL}#sha256={sha}">{WHEEL}</a></body></html>'
             .encode(), "text/html")
         yield w
-
-
-@pytest.fixture(scope="module")
-def coved(world):
-    with serve(*world.coved_args()) as d:
-        yield d
 
 
 PIP = (f"pip install --no-cache-dir --retries 0 --timeout 10 --cert /tmp/test-ca.pem"

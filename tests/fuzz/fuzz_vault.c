@@ -65,11 +65,16 @@ static void check_sanitized(const struct vault *v)
     json_t *views[3] = {vault_state_json(v), vault_credentials_json(v), vault_bindings_json(v)};
     for (size_t i = 0; i < 3; i++) {
         char *text = json_dumps(views[i], 0);
-        if (text == NULL)
+        if (text == NULL || strstr(text, "\"value\":") != NULL)
             __builtin_trap();
         for (size_t k = 0; k < vault_secret_count(v); k++) {
             size_t len;
             const char *s = vault_secret(v, k, &len);
+            /* A value of a few bytes ("44") turns up in any JSON by chance (port 443, a
+             * revision): only the longer ones tell a leak from a coincidence. No view has a
+             * "value" member at all. */
+            if (len < 6)
+                continue;
             if (memmem(text, strlen(text), s, len) != NULL && !in_context(s, len))
                 __builtin_trap();
         }

@@ -8,27 +8,15 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from covetest import serve  # noqa: E402
 import egress_world  # noqa: E402
+from egress_world import world, coved  # noqa: E402,F401 (fixtures)
 from egress_world import HTTP_PORT, HTTPS_PORT, DNS_ADDRESS, allow  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "e2e"))
 from test_egress import curl, served_by, events  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/sbin/dnsmasq"), reason="needs dnsmasq")
-
-
-@pytest.fixture(scope="module")
-def world():
-    with egress_world.world() as w:
-        yield w
-
-
-@pytest.fixture(scope="module")
-def coved(world):
-    with serve(*world.coved_args()) as d:
-        yield d
+pytestmark = egress_world.needs_dnsmasq
 
 
 @pytest.fixture
