@@ -6,7 +6,8 @@ connection, one HTTP request and its response per iteration:
   passthrough   the client in a sandbox, HTTPS that coved does not decrypt (SNI check, relay)
   mitm          the client in a sandbox, HTTPS to a host with a credential binding (coved
                 terminates TLS, injects the header, verifies the upstream)
-TLS paths are compared with TLS direct. Then throughput: one connection downloading
+TLS paths are compared with TLS direct. The same again with requests on one kept-alive
+connection (what each request costs once connected). Then throughput: one connection downloading
 --bulk-mib through the relay vs direct. Servers are on loopback (tests/egress_world.py).
 Usage: bench/egress.py [--iterations N] [--bulk-mib N] [--json FILE]"""
 import argparse
@@ -48,6 +49,27 @@ if mode == "bulk":
             break
         got += k
     print(json.dumps({"bytes": got, "s": time.perf_counter() - t}))
+    sys.exit(0)
+if mode in ("http-keepalive", "tls-keepalive"):
+    # one connection, n requests on it: what each request costs once connected
+    s = socket.create_connection(address)
+    if mode == "tls-keepalive":
+        s = ctx.wrap_socket(s, server_hostname=host)
+    f = s.makefile("rb")
+    one = ("GET /bench HTTP/1.1\r\nHost: %s\r\n\r\n" % host).encode()
+    for i in range(n):
+        t = time.perf_counter()
+        s.sendall(one)
+        length = 0
+        while True:
+            line = f.readline()
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+            if line in (b"\r\n", b""):
+                break
+        f.read(length)
+        out.append((time.perf_counter() - t) * 1000)
+    print(json.dumps(out))
     sys.exit(0)
 for i in range(n):
     t = time.perf_counter()
@@ -149,6 +171,16 @@ def main():
             results["passthrough tls"] = sandbox_run("tls", "allowed.test", HTTPS_PORT, n,
                                                      "/tmp/test-ca.pem")
             results["mitm tls"] = sandbox_run("tls", "api.test", HTTPS_PORT, n)
+            results["direct http, per request"] = direct_run(client, w, "http-keepalive",
+                                                              "allowed.test", HTTP_PORT, n)
+            results["proxy http, per request"] = sandbox_run("http-keepalive", "allowed.test",
+                                                             HTTP_PORT, n)
+            results["direct tls, per request"] = direct_run(client, w, "tls-keepalive",
+                                                             "allowed.test", HTTPS_PORT, n, w.ca)
+            results["passthrough tls, per request"] = sandbox_run(
+                "tls-keepalive", "allowed.test", HTTPS_PORT, n, "/tmp/test-ca.pem")
+            results["mitm tls, per request"] = sandbox_run("tls-keepalive", "api.test",
+                                                           HTTPS_PORT, n)
             bulk_direct = direct_run(client, w, "bulk", "allowed.test", BULK_PORT, 1)
             bulk_proxy = sandbox_run("bulk", "allowed.test", BULK_PORT, 1)
         bulk.shutdown()
@@ -170,18 +202,19 @@ def direct_run(client, w, *args):
 
 
 def report(results, bulk_direct, bulk_proxy, n, args):
-    print(f"== Egress: one connection + one HTTP request each, {n} iterations, ms")
-    print(f"{'path':18} {'p50':>7} {'p99':>7} {'mean':>7} | {'added p50':>9} {'added p99':>9}")
-    base = {"http": results["direct http"], "tls": results["direct tls"]}
+    print(f"== Egress: a new connection and one HTTP request each time, or (per request) "
+          f"requests on one kept-alive connection; {n} iterations, ms")
+    print(f"{'path':30} {'p50':>7} {'p99':>7} {'mean':>7} | {'added p50':>9} {'added p99':>9}")
     rows = {}
     for name, values in results.items():
-        ref = base["tls" if "tls" in name else "http"]
+        kind = ("tls" if "tls" in name else "http") + (", per request" if "request" in name else "")
+        ref = results["direct " + kind]
         p50, p99 = pct(values, 50), pct(values, 99)
         add50 = p50 - pct(ref, 50)
         add99 = p99 - pct(ref, 99)
         rows[name] = {"p50": p50, "p99": p99, "mean": sum(values) / len(values),
                       "added_p50": add50, "added_p99": add99}
-        print(f"{name:18} {p50:7.3f} {p99:7.3f} {rows[name]['mean']:7.3f} | "
+        print(f"{name:30} {p50:7.3f} {p99:7.3f} {rows[name]['mean']:7.3f} | "
               f"{add50:+9.3f} {add99:+9.3f}")
     gd = bulk_direct["bytes"] / bulk_direct["s"] / 1e9
     gp = bulk_proxy["bytes"] / bulk_proxy["s"] / 1e9

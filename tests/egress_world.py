@@ -86,6 +86,8 @@ class Recorder:
 def _handler(recorder, address, kind, files):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # headers and body leave as they are written (no Nagle wait on kept-alive connections)
+        disable_nagle_algorithm = True
 
         def log_message(self, *a):
             pass

@@ -16,6 +16,7 @@
 #include "coved/egress/egress_internal.h"
 #include "coved/egress/ports.h"
 #include "coved/egress/vault.h"
+#include "coved/runtime/runtime.h"
 #include "lib/cleanup.h"
 #include "lib/clock.h"
 #include "lib/io.h"
@@ -198,25 +199,15 @@ static int bound_socket(int type, const char *address, int port, struct cove_err
  * namespace it was made in) and kept by coved. */
 static int open_sockets(struct egress_sandbox *es, pid_t pid, struct cove_error **err)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
-    cleanup_fd int target = open(path, O_RDONLY | O_CLOEXEC);
-    if (target < 0)
-        return cove_error_sys(err, "open %s", path);
-    cleanup_fd int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-    if (self < 0)
-        return cove_error_sys(err, "open own netns");
-    if (setns(target, CLONE_NEWNET) < 0)
-        return cove_error_sys(err, "enter the sandbox's network namespace");
+    int self;
+    if (runtime_netns_enter(pid, &self, err) < 0)
+        return -1;
     int rc = 0;
     if ((es->proxy_fd = bound_socket(SOCK_STREAM, "127.0.0.1", EGRESS_PROXY_PORT, err)) < 0 ||
         (es->dns_udp_fd = bound_socket(SOCK_DGRAM, EGRESS_DNS_ADDRESS, EGRESS_DNS_PORT, err)) < 0 ||
         (es->dns_tcp_fd = bound_socket(SOCK_STREAM, EGRESS_DNS_ADDRESS, EGRESS_DNS_PORT, err)) < 0)
         rc = -1;
-    if (setns(self, CLONE_NEWNET) < 0) {
-        log_error("cannot return to coved's network namespace: %s", strerror(errno));
-        abort(); /* coved must never keep running inside a sandbox's namespace */
-    }
+    runtime_netns_leave(self);
     return rc;
 }
 

@@ -25,24 +25,11 @@
 /* A TCP socket that belongs to the sandbox's network namespace. */
 static int socket_in_sandbox(const struct sandbox *sb, struct cove_error **err)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->proc.pid);
-    cleanup_fd int target = open(path, O_RDONLY | O_CLOEXEC);
-    if (target < 0)
-        return cove_error_sys(err, "open %s", path);
-    cleanup_fd int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-    if (self < 0)
-        return cove_error_sys(err, "open own netns");
-    if (setns(target, CLONE_NEWNET) < 0)
-        return cove_error_sys(err, "enter sandbox netns");
+    int self;
+    if (runtime_netns_enter(sb->proc.pid, &self, err) < 0)
+        return -1;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    int saved = errno;
-    if (setns(self, CLONE_NEWNET) < 0) {
-        /* coved must never keep running inside a sandbox's namespace. */
-        log_error("cannot return to coved's network namespace: %s", strerror(errno));
-        abort();
-    }
-    errno = saved;
+    runtime_netns_leave(self);
     if (fd < 0)
         return cove_error_sys(err, "socket");
     return fd;

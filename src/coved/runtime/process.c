@@ -6,8 +6,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -16,6 +18,7 @@
 
 #include "coved/runtime/runtime.h"
 #include "lib/io.h"
+#include "lib/log.h"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -140,4 +143,39 @@ void runtime_process_release(struct runtime_process *proc)
     if (proc->pidfd >= 0)
         close(proc->pidfd);
     proc->pidfd = -1;
+}
+
+int runtime_netns_enter(pid_t pid, int *self, struct cove_error **err)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+    int target = open(path, O_RDONLY | O_CLOEXEC);
+    if (target < 0)
+        return cove_error_sys(err, "open %s", path);
+    *self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (*self < 0) {
+        close(target);
+        return cove_error_sys(err, "open coved's network namespace");
+    }
+    int rc = setns(target, CLONE_NEWNET);
+    int saved = errno;
+    close(target);
+    if (rc < 0) {
+        close(*self);
+        *self = -1;
+        errno = saved;
+        return cove_error_sys(err, "enter the sandbox's network namespace");
+    }
+    return 0;
+}
+
+void runtime_netns_leave(int self)
+{
+    int saved = errno;
+    if (setns(self, CLONE_NEWNET) < 0) {
+        log_error("cannot return to coved's network namespace: %s", strerror(errno));
+        abort();
+    }
+    close(self);
+    errno = saved;
 }

@@ -126,3 +126,11 @@ void runtime_process_release(struct runtime_process *proc);
 int runtime_seccomp_load(struct cove_error **err);
 /* Trims the capability bounding set to Docker's default set. */
 int runtime_caps_trim(struct cove_error **err);
+
+/* Moves coved into the network namespace of pid (a sandbox's PID 1), where the sockets it
+ * makes until runtime_netns_leave belong (the gateway's way in, egress's listeners). *self:
+ * coved's own namespace, for the way back. */
+int runtime_netns_enter(pid_t pid, int *self, struct cove_error **err);
+/* Back to coved's own namespace, and closes self; aborts if it cannot (coved must never go
+ * on inside a sandbox's namespace). errno is kept. */
+void runtime_netns_leave(int self);
