@@ -136,3 +136,24 @@ def test_many_connections_and_slow_clients_cost_bounded(coved, sid, world):
     code, out = curl(coved, sid, f"http://allowed.test:{HTTP_PORT}/after-flood")
     assert code == 0 and served_by(out) == "127.77.0.10", out
     assert world.recorder.to("127.77.0.11") == []
+
+
+def test_a_kept_alive_http_connection_cannot_switch_host(coved, sid, world):
+    # the policy decided on the first request's Host; a second request on the same connection
+    # naming a denied host must not reach the server (coved asks it to close after the first)
+    probe = ("import socket; s=socket.create_connection(('allowed.test',%d),timeout=5);"
+             "s.sendall(b'GET /one HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n');"
+             "import time; time.sleep(0.5);"
+             "s.sendall(b'GET /two HTTP/1.1\\r\\nHost: denied.test\\r\\n\\r\\n');"
+             "time.sleep(0.5); data=b''\n"
+             "try:\n"
+             "    while True:\n"
+             "        k=s.recv(65536)\n"
+             "        if not k: break\n"
+             "        data+=k\n"
+             "except OSError: pass\n"
+             "print(data.count(b'HTTP/1.'))" % HTTP_PORT)
+    out = coved.sh(sid, f"python3 -c \"{probe}\"")
+    assert out.strip() == "1", out
+    hits = [(h[2], h[3].get("Host")) for h in world.recorder.to("127.77.0.10")]
+    assert ("/one", "allowed.test") in hits and not any(p == "/two" for p, _ in hits), hits

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -171,6 +172,56 @@ static void on_mitm_event(void *arg, const char *what)
                   ntohs(c->target.sin_port), what);
 }
 
+/* True when the header line [line, end) is named `name` (case-insensitive). */
+static bool header_is(const char *line, const char *end, const char *name)
+{
+    size_t n = strlen(name);
+    return (size_t)(end - line) > n && strncasecmp(line, name, n) == 0 && line[n] == ':';
+}
+
+/* Plain HTTP: the policy decided on this request's Host, and a kept-alive connection's next
+ * request could name another host (the same upstream address, another site behind it). The
+ * request head is taken from the client and sent on with `Connection: close`, so the server
+ * ends the connection after its answer and a client's next request opens a new one, decided
+ * anew. Upgrades (WebSocket) keep their Connection header: after a 101 the bytes are the
+ * protocol's, not requests. */
+static int send_head_closing(struct egress_conn *c)
+{
+    size_t len = c->sniff.length;
+    char head[PEEK_MAX + 32], out[PEEK_MAX + 64];
+    if (len == 0 || len > PEEK_MAX || recv(c->client_fd, head, len, MSG_DONTWAIT) != (ssize_t)len)
+        return -1;
+    const char *end = head + len;
+    bool upgrade = false;
+    for (const char *p = head; p < end;) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        if (eol == NULL)
+            break;
+        upgrade = upgrade || header_is(p, eol, "Upgrade");
+        p = eol + 1;
+    }
+    if (upgrade)
+        return send(c->upstream_fd, head, len, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)len ? 0
+                                                                                            : -1;
+    size_t n = 0;
+    for (const char *p = head; p < end;) {
+        const char *eol = memchr(p, '\n', (size_t)(end - p));
+        const char *next = eol ? eol + 1 : end;
+        if (next - p == 2 && p[0] == '\r') { /* the empty line: the head ends */
+            memcpy(out + n, "Connection: close\r\n\r\n", 21);
+            n += 21;
+            break;
+        }
+        if (!header_is(p, next, "Connection") && !header_is(p, next, "Keep-Alive") &&
+            !header_is(p, next, "Proxy-Connection")) {
+            memcpy(out + n, p, (size_t)(next - p));
+            n += (size_t)(next - p);
+        }
+        p = next;
+    }
+    return send(c->upstream_fd, out, n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)n ? 0 : -1;
+}
+
 static void start_relay(struct egress_conn *c)
 {
     c->phase = PHASE_RELAY;
@@ -200,6 +251,10 @@ static void start_relay(struct egress_conn *c)
             return;
         }
         c->client_fd = c->upstream_fd = -1;
+        return;
+    }
+    if (http && send_head_closing(c) < 0) {
+        deny(c, name, &c->target, "upstream: cannot send the request");
         return;
     }
     egress_record(es, true, c->protocol, name, (const struct sockaddr *)&c->target,
