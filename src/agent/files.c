@@ -46,14 +46,14 @@ static void respond_done(struct http_request *req, struct cove_error *err)
     http_respond(req, 200, NULL, NULL, 0);
 }
 
-/* The "path" query values, each cleaned; at least one unless allow_none. */
+/* The "path" query values, each cleaned; at least one. */
 static int path_values(struct http_request *req, char ***raw, char ***clean, size_t *count,
-                       bool allow_none, struct cove_error **err)
+                       struct cove_error **err)
 {
     *clean = NULL;
     if (files_query_values(req, "path", raw, count, err) < 0)
         return -1;
-    if (*count == 0 && !allow_none) {
+    if (*count == 0) {
         files_query_free(*raw, 0);
         *raw = NULL;
         return cove_error_set(err, 0, 400, "MISSING_QUERY", "missing query parameter 'path'");
@@ -84,7 +84,7 @@ static int for_each_path(struct http_request *req, path_fn fn, void *arg, struct
 {
     char **raw, **clean;
     size_t count;
-    if (path_values(req, &raw, &clean, &count, true, err) < 0)
+    if (path_values(req, &raw, &clean, &count, err) < 0)
         return -1;
     for (size_t i = 0; *err == NULL && i < count; i++)
         fn(clean[i], raw[i], arg, err);
@@ -149,8 +149,8 @@ static void remove_file(const char *clean, const char *raw, void *arg, struct co
         (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))) {
         char shown[512];
         files_path_printable(raw, shown, sizeof(shown));
-        cove_error_set(err, 0, 500, "RUNTIME_ERROR",
-                       "error removing file %s. path is a directory (use DELETE /directories)",
+        cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                       "cannot remove %s: it is a directory (use DELETE /directories)",
                        shown);
     } else if (unlinkat(dir, name, 0) < 0 && errno != ENOENT) {
         files_path_error(err, errno, "remove", raw);

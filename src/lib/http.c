@@ -191,10 +191,18 @@ const char *http_status_reason(int status)
         return "Not Found";
     case 405:
         return "Method Not Allowed";
+    case 406:
+        return "Not Acceptable";
+    case 408:
+        return "Request Timeout";
     case 409:
         return "Conflict";
+    case 410:
+        return "Gone";
     case 411:
         return "Length Required";
+    case 412:
+        return "Precondition Failed";
     case 413:
         return "Payload Too Large";
     case 414:
@@ -1130,9 +1138,11 @@ static void write_head(struct http_request *req, int status, const char *content
     evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
     if (content_type)
         evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
-    if (has_length)
+    /* A 204 or 304 has no body and, for a 204, must not say Content-Length (RFC 9110). */
+    bool bodiless = status == 204 || status == 304;
+    if (has_length && !bodiless)
         evbuffer_add_printf(out, "Content-Length: %llu\r\n", length);
-    else if (req->chunked)
+    else if (req->chunked && !bodiless)
         evbuffer_add_printf(out, "Transfer-Encoding: chunked\r\n");
     if (!req->keep_alive || req->conn->close_after)
         evbuffer_add_printf(out, "Connection: close\r\n");

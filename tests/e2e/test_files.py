@@ -435,7 +435,11 @@ def test_directories_make_and_remove(coved, sid):
     status, body, _ = call(coved, sid, "POST", "/directories", body={"/tmp/md/file/x": {"mode": 755}})
     assert status in (400, 404) and set(body) == {"code", "message"}
     status, body, _ = call(coved, sid, "DELETE", "/files?" + q(path="/tmp/md/a"))
-    check_error(status, body, 500, "RUNTIME_ERROR")  # removeFiles does not remove directories
+    check_error(status, body, 400, "INVALID_REQUEST_BODY")  # removeFiles leaves directories
+    assert stat_in(coved, sid, "/tmp/md/a/b")[2] == "700"
+    for method, route in (("GET", "/files/info"), ("DELETE", "/files"), ("DELETE", "/directories")):
+        status, body, _ = call(coved, sid, method, route)  # no path at all
+        check_error(status, body, 400, "MISSING_QUERY")
     status, body, _ = call(coved, sid, "DELETE", "/directories?" + q(path=["/tmp/md/a", "/tmp/md/none"]))
     assert status == 200, body
     # rm -rf removed the link, not what it pointed to

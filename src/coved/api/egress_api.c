@@ -220,7 +220,7 @@ void api_sandbox_egress_events(struct api *api, struct http_request *req,
                                const struct api_caller *c, const char *id)
 {
     struct cove_error *err = NULL;
-    struct sandbox *sb = sandbox_find(api->sandboxes, id, c->owner, &err);
+    struct sandbox *sb = sandbox_find(api->sandboxes, id, c->owner[0] ? c->owner : NULL, &err);
     if (sb == NULL) {
         api_respond_error(req, err);
         cove_error_free(err);
