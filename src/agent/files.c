@@ -150,8 +150,7 @@ static void remove_file(const char *clean, const char *raw, void *arg, struct co
         char shown[512];
         files_path_printable(raw, shown, sizeof(shown));
         cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                       "cannot remove %s: it is a directory (use DELETE /directories)",
-                       shown);
+                       "cannot remove %s: it is a directory (use DELETE /directories)", shown);
     } else if (unlinkat(dir, name, 0) < 0 && errno != ENOENT) {
         files_path_error(err, errno, "remove", raw);
     }
