@@ -99,8 +99,8 @@ static void rule_row(const json_t *rule, const char **cells, char (*scratch)[256
  * rules in the order they are kept (all of it with -o json). */
 static int policy_print(const struct cli *cli, const json_t *answer, struct cove_error **err)
 {
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(answer, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, answer, err);
     const char *mode = json_string_value(json_object_get(answer, "mode"));
     json_t *rules = json_object_get(json_object_get(answer, "policy"), "egress");
     if (mode == NULL)
@@ -269,8 +269,8 @@ static int egress_events_run(struct cli *cli, int argc, char **argv, struct cove
     }
     if (client_call(cli->client, "GET", path, NULL, &answer, err) < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(answer, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, answer, err);
     json_t *events = json_object_get(answer, "events");
     if (!json_is_array(events))
         return bad_response(err, "events");
@@ -458,8 +458,8 @@ static int bindings_print(const json_t *bindings, struct cove_error **err)
 static int vault_print(const struct cli *cli, json_t *answer, struct cove_error **err)
 {
     vault_redact(answer);
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(answer, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, answer, err);
     json_t *credentials = json_object_get(answer, "credentials");
     json_t *bindings = json_object_get(answer, "bindings");
     if (credentials == NULL && bindings == NULL) {
