@@ -67,11 +67,11 @@ extern const struct cli_command run_code_command;       /* code_cmd.c */
 extern const struct cli_command template_command;       /* template_cmds.c */
 extern const struct cli_command config_command;         /* config_cmds.c */
 /* OpenSandbox's `osb` spellings: groups of the commands above and of their own */
-extern const struct cli_command sandbox_command;         /* sandbox_cmds.c */
+extern const struct cli_command sandbox_command; /* sandbox_cmds.c */
 extern const struct cli_command sandbox_health_command, sandbox_metrics_command; /* probe_cmds.c */
-extern const struct cli_command command_command;                               /* command_cmds.c */
-extern const struct cli_command file_command;                                  /* files_cmds.c */
-extern const struct cli_command completion_command, help_command;              /* help_cmds.c */
+extern const struct cli_command command_command;                  /* command_cmds.c */
+extern const struct cli_command file_command;                     /* files_cmds.c */
+extern const struct cli_command completion_command, help_command; /* help_cmds.c */
 
 /* A sandbox's outbound traffic and the credentials coved injects into it. */
 extern const struct cli_command egress_command, credential_vault_command; /* egress_cmds.c */

@@ -236,8 +236,8 @@ static int transfer_configure(struct client *client, const char *url, const char
     failed |= curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, CLIENT_CONNECT_TIMEOUT_SECONDS);
     failed |= curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     /* the handle is reused: each request says whether it wants progress */
-    failed |= curl_easy_setopt(curl, CURLOPT_NOPROGRESS,
-                               (long)(transfer->request->on_progress == NULL));
+    failed |=
+        curl_easy_setopt(curl, CURLOPT_NOPROGRESS, (long)(transfer->request->on_progress == NULL));
     if (transfer->request->on_progress != NULL) {
         failed |= curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, transfer_progress);
         failed |= curl_easy_setopt(curl, CURLOPT_XFERINFODATA, transfer->request);

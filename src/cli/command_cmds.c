@@ -52,8 +52,8 @@ static int status_run(struct cli *cli, int argc, char **argv, struct cove_error 
         return -1;
     cleanup_free char *path = NULL;
     cleanup_json json_t *status = NULL;
-    if (agent_path_with_id(cli, argv[optind], "/command/status", argv[optind + 1], "", &path,
-                           err) < 0 ||
+    if (agent_path_with_id(cli, argv[optind], "/command/status", argv[optind + 1], "", &path, err) <
+            0 ||
         client_call(cli->client, "GET", path, NULL, &status, err) < 0)
         return -1;
     if (cli->output != CLI_OUTPUT_TABLE)
@@ -135,8 +135,8 @@ static int logs_run(struct cli *cli, int argc, char **argv, struct cove_error **
         return cli_usage_error(err, "expects a sandbox id and a command id");
     cleanup_free char *path = NULL;
     if (cli_connect(cli, err) < 0 ||
-        agent_path_with_id(cli, argv[optind], "/command", argv[optind + 1], "/logs", &path,
-                           err) < 0 ||
+        agent_path_with_id(cli, argv[optind], "/command", argv[optind + 1], "/logs", &path, err) <
+            0 ||
         (cursor != NULL && agent_query_add(cli, &path, "cursor", cursor, err) < 0))
         return -1;
     struct logs_sink sink = {.collect = cli->output != CLI_OUTPUT_TABLE};

@@ -184,8 +184,10 @@ static int init_run(struct cli *cli, int argc, char **argv, struct cove_error **
     struct config_file *file = &cli->config_file;
     struct stat st;
     if (!force && file->path != NULL && stat(file->path, &st) == 0)
-        return cli_usage_error(err, "%s exists already (--force replaces it; 'cove config set' "
-                               "changes one setting)", file->path);
+        return cli_usage_error(err,
+                               "%s exists already (--force replaces it; 'cove config set' "
+                               "changes one setting)",
+                               file->path);
 
     /* --server and --api-key as given; on a terminal, what is missing is asked for */
     cleanup_free char *server = cli->server != NULL ? strdup(cli->server) : NULL;
@@ -193,9 +195,9 @@ static int init_run(struct cli *cli, int argc, char **argv, struct cove_error **
     if ((cli->server != NULL && server == NULL) || (cli->api_key != NULL && key == NULL))
         return cove_error_sys(err, "cannot store the settings");
     if (cli_interactive()) {
-        if (server == NULL && ask("Server", file->values[CONFIG_SERVER] != NULL
-                                                ? file->values[CONFIG_SERVER]
-                                                : CONFIG_DEFAULT_SERVER,
+        if (server == NULL && ask("Server",
+                                  file->values[CONFIG_SERVER] != NULL ? file->values[CONFIG_SERVER]
+                                                                      : CONFIG_DEFAULT_SERVER,
                                   false, &server, err) < 0)
             return -1;
         if (key == NULL &&
@@ -347,8 +349,13 @@ static const struct cli_command config_show_command = {
 };
 
 static const struct cli_command *const config_subcommands[] = {
-    &config_set_command,  &config_get_command,  &config_unset_command, &config_path_command,
-    &config_init_command, &config_show_command, NULL,
+    &config_set_command,
+    &config_get_command,
+    &config_unset_command,
+    &config_path_command,
+    &config_init_command,
+    &config_show_command,
+    NULL,
 };
 
 const struct cli_command config_command = {

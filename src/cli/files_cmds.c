@@ -248,8 +248,8 @@ static int cat_run(struct cli *cli, int argc, char **argv, struct cove_error **e
     if (cli_connect(cli, err) < 0)
         return -1;
     for (int i = first + 1; i < argc; i++)
-        if (transfer_download(cli, argv[first], argv[i], STDOUT_FILENO, "stdout", NULL, NULL,
-                              err) < 0)
+        if (transfer_download(cli, argv[first], argv[i], STDOUT_FILENO, "stdout", NULL, NULL, err) <
+            0)
             return -1;
     return 0;
 }
@@ -442,8 +442,8 @@ static int chmod_run(struct cli *cli, int argc, char **argv, struct cove_error *
 {
     struct permission_options permission = {.mode = -1};
     /* without --mode (osb's way), the mode is the first argument, as chmod(1) */
-    int first = files_parse(cli, argc, argv, NULL, permission_options, permission_option,
-                            &permission, err);
+    int first =
+        files_parse(cli, argc, argv, NULL, permission_options, permission_option, &permission, err);
     if (first < 0)
         return -1;
     int paths = first + 1;
@@ -856,17 +856,20 @@ static const struct cli_command files_replace_command = {
 /* --- the group ------------------------------------------------------------------------- */
 
 static const struct cli_command *const files_subcommands[] = {
-    &files_ls_command,     &files_cat_command,     &files_write_command, &files_rm_command,
-    &files_rmdir_command,  &files_mkdir_command,   &files_mv_command,    &files_search_command,
-    &files_info_command,   &files_chmod_command,   &files_replace_command, NULL,
+    &files_ls_command,    &files_cat_command,   &files_write_command,   &files_rm_command,
+    &files_rmdir_command, &files_mkdir_command, &files_mv_command,      &files_search_command,
+    &files_info_command,  &files_chmod_command, &files_replace_command, NULL,
 };
 
 /* osb's `file`: the same, and upload and download */
 static const struct cli_command *const file_subcommands[] = {
-    &files_ls_command,     &files_cat_command,     &files_write_command,   &files_rm_command,
-    &files_rmdir_command,  &files_mkdir_command,   &files_mv_command,      &files_search_command,
-    &files_info_command,   &files_chmod_command,   &files_replace_command, &upload_command,
-    &download_command,     NULL,
+    &files_ls_command,      &files_cat_command,
+    &files_write_command,   &files_rm_command,
+    &files_rmdir_command,   &files_mkdir_command,
+    &files_mv_command,      &files_search_command,
+    &files_info_command,    &files_chmod_command,
+    &files_replace_command, &upload_command,
+    &download_command,      NULL,
 };
 
 const struct cli_command files_command = {

@@ -58,8 +58,8 @@ static void print_flag(const char *flag, size_t len, void *opaque)
 
 /* Shell `case` arms: for each command path ("" for the top, "template", "command session"),
  * the words that may follow (its subcommands), or the flags of a command. */
-static void completion_arms(FILE *out, const char *path,
-                            const struct cli_command *const *commands, bool flags)
+static void completion_arms(FILE *out, const char *path, const struct cli_command *const *commands,
+                            bool flags)
 {
     if (!flags) {
         fprintf(out, "    \"%s\") echo \"", path);
@@ -99,38 +99,40 @@ static void completion_bash(FILE *out)
 {
     fputs("# bash completion for cove: source <(cove completion bash)\n", out);
     completion_functions(out);
-    fprintf(out,
-            "_cove() {\n"
-            "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"${COMP_WORDS[COMP_CWORD-1]}\"\n"
-            "  local cove_path=\"\" i w next\n"
-            "  case \"$prev\" in\n"
-            "    -o|--output) COMPREPLY=($(compgen -W \"table json yaml\" -- \"$cur\")); return ;;\n"
-            "    --server|--api-key) return ;;\n"
-            "  esac\n"
-            "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
-            "    w=\"${COMP_WORDS[i]}\"\n"
-            "    case \"$w\" in -o|--output|--server|--api-key) i=$((i + 1)); continue ;; -*) "
-            "continue ;; esac\n"
-            "    next=\" $(_cove_next \"$cove_path\") \"\n"
-            "    if [[ \"$next\" == *\" $w \"* ]]; then cove_path=\"${cove_path:+$cove_path }$w\"; "
-            "else break; fi\n"
-            "  done\n"
-            "  if [[ \"$cur\" == -* ]]; then\n"
-            "    COMPREPLY=($(compgen -W \"$(_cove_flags \"$cove_path\") %s --version\" -- "
-            "\"$cur\"))\n"
-            "  else\n"
-            "    next=\"$(_cove_next \"$cove_path\")\"\n"
-            "    if [[ -n \"$next\" ]]; then COMPREPLY=($(compgen -W \"$next\" -- \"$cur\"));\n"
-            "    else COMPREPLY=($(compgen -f -- \"$cur\")); fi\n"
-            "  fi\n"
-            "}\n"
-            "complete -F _cove cove\n",
-            COMMON_FLAGS);
+    fprintf(
+        out,
+        "_cove() {\n"
+        "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"${COMP_WORDS[COMP_CWORD-1]}\"\n"
+        "  local cove_path=\"\" i w next\n"
+        "  case \"$prev\" in\n"
+        "    -o|--output) COMPREPLY=($(compgen -W \"table json yaml\" -- \"$cur\")); return ;;\n"
+        "    --server|--api-key) return ;;\n"
+        "  esac\n"
+        "  for ((i = 1; i < COMP_CWORD; i++)); do\n"
+        "    w=\"${COMP_WORDS[i]}\"\n"
+        "    case \"$w\" in -o|--output|--server|--api-key) i=$((i + 1)); continue ;; -*) "
+        "continue ;; esac\n"
+        "    next=\" $(_cove_next \"$cove_path\") \"\n"
+        "    if [[ \"$next\" == *\" $w \"* ]]; then cove_path=\"${cove_path:+$cove_path }$w\"; "
+        "else break; fi\n"
+        "  done\n"
+        "  if [[ \"$cur\" == -* ]]; then\n"
+        "    COMPREPLY=($(compgen -W \"$(_cove_flags \"$cove_path\") %s --version\" -- "
+        "\"$cur\"))\n"
+        "  else\n"
+        "    next=\"$(_cove_next \"$cove_path\")\"\n"
+        "    if [[ -n \"$next\" ]]; then COMPREPLY=($(compgen -W \"$next\" -- \"$cur\"));\n"
+        "    else COMPREPLY=($(compgen -f -- \"$cur\")); fi\n"
+        "  fi\n"
+        "}\n"
+        "complete -F _cove cove\n",
+        COMMON_FLAGS);
 }
 
 static void completion_zsh(FILE *out)
 {
-    fputs("#compdef cove\n# zsh completion for cove: source <(cove completion zsh), or save as _cove\n"
+    fputs("#compdef cove\n# zsh completion for cove: source <(cove completion zsh), or save as "
+          "_cove\n"
           "# in a directory of $fpath\n",
           out);
     completion_functions(out);

@@ -18,8 +18,8 @@ int output_json(const json_t *value, struct cove_error **err)
 bool output_yaml_plain(const char *s, size_t len)
 {
     /* words YAML 1.1 reads as null or booleans (1.2 reads fewer) */
-    static const char *const reserved[] = {"null", "true", "false", "yes", "no", "on", "off",
-                                           "y",    "n",    "~"};
+    static const char *const reserved[] = {"null", "true", "false", "yes", "no",
+                                           "on",   "off",  "y",     "n",   "~"};
     if (len == 0 || strlen(s) != len)
         return false; /* empty, or a NUL inside */
     unsigned char first = (unsigned char)s[0];

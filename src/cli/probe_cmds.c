@@ -45,7 +45,8 @@ static int health_run(struct cli *cli, int argc, char **argv, struct cove_error 
     /* a sandbox that does not exist is an error, not an unhealthy one */
     if (client_call(cli->client, "GET", sandbox_path, NULL, &sandbox, err) < 0)
         return -1;
-    const char *state = json_string_value(json_object_get(json_object_get(sandbox, "status"), "state"));
+    const char *state =
+        json_string_value(json_object_get(json_object_get(sandbox, "status"), "state"));
 
     cleanup_json json_t *answer = NULL;
     cleanup_error struct cove_error *ping_err = NULL;
@@ -53,9 +54,9 @@ static int health_run(struct cli *cli, int argc, char **argv, struct cove_error 
                    client_call(cli->client, "GET", ping_path, NULL, &answer, &ping_err) == 0;
     if (ping_path == NULL)
         return -1;
-    cleanup_json json_t *report = json_pack("{s:s, s:s?, s:b, s:s?}", "id", id, "state", state,
-                                            "healthy", healthy, "error",
-                                            ping_err != NULL ? ping_err->message : NULL);
+    cleanup_json json_t *report =
+        json_pack("{s:s, s:s?, s:b, s:s?}", "id", id, "state", state, "healthy", healthy, "error",
+                  ping_err != NULL ? ping_err->message : NULL);
     if (report == NULL)
         return cove_error_sys(err, "cannot build the output");
     cli->exit_status = healthy ? CLI_EXIT_OK : CLI_EXIT_API_ERROR;

@@ -36,8 +36,7 @@ void progress_format(char *out, size_t size, const char *label, int64_t done, in
     char tail[128];
     if (total > 0)
         snprintf(tail, sizeof(tail), " %3d%% %s/%s %s/s",
-                 (int)(done >= total ? 100 : done * 100 / total), done_text, total_text,
-                 rate_text);
+                 (int)(done >= total ? 100 : done * 100 / total), done_text, total_text, rate_text);
     else
         snprintf(tail, sizeof(tail), " %s %s/s", done_text, rate_text);
     /* the bar takes what the label and the numbers leave, between 10 and 40 columns */
@@ -117,7 +116,7 @@ void progress_finish(struct progress *progress, bool ok)
     progress_format_size(done_text, sizeof(done_text), (double)progress->done);
     progress_format_size(rate_text, sizeof(rate_text),
                          seconds > 0 ? (double)progress->done / seconds : 0);
-    fprintf(progress->out, "\r%s: %s in %.1f s (%s/s)\033[K\n", progress->label, done_text,
-            seconds, rate_text);
+    fprintf(progress->out, "\r%s: %s in %.1f s (%s/s)\033[K\n", progress->label, done_text, seconds,
+            rate_text);
     fflush(progress->out);
 }

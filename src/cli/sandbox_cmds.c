@@ -347,7 +347,8 @@ const struct cli_command sandbox_create_command = {
             "Create a sandbox from a template and print its id (all of it with -o json):\n"
             "  ID=$(cove create -t base --timeout 30m)\n"
             "Without an entrypoint the sandbox idles until it is killed or expires. It expires\n"
-            "after " SANDBOX_DEFAULT_TIMEOUT_TEXT " seconds (10 minutes) unless --timeout says otherwise;\n"
+            "after " SANDBOX_DEFAULT_TIMEOUT_TEXT
+            " seconds (10 minutes) unless --timeout says otherwise;\n"
             "--timeout 0 makes one that lives until 'cove kill'.\n"
             "What it may reach over the network: 'cove egress --help'.\n"
             "\n"
@@ -355,13 +356,15 @@ const struct cli_command sandbox_create_command = {
             "  -t, --template NAME   template to start from (" SANDBOX_DEFAULT_TEMPLATE ")\n"
             "      --image NAME      the same (osb's spelling)\n"
             "      --cpu QUANTITY    CPU limit, e.g. 2 (" SANDBOX_DEFAULT_CPU ")\n"
-            "      --memory SIZE     memory limit, e.g. 2Gi (" SANDBOX_DEFAULT_MEMORY "); units: Ki Mi Gi Ti,\n"
+            "      --memory SIZE     memory limit, e.g. 2Gi (" SANDBOX_DEFAULT_MEMORY
+            "); units: Ki Mi Gi Ti,\n"
             "                        k K M G T (powers of 1000), none for bytes\n"
             "      --pids N          limit on the number of processes\n"
             "      --disk SIZE       size cap of the sandbox's writable layer, e.g. 1Gi\n"
             "      --timeout SECONDS|DURATION|0\n"
             "                        kill the sandbox after this long: 600, 90s, 30m, 2h, 1d\n"
-            "                        (default: " SANDBOX_DEFAULT_TIMEOUT_TEXT ", 10 minutes); 0 or 'none': never\n"
+            "                        (default: " SANDBOX_DEFAULT_TIMEOUT_TEXT
+            ", 10 minutes); 0 or 'none': never\n"
             "  -e, --env KEY=VALUE   environment variable for the sandbox (repeatable)\n"
             "  -m, --metadata KEY=VALUE\n"
             "                        tag to filter by, e.g. owner=me (repeatable)\n"
@@ -945,10 +948,10 @@ const struct cli_command sandbox_metadata_command = {
 /* --- the group: osb's `sandbox VERB` ---------------------------------------------------- */
 
 static const struct cli_command *const sandbox_subcommands[] = {
-    &sandbox_create_command,   &sandbox_list_command,   &sandbox_get_command,
-    &sandbox_kill_command,     &sandbox_pause_command,  &sandbox_resume_command,
-    &sandbox_renew_command,    &sandbox_endpoint_command, &sandbox_health_command,
-    &sandbox_metrics_command,  &sandbox_metadata_command, NULL,
+    &sandbox_create_command,  &sandbox_list_command,     &sandbox_get_command,
+    &sandbox_kill_command,    &sandbox_pause_command,    &sandbox_resume_command,
+    &sandbox_renew_command,   &sandbox_endpoint_command, &sandbox_health_command,
+    &sandbox_metrics_command, &sandbox_metadata_command, NULL,
 };
 
 const struct cli_command sandbox_command = {
