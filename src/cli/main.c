@@ -63,7 +63,7 @@ static void print_commands(FILE *out, const struct cli_command *const *table)
     for (const struct cli_command *const *command = table; *command != NULL; command++) {
         const char *name = (*command)->name;
         /* a long name gets a line of its own, its summary under the others' */
-        if (strlen(name) >= 10)
+        if (strlen(name) > 10)
             fprintf(out, "  %s\n  %-10s %s\n", name, "", (*command)->summary);
         else
             fprintf(out, "  %-10s %s\n", name, (*command)->summary);
