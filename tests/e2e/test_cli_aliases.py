@@ -308,6 +308,38 @@ def test_config_init_set_show(coved, tmp_path):
     assert "serverSource" in cli(coved, "config", "show", env=env).stdout
 
 
+def test_config_init_asks_on_a_terminal(coved, tmp_path):
+    path = tmp_path / "asked.ini"
+    env = cli_env(coved, {"COVE_CONFIG_FILE": str(path), "COVE_API_KEY": None})
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([CLI, "config", "init"], stdin=slave, stderr=slave,
+                            stdout=subprocess.PIPE, env=env)
+    os.close(slave)
+    seen = b""
+
+    def wait_for(text):
+        nonlocal seen
+        deadline = time.time() + 30
+        while text not in seen:
+            assert time.time() < deadline, seen
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                seen += os.read(master, 4096)
+
+    try:
+        wait_for(b"Server [http://127.0.0.1:8080]: ")
+        os.write(master, f"http://127.0.0.1:{coved.port}\n".encode())
+        wait_for(b"API key (empty: none): ")
+        os.write(master, f"{coved.key}\n".encode())
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        os.close(master)
+    assert proc.returncode == 0 and out.decode() == f"{path}\n"
+    assert coved.key.encode() not in seen  # typed without echo
+    text = path.read_text()
+    assert f"server = http://127.0.0.1:{coved.port}" in text and f"api-key = {coved.key}" in text
+
+
 # ---- default TTL -----------------------------------------------------------------------
 
 def test_create_expires_in_ten_minutes_by_default(coved):
@@ -337,11 +369,14 @@ def test_create_expires_in_ten_minutes_by_default(coved):
 
 # ---- progress on a terminal ------------------------------------------------------------
 
-def run_with_pty_stderr(coved, *args, timeout=120):
-    """Runs cove with stderr on a pseudo-terminal: (exit status, what the terminal got)."""
+def run_with_pty_stderr(coved, *args, stdin_file=None, timeout=120):
+    """Runs cove with stderr on a pseudo-terminal: (exit status, what the terminal got).
+    With stdin_file, cove reads it from a pipe (cat FILE | cove ...): a size it cannot know."""
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen([CLI, *args], stdout=subprocess.DEVNULL, stderr=slave,
+        proc = subprocess.Popen(["sh", "-c", 'cat "$0" | "$@"', stdin_file, CLI, *args]
+                                if stdin_file else [CLI, *args],
+                                stdout=subprocess.DEVNULL, stderr=slave,
                                 stdin=subprocess.DEVNULL, env=cli_env(coved))
         os.close(slave)
         slave = -1
@@ -383,6 +418,14 @@ def test_progress_bar_on_a_terminal_and_silence_when_piped(coved, sid, tmp_path)
     assert status == 0, shown
     assert "download big.bin" in shown and re.search(r"12\.0 MiB in [\d.]+ s", shown)
     assert (tmp_path / "back.bin").read_bytes() == big.read_bytes()
+
+    # from a pipe, of a size not known ahead: the bar once past 4 MiB, without a percentage
+    status, shown = run_with_pty_stderr(coved, "upload", sid, "-", "/tmp/piped.bin",
+                                        stdin_file=str(big))
+    assert status == 0, shown
+    assert re.search(r"upload piped\.bin [\d.]+ MiB [\d.]+ [KMG]?i?B/s", shown), shown
+    assert "%" not in shown and re.search(r"upload piped\.bin: 12\.0 MiB in", shown), shown
+    assert coved.sh(sid, "stat -c %s /tmp/piped.bin").strip() == str(12 * MiB)
 
     # piped: nothing at all
     r = cli(coved, "upload", sid, str(big), "/tmp/big2.bin")
