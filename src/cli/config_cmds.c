@@ -126,22 +126,24 @@ static int path_run(struct cli *cli, int argc, char **argv, struct cove_error **
 static int ask(const char *question, const char *default_value, bool secret, char **answer,
                struct cove_error **err)
 {
-    fprintf(stderr, "%s%s%s%s: ", question, default_value != NULL ? " [" : "",
-            default_value != NULL ? (secret ? "keep" : default_value) : "",
-            default_value != NULL ? "]" : "");
-    fflush(stderr);
+    /* echo goes off before the question, and without flushing: an answer typed as soon as
+     * the question shows is kept, and not echoed */
     struct termios saved, quiet;
     bool hidden = secret && tcgetattr(STDIN_FILENO, &saved) == 0;
     if (hidden) {
         quiet = saved;
         quiet.c_lflag &= ~(tcflag_t)ECHO;
-        tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet);
+        tcsetattr(STDIN_FILENO, TCSANOW, &quiet);
     }
+    fprintf(stderr, "%s%s%s%s: ", question, default_value != NULL ? " [" : "",
+            default_value != NULL ? (secret ? "keep" : default_value) : "",
+            default_value != NULL ? "]" : "");
+    fflush(stderr);
     char *line = NULL;
     size_t capacity = 0;
     ssize_t len = getline(&line, &capacity, stdin);
     if (hidden) {
-        tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved);
+        tcsetattr(STDIN_FILENO, TCSANOW, &saved);
         fputc('\n', stderr);
     }
     if (len < 0) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -558,20 +559,42 @@ const struct cli_command sandbox_list_command = {
 /* Applies one call to each sandbox id given. A sandbox the server refuses is reported and the
  * others still handled; the exit status is then that of the last refusal. Losing the server
  * stops everything. */
+/* Asks on the terminal whether to go on with `what`; true for "y" or "yes". */
+static bool confirm(const char *what, int count, char **ids)
+{
+    fprintf(stderr, "%s", what);
+    for (int i = 0; i < count; i++)
+        fprintf(stderr, " %s", ids[i]);
+    fprintf(stderr, "? [y/N] ");
+    fflush(stderr);
+    char answer[16];
+    if (fgets(answer, sizeof(answer), stdin) == NULL)
+        return false;
+    answer[strcspn(answer, "\r\n")] = '\0';
+    return strcasecmp(answer, "y") == 0 || strcasecmp(answer, "yes") == 0;
+}
+
+/* `ask`: on a terminal, asks before going on unless --yes (which scripts may always give). */
 static int sandbox_for_each(struct cli *cli, int argc, char **argv, const char *method,
-                            const char *suffix, bool accept_yes, struct cove_error **err)
+                            const char *suffix, const char *ask, struct cove_error **err)
 {
     static const struct option options[] = {
         CLI_COMMON_LONG_OPTIONS,
         {"yes", no_argument, NULL, 'y'},
         {0},
     };
+    bool yes = false;
     int option;
-    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS "y", options, NULL)) != -1)
-        if ((option != 'y' || !accept_yes) && cli_common_option(cli, option, optarg, err) < 0)
+    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS "y", options, NULL)) != -1) {
+        if (option == 'y' && ask != NULL)
+            yes = true;
+        else if (cli_common_option(cli, option, optarg, err) < 0)
             return -1;
+    }
     if (optind >= argc)
         return cli_usage_error(err, "expects at least one sandbox id");
+    if (ask != NULL && !yes && cli_interactive() && !confirm(ask, argc - optind, argv + optind))
+        return cove_error_set(err, 0, 0, "CLI::CANCELLED", "not confirmed: nothing was done");
     if (cli_connect(cli, err) < 0)
         return -1;
     for (int i = optind; i < argc; i++) {
@@ -591,17 +614,17 @@ static int sandbox_for_each(struct cli *cli, int argc, char **argv, const char *
 
 static int kill_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    return sandbox_for_each(cli, argc, argv, "DELETE", "", true, err);
+    return sandbox_for_each(cli, argc, argv, "DELETE", "", "Delete sandbox(es)", err);
 }
 
 static int pause_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    return sandbox_for_each(cli, argc, argv, "POST", "/pause", false, err);
+    return sandbox_for_each(cli, argc, argv, "POST", "/pause", NULL, err);
 }
 
 static int resume_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    return sandbox_for_each(cli, argc, argv, "POST", "/resume", false, err);
+    return sandbox_for_each(cli, argc, argv, "POST", "/resume", NULL, err);
 }
 
 const struct cli_command sandbox_kill_command = {
@@ -610,11 +633,11 @@ const struct cli_command sandbox_kill_command = {
     .run = kill_run,
     .help = "Usage: cove kill [OPTIONS] ID...\n"
             "\n"
-            "Stop each sandbox's processes and delete its files. Nothing is asked: --yes is\n"
-            "accepted for scripts written for CLIs that ask.\n"
+            "Stop each sandbox's processes and delete its files. On a terminal (standard input\n"
+            "and error both), it asks first; elsewhere, as in scripts, it never does.\n"
             "\n"
             "Options:\n"
-            "  -y, --yes             do not ask (never asked anyway)\n",
+            "  -y, --yes             do not ask\n",
 };
 
 const struct cli_command sandbox_pause_command = {

@@ -130,6 +130,39 @@ def test_sandbox_health_and_metrics(coved, sid):
     assert r.returncode == 1 and "NOT_FOUND" in r.stderr and r.stdout == ""
 
 
+def kill_on_a_terminal(coved, sandbox_id, answer, *extra):
+    """`cove kill ID` with stdin and stderr on a pseudo-terminal, answering its question."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([CLI, "kill", sandbox_id, *extra], stdin=slave, stderr=slave,
+                            stdout=subprocess.PIPE, env=cli_env(coved))
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.time() + 30
+        while answer is not None and b"[y/N] " not in seen:
+            assert time.time() < deadline, seen
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                seen += os.read(master, 4096)
+        if answer is not None:
+            os.write(master, answer.encode() + b"\n")
+        proc.communicate(timeout=30)
+    finally:
+        os.close(master)
+    return proc.returncode, seen.decode(errors="replace")
+
+
+def test_kill_asks_on_a_terminal_unless_yes(coved, sid):
+    status, seen = kill_on_a_terminal(coved, sid, "n")
+    assert status == 1 and f"Delete sandbox(es) {sid}? [y/N] " in seen
+    assert not gone(coved, sid)
+    status, _ = kill_on_a_terminal(coved, sid, "y")
+    assert status == 0 and gone(coved, sid)
+    other = cli(coved, "create").stdout.strip()
+    status, seen = kill_on_a_terminal(coved, other, None, "--yes")
+    assert status == 0 and gone(coved, other) and "[y/N]" not in seen
+
+
 def test_top_level_abx_verbs(coved, tmp_path):
     """create --template, upload ID SRC DST, exec ID -- CMD, download, list, kill ID --yes."""
     sandbox_id = cli(coved, "create", "--template", "base").stdout.strip()
