@@ -12,22 +12,13 @@
 #endif
 
 static const struct cli_command *const commands[] = {
-    &sandbox_create_command,
-    &sandbox_get_command,
-    &sandbox_list_command,
-    &sandbox_kill_command,
-    &sandbox_pause_command,
-    &sandbox_resume_command,
-    &sandbox_renew_command,
-    &sandbox_endpoint_command,
-    &sandbox_metadata_command,
-    &exec_command,
-    &run_code_command,
-    &template_command,
-    &config_command,
-    &completion_command,
-    &help_command,
-    NULL,
+    &sandbox_create_command,   &sandbox_get_command,
+    &sandbox_list_command,     &sandbox_kill_command,
+    &sandbox_pause_command,    &sandbox_resume_command,
+    &sandbox_renew_command,    &sandbox_endpoint_command,
+    &sandbox_metadata_command, &exec_command,
+    &run_code_command,         &template_command,
+    &config_command,           NULL,
 };
 
 /* Inside a running sandbox, through its agent; listed in a section of their own. */
@@ -50,13 +41,23 @@ static const struct cli_command *const group_commands[] = {
     NULL,
 };
 
+/* About cove itself: help, the manual, completion. */
+static const struct cli_command *const help_commands[] = {
+    &help_command,
+    &completion_command,
+    NULL,
+};
+
+/* clang-format off */
 const struct cli_section cli_sections[] = {
     {"Commands", commands},
     {"Files, logs and terminals", agent_commands},
     {"Network", network_commands},
     {"Grouped as osb spells them", group_commands},
+    {"Help", help_commands},
     {NULL, NULL},
 };
+/* clang-format on */
 
 static void print_commands(FILE *out, const struct cli_command *const *table)
 {
