@@ -10,7 +10,8 @@
 #include "cli/output.h"
 
 static const char COMMON_OPTIONS_HELP[] =
-    "  -o, --output FORMAT   table, json or yaml (default: table, or the config file's)\n"
+    "  -o, --output FORMAT   table, json or yaml (default: table, or the config file's;\n"
+    "                        raw, as osb calls it, is table)\n"
     "      --server URL      coved's address\n"
     "      --api-key KEY     API key\n"
     "  -h, --help            show this help\n";
@@ -43,7 +44,8 @@ int cli_common_option(struct cli *cli, int option, const char *arg, struct cove_
         fputs(COMMON_OPTIONS_HELP, stdout);
         exit(CLI_EXIT_OK);
     case 'o':
-        if (strcmp(arg, "table") == 0)
+        /* osb's "raw" (plain text, output as it streams) is what table is here */
+        if (strcmp(arg, "table") == 0 || strcmp(arg, "raw") == 0)
             cli->output = CLI_OUTPUT_TABLE;
         else if (strcmp(arg, "json") == 0)
             cli->output = CLI_OUTPUT_JSON;

@@ -184,6 +184,8 @@ def test_top_level_abx_verbs(coved, tmp_path):
 def test_command_run_status_logs_interrupt(coved, sid):
     r = cli(coved, "command", "run", sid, "--", "sh", "-c", "echo hi; exit 3", check=False)
     assert r.returncode == 3 and r.stdout == "hi\n"
+    r = cli(coved, "command", "run", sid, "-o", "raw", "--", "python3", "-c", "print(1 + 1)")
+    assert r.stdout == "2\n"  # osb's spelling of plain output
 
     command_id = cli(coved, "command", "run", sid, "--background", "--", "sh", "-c",
                      "echo started; sleep 300").stdout.strip()
