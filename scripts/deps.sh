@@ -12,6 +12,8 @@ packages=(
   libarchive-dev
   libzmq3-dev
   python3 python3-pytest python3-ipykernel
+  # tests/e2e/test_cli_aliases.py reads `cove -o yaml` back with a real YAML parser
+  python3-yaml
   # What the code-interpreter template's kernel offers (and its tests use). About 390 MB
   # installed: Debian's matplotlib pulls fonttools, which pulls scipy and sympy.
   python3-numpy python3-pandas python3-matplotlib

@@ -29,7 +29,11 @@ long agent_mode_digits(unsigned int mode);
 /* The part of path after its last '/' (path itself when it has none). */
 const char *agent_basename(const char *path);
 
+struct progress;
+
 /* GET /files/download?path=remote, streamed into fd as it arrives; `shown` names fd in
- * messages. *bytes (may be NULL) gets the size received. (transfer_cmds.c) */
+ * messages. *bytes (may be NULL) gets the size received; progress (may be NULL) is told how
+ * far it is. (transfer_cmds.c) */
 int transfer_download(struct cli *cli, const char *id, const char *remote, int fd,
-                      const char *shown, long long *bytes, struct cove_error **err);
+                      const char *shown, long long *bytes, struct progress *progress,
+                      struct cove_error **err);

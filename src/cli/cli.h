@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cli/client.h"
@@ -22,7 +23,7 @@ enum cli_exit_status {
 
 #define CLI_ERROR_USAGE "CLI::USAGE"
 
-enum cli_output_format { CLI_OUTPUT_TABLE, CLI_OUTPUT_JSON };
+enum cli_output_format { CLI_OUTPUT_TABLE, CLI_OUTPUT_JSON, CLI_OUTPUT_YAML };
 
 struct cli {
     const struct cli_command *command; /* the command being run, for its help */
@@ -47,6 +48,16 @@ struct cli_command {
     const struct cli_command *const *subcommands;
 };
 
+/* The commands of `cove --help`, a section each (main.c); completion and the man page are
+ * made from them. NULL-terminated, as is each section's table. */
+struct cli_section {
+    const char *title;
+    const struct cli_command *const *commands;
+};
+extern const struct cli_section cli_sections[];
+/* `cove --help`'s text. */
+void cli_print_main_help(FILE *out);
+
 /* The commands, one file per area. */
 extern const struct cli_command sandbox_create_command, sandbox_get_command, sandbox_list_command,
     sandbox_kill_command, sandbox_pause_command, sandbox_resume_command, sandbox_renew_command,
@@ -55,6 +66,12 @@ extern const struct cli_command exec_command;           /* exec_cmd.c */
 extern const struct cli_command run_code_command;       /* code_cmd.c */
 extern const struct cli_command template_command;       /* template_cmds.c */
 extern const struct cli_command config_command;         /* config_cmds.c */
+/* OpenSandbox's `osb` spellings: groups of the commands above and of their own */
+extern const struct cli_command sandbox_command; /* sandbox_cmds.c */
+extern const struct cli_command sandbox_health_command, sandbox_metrics_command; /* probe_cmds.c */
+extern const struct cli_command command_command;                  /* command_cmds.c */
+extern const struct cli_command file_command;                     /* files_cmds.c */
+extern const struct cli_command completion_command, help_command; /* help_cmds.c */
 
 /* A sandbox's outbound traffic and the credentials coved injects into it. */
 extern const struct cli_command egress_command, credential_vault_command; /* egress_cmds.c */
@@ -101,6 +118,17 @@ int cli_connect(struct cli *cli, struct cove_error **err);
 /* Adds "KEY=VALUE" to object as KEY: "VALUE"; `option` names the option in usage errors. */
 int cli_parse_assignment(const char *text, json_t *object, const char *option,
                          struct cove_error **err);
+
+/* Prints value as -o asks: JSON, or YAML with -o yaml (for commands whose table output is
+ * their own). */
+int cli_print_value(const struct cli *cli, const json_t *value, struct cove_error **err);
+
+/* Seconds from "90", "90s", "30m", "2h" or "1d" (osb's spelling of durations); 0 is allowed
+ * when allow_zero. -1 when text is not one. */
+long long cli_parse_duration(const char *text, bool allow_zero);
+
+/* Whether stdin and stderr are a terminal one can ask a question on. */
+bool cli_interactive(void);
 
 /* Prints err the way scripts and people expect and returns the matching exit status. */
 int cli_report_error(const struct cli *cli, const struct cove_error *err);

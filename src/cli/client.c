@@ -211,6 +211,14 @@ static int transfer_mime(struct client *client, struct transfer *transfer, curl_
     return failed ? -1 : 0;
 }
 
+static int transfer_progress(void *opaque, curl_off_t receive_total, curl_off_t received,
+                             curl_off_t send_total, curl_off_t sent)
+{
+    struct client_request *request = opaque;
+    request->on_progress(received, receive_total, sent, send_total, request->progress_opaque);
+    return 0;
+}
+
 static int transfer_configure(struct client *client, const char *url, const char *payload,
                               curl_mime *mime, struct curl_slist *headers,
                               struct transfer *transfer)
@@ -227,6 +235,13 @@ static int transfer_configure(struct client *client, const char *url, const char
     failed |= curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, client->curl_error);
     failed |= curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, CLIENT_CONNECT_TIMEOUT_SECONDS);
     failed |= curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    /* the handle is reused: each request says whether it wants progress */
+    failed |=
+        curl_easy_setopt(curl, CURLOPT_NOPROGRESS, (long)(transfer->request->on_progress == NULL));
+    if (transfer->request->on_progress != NULL) {
+        failed |= curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, transfer_progress);
+        failed |= curl_easy_setopt(curl, CURLOPT_XFERINFODATA, transfer->request);
+    }
     if (transfer->request->capture_header != NULL) {
         failed |= curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, transfer_header);
         failed |= curl_easy_setopt(curl, CURLOPT_HEADERDATA, transfer);

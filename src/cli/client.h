@@ -57,6 +57,11 @@ struct client_part {
     int64_t size;
 };
 
+/* Told how far a transfer is, several times a second and more (curl's progress meter); a
+ * total is 0 while it is not known. */
+typedef void (*client_progress_fn)(int64_t received, int64_t receive_total, int64_t sent,
+                                   int64_t send_total, void *opaque);
+
 /* Everything a request may carry; fields left zero are not used. */
 struct client_request {
     const char *method;
@@ -72,6 +77,8 @@ struct client_request {
     client_body_fn on_body;
     void *opaque;
     json_t **response;
+    client_progress_fn on_progress; /* NULL: none */
+    void *progress_opaque;
     /* The value of this response header (case-insensitive) goes to captured ("" if absent). */
     const char *capture_header;
     char captured[128];

@@ -12,6 +12,7 @@
 
 #include "cli/agent.h"
 #include "cli/cli.h"
+#include "cli/output.h"
 #include "cli/event_stream.h"
 #include "lib/io.h"
 
@@ -35,6 +36,7 @@ static const struct {
 
 struct code_state {
     bool json;        /* -o json: the events as they come, one per line */
+    bool yaml;        /* -o yaml: the same, a YAML document each */
     bool line_events; /* a bash context: output comes a line per event, its ending stripped */
     const char *save_dir;
     bool finished;
@@ -169,7 +171,10 @@ static int code_on_event(json_t *event, void *opaque, struct cove_error **err)
     const char *type = json_string_value(json_object_get(event, "type"));
     if (type == NULL)
         return 0;
-    if (state->json && strcmp(type, "ping") != 0) {
+    if (state->yaml && strcmp(type, "ping") != 0) {
+        fputs("---\n", stdout);
+        output_yaml_write(stdout, event);
+    } else if (state->json && strcmp(type, "ping") != 0) {
         char *line = json_dumps(event, JSON_COMPACT);
         if (line != NULL)
             printf("%s\n", line);
@@ -295,7 +300,9 @@ static int code_run(struct cli *cli, int argc, char **argv, struct cove_error **
     if (cli_connect(cli, err) < 0)
         return -1;
 
-    struct code_state state = {.json = cli->output == CLI_OUTPUT_JSON, .save_dir = save_dir};
+    struct code_state state = {.json = cli->output != CLI_OUTPUT_TABLE,
+                               .yaml = cli->output == CLI_OUTPUT_YAML,
+                               .save_dir = save_dir};
     /* A bash context's output comes as a command's does, a line per event. */
     if (language != NULL) {
         state.line_events = strcmp(language, "bash") == 0;

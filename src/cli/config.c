@@ -73,8 +73,9 @@ static const char *value_problem(enum config_key key, const char *value)
 {
     if (value[0] == '\0')
         return "needs a value";
-    if (key == CONFIG_OUTPUT && strcmp(value, "table") != 0 && strcmp(value, "json") != 0)
-        return "is table or json";
+    if (key == CONFIG_OUTPUT && strcmp(value, "table") != 0 && strcmp(value, "json") != 0 &&
+        strcmp(value, "yaml") != 0)
+        return "is table, json or yaml";
     return NULL;
 }
 
@@ -316,16 +317,24 @@ void config_file_release(struct config_file *file)
     *file = (struct config_file){0};
 }
 
-static const char *first_set(const char *explicit_value, const char *env1, const char *env2)
+/* The first of the option and the two variables that is set; *source names it. */
+static const char *first_set(const char *explicit_value, const char *option, const char *env1,
+                             const char *env2, const char **source)
 {
-    if (explicit_value != NULL && explicit_value[0] != '\0')
+    if (explicit_value != NULL && explicit_value[0] != '\0') {
+        *source = option;
         return explicit_value;
+    }
     const char *value = getenv(env1);
-    if (value != NULL && value[0] != '\0')
+    if (value != NULL && value[0] != '\0') {
+        *source = env1;
         return value;
+    }
     value = getenv(env2);
-    if (value != NULL && value[0] != '\0')
+    if (value != NULL && value[0] != '\0') {
+        *source = env2;
         return value;
+    }
     return NULL;
 }
 
@@ -352,11 +361,8 @@ static int server_url_normalize(const char *raw, char **url, struct cove_error *
  * whether that is allowed. */
 static void api_key_read_file(char **api_key)
 {
-    const char *state_dir = getenv("COVE_STATE_DIR");
-    if (state_dir == NULL || state_dir[0] == '\0')
-        state_dir = CONFIG_DEFAULT_STATE_DIR;
     char path[4096];
-    snprintf(path, sizeof(path), "%s/api_key", state_dir);
+    config_key_file_path(path, sizeof(path));
 
     FILE *file = fopen(path, "re");
     if (file == NULL)
@@ -374,21 +380,32 @@ static void api_key_read_file(char **api_key)
     *api_key = line;
 }
 
+void config_key_file_path(char *path, size_t size)
+{
+    const char *state_dir = getenv("COVE_STATE_DIR");
+    if (state_dir == NULL || state_dir[0] == '\0')
+        state_dir = CONFIG_DEFAULT_STATE_DIR;
+    snprintf(path, size, "%s/api_key", state_dir);
+}
+
 int config_resolve(const char *server, const char *api_key, const struct config_file *file,
                    struct config *config, struct cove_error **err)
 {
     *config = (struct config){0};
 
-    const char *raw_server = first_set(server, "COVE_SERVER", "OPEN_SANDBOX_DOMAIN");
-    if (raw_server == NULL && file != NULL)
-        raw_server = file->values[CONFIG_SERVER];
+    config->server_source = "default";
+    const char *raw_server =
+        first_set(server, "--server", "COVE_SERVER", "OPEN_SANDBOX_DOMAIN", &config->server_source);
+    if (raw_server == NULL && file != NULL && (raw_server = file->values[CONFIG_SERVER]) != NULL)
+        config->server_source = "config file";
     if (server_url_normalize(raw_server != NULL ? raw_server : CONFIG_DEFAULT_SERVER,
                              &config->server_url, err) < 0)
         return -1;
 
-    const char *key = first_set(api_key, "COVE_API_KEY", "OPEN_SANDBOX_API_KEY");
-    if (key == NULL && file != NULL)
-        key = file->values[CONFIG_API_KEY];
+    const char *key = first_set(api_key, "--api-key", "COVE_API_KEY", "OPEN_SANDBOX_API_KEY",
+                                &config->api_key_source);
+    if (key == NULL && file != NULL && (key = file->values[CONFIG_API_KEY]) != NULL)
+        config->api_key_source = "config file";
     if (key != NULL) {
         config->api_key = strdup(key);
         if (config->api_key == NULL) {
@@ -398,6 +415,7 @@ int config_resolve(const char *server, const char *api_key, const struct config_
         return 0;
     }
     api_key_read_file(&config->api_key);
+    config->api_key_source = config->api_key != NULL ? "key file" : NULL;
     return 0;
 }
 

@@ -57,7 +57,13 @@ void config_file_release(struct config_file *file);
 struct config {
     char *server_url; /* scheme://host[:port], no trailing slash */
     char *api_key;    /* NULL when no key was found: requests go without one */
+    /* where each came from: "--server", "COVE_SERVER", ..., "config file", "key file",
+     * "default"; api_key_source is NULL when there is no key */
+    const char *server_source, *api_key_source;
 };
+
+/* The key file coved writes: $COVE_STATE_DIR/api_key, else /var/lib/cove/api_key. */
+void config_key_file_path(char *path, size_t size);
 
 /* Resolves the server URL and API key. Explicit values (command-line options, may be NULL)
  * win over the environment, which wins over the config file (may be NULL), then the key file

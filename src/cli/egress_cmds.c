@@ -99,8 +99,8 @@ static void rule_row(const json_t *rule, const char **cells, char (*scratch)[256
  * rules in the order they are kept (all of it with -o json). */
 static int policy_print(const struct cli *cli, const json_t *answer, struct cove_error **err)
 {
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(answer, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, answer, err);
     const char *mode = json_string_value(json_object_get(answer, "mode"));
     json_t *rules = json_object_get(json_object_get(answer, "policy"), "egress");
     if (mode == NULL)
@@ -191,12 +191,53 @@ static int parse_id_and_file(struct cli *cli, int argc, char **argv, const char 
     return 0;
 }
 
-/* `egress patch ID --file F`: PATCH /policy with F's rules as they are ([{action, target}]). */
+/* osb's `--rule allow=pypi.org`: appends {action, target} to rules. */
+static int add_rule_option(json_t *rules, const char *text, struct cove_error **err)
+{
+    const char *equals = strchr(text, '=');
+    size_t action_len = equals != NULL ? (size_t)(equals - text) : 0;
+    bool allow = action_len == 5 && strncmp(text, "allow", 5) == 0;
+    bool deny = action_len == 4 && strncmp(text, "deny", 4) == 0;
+    if ((!allow && !deny) || equals[1] == '\0')
+        return cli_usage_error(err, "--rule expects allow=TARGET or deny=TARGET, got '%s'", text);
+    json_t *rule =
+        json_pack("{s:s, s:s}", "action", allow ? "allow" : "deny", "target", equals + 1);
+    if (rule == NULL || json_array_append_new(rules, rule) < 0)
+        return cli_usage_error(err, "--rule: '%s' is not valid UTF-8", text);
+    return 0;
+}
+
+/* `egress patch ID --file F | --rule ACTION=TARGET...`: PATCH /policy with F's rules as they
+ * are ([{action, target}]), or those of the --rule options. */
 static int egress_patch_file_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    const char *file;
-    if (parse_id_and_file(cli, argc, argv, &file, err) < 0)
-        return -1;
+    static const struct option options[] = {
+        CLI_COMMON_LONG_OPTIONS,
+        {"file", required_argument, NULL, 'f'},
+        {"rule", required_argument, NULL, 'r'},
+        {0},
+    };
+    const char *file = NULL;
+    cleanup_json json_t *given = json_array();
+    if (given == NULL)
+        return cove_error_sys(err, "cannot build the request");
+    int option;
+    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS "f:r:", options, NULL)) !=
+           -1) {
+        if (option == 'f')
+            file = optarg;
+        else if (option == 'r') {
+            if (add_rule_option(given, optarg, err) < 0)
+                return -1;
+        } else if (cli_common_option(cli, option, optarg, err) < 0)
+            return -1;
+    }
+    if (argc - optind != 1)
+        return cli_usage_error(err, "expects one sandbox id");
+    if ((file == NULL) == (json_array_size(given) == 0))
+        return cli_usage_error(err, "give --file FILE ('-' for stdin) or --rule ACTION=TARGET");
+    if (file == NULL)
+        return policy_call(cli, argv[optind], "PATCH", given, err);
     json_error_t error;
     bool from_stdin = strcmp(file, "-") == 0;
     cleanup_json json_t *rules =
@@ -269,8 +310,8 @@ static int egress_events_run(struct cli *cli, int argc, char **argv, struct cove
     }
     if (client_call(cli->client, "GET", path, NULL, &answer, err) < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(answer, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, answer, err);
     json_t *events = json_object_get(answer, "events");
     if (!json_is_array(events))
         return bad_response(err, "events");
@@ -318,14 +359,17 @@ static const struct cli_command egress_patch_command = {
     .name = "patch",
     .summary = "Merge rules from a file",
     .run = egress_patch_file_run,
-    .help = "Usage: cove egress patch [OPTIONS] ID --file FILE\n"
+    .help = "Usage: cove egress patch [OPTIONS] ID (--file FILE | --rule ACTION=TARGET...)\n"
             "\n"
             "Merge the rules in FILE ('-' for stdin), a JSON array [{\"action\": \"allow\",\n"
             "\"target\": \"pypi.org\"}, ...], into the policy (egress-api.yaml's PATCH /policy:\n"
             "a rule for a target the policy has replaces it). Prints the policy as 'get' does.\n"
             "\n"
             "Options:\n"
-            "  -f, --file FILE       the rules\n",
+            "  -f, --file FILE       the rules\n"
+            "  -r, --rule ACTION=TARGET\n"
+            "                        a rule, allow=pypi.org or deny=10.0.0.0/8 (repeatable;\n"
+            "                        osb's spelling), instead of --file\n",
 };
 
 static const struct cli_command egress_remove_command = {
@@ -458,8 +502,8 @@ static int bindings_print(const json_t *bindings, struct cove_error **err)
 static int vault_print(const struct cli *cli, json_t *answer, struct cove_error **err)
 {
     vault_redact(answer);
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(answer, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, answer, err);
     json_t *credentials = json_object_get(answer, "credentials");
     json_t *bindings = json_object_get(answer, "bindings");
     if (credentials == NULL && bindings == NULL) {

@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/event_stream.h"
+#include "cli/exec.h"
 #include "cli/shell_quote.h"
 #include "lib/agent_port.h"
 
@@ -120,6 +121,7 @@ static int exec_parse(struct cli *cli, int argc, char **argv, json_t *request, c
     static const struct option options[] = {
         CLI_COMMON_LONG_OPTIONS,
         {"detach", no_argument, NULL, 'd'},
+        {"background", no_argument, NULL, 'd'}, /* osb's name for it */
         {"cwd", required_argument, NULL, EXEC_OPTION_CWD},
         {"env", required_argument, NULL, 'e'},
         {"timeout", required_argument, NULL, EXEC_OPTION_TIMEOUT},
@@ -177,7 +179,26 @@ static int exec_parse(struct cli *cli, int argc, char **argv, json_t *request, c
     return 0;
 }
 
-static int exec_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+int exec_stream(struct cli *cli, const char *path, const json_t *request, bool background,
+                struct cove_error **err)
+{
+    struct exec_state state = {.background = background, .exit_status = CLI_EXIT_API_ERROR};
+    event_stream_init(&state.events, exec_on_event, &state);
+    int result = client_stream(cli->client, "POST", path, request, exec_on_body, &state, err);
+    if (result == 0 && !state.finished)
+        result = event_stream_finish(&state.events, err) < 0 ? -1 : 0;
+    event_stream_release(&state.events);
+    if (result < 0)
+        return -1;
+    if (!state.finished)
+        return cove_error_set(err, 0, 0, EXEC_ERROR_STREAM_ENDED,
+                              "the agent's event stream ended before the command %s",
+                              state.background ? "was started" : "finished");
+    cli->exit_status = state.exit_status;
+    return 0;
+}
+
+int exec_command_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
     cleanup_json json_t *request = json_pack("{s:b}", "background", 0);
     if (request == NULL)
@@ -202,29 +223,14 @@ static int exec_run(struct cli *cli, int argc, char **argv, struct cove_error **
         return cove_error_sys(err, "cannot build the request path");
     }
 
-    struct exec_state state = {
-        .background = json_is_true(json_object_get(request, "background")),
-        .exit_status = CLI_EXIT_API_ERROR,
-    };
-    event_stream_init(&state.events, exec_on_event, &state);
-    int result = client_stream(cli->client, "POST", path, request, exec_on_body, &state, err);
-    if (result == 0 && !state.finished)
-        result = event_stream_finish(&state.events, err) < 0 ? -1 : 0;
-    event_stream_release(&state.events);
-    if (result < 0)
-        return -1;
-    if (!state.finished)
-        return cove_error_set(err, 0, 0, EXEC_ERROR_STREAM_ENDED,
-                              "the agent's event stream ended before the command %s",
-                              state.background ? "was started" : "finished");
-    cli->exit_status = state.exit_status;
-    return 0;
+    return exec_stream(cli, path, request, json_is_true(json_object_get(request, "background")),
+                       err);
 }
 
 const struct cli_command exec_command = {
     .name = "exec",
     .summary = "Run a command in a sandbox",
-    .run = exec_run,
+    .run = exec_command_run,
     .help = "Usage: cove exec [OPTIONS] ID [--] COMMAND [ARGS...]\n"
             "\n"
             "Run COMMAND with ARGS in the sandbox, exactly as given (each word is quoted for the\n"
@@ -232,7 +238,9 @@ const struct cli_command exec_command = {
             "is produced, and cove exits with its exit status. Standard input is not passed.\n"
             "\n"
             "Options:\n"
-            "  -d, --detach          start the command in the background and print its id\n"
+            "  -d, --detach, --background\n"
+            "                        start the command in the background and print its id\n"
+            "                        ('cove command status|logs|interrupt ID CMD-ID')\n"
             "      --cwd DIR         working directory in the sandbox\n"
             "  -e, --env KEY=VALUE   environment variable for the command (repeatable)\n"
             "      --timeout SECONDS\n"

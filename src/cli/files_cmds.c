@@ -1,6 +1,6 @@
-/* `cove files`: the filesystem of a sandbox through its agent (execd listDirectory,
- * downloadFile, getFilesInfo, removeFiles, removeDirs, makeDirs, renameFiles, searchFiles,
- * chmodFiles). */
+/* `cove files` (and osb's `cove file`): the filesystem of a sandbox through its agent (execd
+ * listDirectory, downloadFile, uploadFile, getFilesInfo, removeFiles, removeDirs, makeDirs,
+ * renameFiles, searchFiles, chmodFiles, replaceContent). */
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -18,6 +18,9 @@ enum {
     FILES_OPTION_MODE,
     FILES_OPTION_OWNER,
     FILES_OPTION_GROUP,
+    FILES_OPTION_PATTERN,
+    FILES_OPTION_OLD,
+    FILES_OPTION_NEW,
 };
 
 /* listDirectory's depth for "everything below" (the agent stops at 256 levels anyway). */
@@ -147,8 +150,8 @@ static int files_table_print(const json_t *entries, const char *root, struct cov
 static int files_print(struct cli *cli, const json_t *entries, const char *root,
                        struct cove_error **err)
 {
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(entries, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, entries, err);
     return files_table_print(entries, root, err);
 }
 
@@ -245,7 +248,8 @@ static int cat_run(struct cli *cli, int argc, char **argv, struct cove_error **e
     if (cli_connect(cli, err) < 0)
         return -1;
     for (int i = first + 1; i < argc; i++)
-        if (transfer_download(cli, argv[first], argv[i], STDOUT_FILENO, "stdout", NULL, err) < 0)
+        if (transfer_download(cli, argv[first], argv[i], STDOUT_FILENO, "stdout", NULL, NULL, err) <
+            0)
             return -1;
     return 0;
 }
@@ -437,20 +441,26 @@ static const struct cli_command files_mkdir_command = {
 static int chmod_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
     struct permission_options permission = {.mode = -1};
-    /* no --mode: the mode is the first argument, as chmod(1) */
-    int first = files_parse(cli, argc, argv, NULL, permission_options + 1, permission_option,
-                            &permission, err);
+    /* without --mode (osb's way), the mode is the first argument, as chmod(1) */
+    int first =
+        files_parse(cli, argc, argv, NULL, permission_options, permission_option, &permission, err);
     if (first < 0)
         return -1;
-    if (argc - first < 3)
-        return cli_usage_error(err, "expects a sandbox id, a mode and at least one path");
-    const char *mode = argv[first + 1];
-    if ((permission.mode = agent_parse_mode(mode)) < 0)
-        return cli_usage_error(err, "expects the mode as octal digits such as 644, got '%s'", mode);
+    int paths = first + 1;
+    if (permission.mode < 0) {
+        if (argc - first < 3)
+            return cli_usage_error(err, "expects a sandbox id, a mode and at least one path");
+        const char *mode = argv[paths++];
+        if ((permission.mode = agent_parse_mode(mode)) < 0)
+            return cli_usage_error(err, "expects the mode as octal digits such as 644, got '%s'",
+                                   mode);
+    } else if (argc - first < 2) {
+        return cli_usage_error(err, "expects a sandbox id and at least one path");
+    }
     cleanup_json json_t *map = NULL;
     cleanup_free char *path = NULL;
     cleanup_json json_t *response = NULL;
-    if (permission_map(&permission, argc - first - 2, argv + first + 2, &map, err) < 0 ||
+    if (permission_map(&permission, argc - paths, argv + paths, &map, err) < 0 ||
         cli_connect(cli, err) < 0 ||
         agent_path(cli, argv[first], "/files/permissions", &path, err) < 0)
         return -1;
@@ -462,11 +472,13 @@ static const struct cli_command files_chmod_command = {
     .summary = "Change the mode (and owner) of files",
     .run = chmod_run,
     .help = "Usage: cove files chmod [OPTIONS] ID MODE PATH...\n"
+            "       cove files chmod [OPTIONS] ID PATH... --mode MODE\n"
             "\n"
             "Set the mode of PATH... in the sandbox to MODE, in octal (644, 0755, 4755).\n"
             "Symbolic links are followed.\n"
             "\n"
             "Options:\n"
+            "      --mode MODE       the mode, as osb takes it (then every argument is a PATH)\n"
             "      --owner USER      also make USER the owner\n"
             "      --group GROUP     also set the group\n",
 };
@@ -542,19 +554,34 @@ static const struct cli_command files_mv_command = {
 
 /* --- search ---------------------------------------------------------------------------- */
 
+static int pattern_option(int option, const char *arg, void *opaque, struct cove_error **err)
+{
+    (void)option;
+    (void)err;
+    *(const char **)opaque = arg;
+    return 0;
+}
+
 static int search_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    int first = files_parse(cli, argc, argv, NULL, NULL, NULL, NULL, err);
+    static const struct option options[] = {
+        {"pattern", required_argument, NULL, FILES_OPTION_PATTERN},
+        {0},
+    };
+    const char *pattern = NULL;
+    int first = files_parse(cli, argc, argv, NULL, options, pattern_option, &pattern, err);
     if (first < 0)
         return -1;
-    if (argc - first != 3)
+    if (argc - first != (pattern != NULL ? 2 : 3))
         return cli_usage_error(err, "expects a sandbox id, a directory and a pattern");
+    if (pattern == NULL)
+        pattern = argv[first + 2];
     cleanup_free char *path = NULL;
     cleanup_json json_t *entries = NULL;
     if (cli_connect(cli, err) < 0 ||
         agent_path(cli, argv[first], "/files/search", &path, err) < 0 ||
         agent_query_add(cli, &path, "path", argv[first + 1], err) < 0 ||
-        agent_query_add(cli, &path, "pattern", argv[first + 2], err) < 0 ||
+        agent_query_add(cli, &path, "pattern", pattern, err) < 0 ||
         client_call(cli->client, "GET", path, NULL, &entries, err) < 0)
         return -1;
     if (!json_is_array(entries))
@@ -567,20 +594,282 @@ static const struct cli_command files_search_command = {
     .name = "search",
     .summary = "Find files by name",
     .run = search_run,
-    .help = "Usage: cove files search [OPTIONS] ID DIR PATTERN\n"
+    .help = "Usage: cove files search [OPTIONS] ID DIR (PATTERN | --pattern PATTERN)\n"
             "\n"
             "List the files (not directories) anywhere below DIR in the sandbox whose name\n"
             "matches the glob PATTERN ('*.txt', 'data-[0-9]*', '{a,b}.c'; quote it for your\n"
             "shell). Symbolic links are listed, not followed.\n"
             "\n"
+            "Options:\n"
+            "      --pattern PATTERN the pattern, as osb takes it\n",
+};
+
+/* --- info ------------------------------------------------------------------------------ */
+
+static int info_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    int first = files_parse(cli, argc, argv, NULL, NULL, NULL, NULL, err);
+    if (first < 0)
+        return -1;
+    if (argc - first < 2)
+        return cli_usage_error(err, "expects a sandbox id and at least one path");
+    cleanup_json json_t *info = NULL;
+    if (cli_connect(cli, err) < 0 ||
+        files_info(cli, argv[first], argc - first - 1, argv + first + 1, &info, err) < 0)
+        return -1;
+    if (!json_is_object(info))
+        return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
+                              "the agent's file information is not an object");
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, info, err);
+    cleanup_json json_t *entries = json_array();
+    if (entries == NULL)
+        return cove_error_sys(err, "cannot build the table");
+    for (int i = first + 1; i < argc; i++)
+        json_array_append(entries, json_object_get(info, argv[i]));
+    return files_table_print(entries, NULL, err);
+}
+
+static const struct cli_command files_info_command = {
+    .name = "info",
+    .summary = "Show the type, size, mode and owner of files",
+    .run = info_run,
+    .help = "Usage: cove files info [OPTIONS] ID PATH...\n"
+            "\n"
+            "Show each PATH in the sandbox: type, size, mode and modification time (a symbolic\n"
+            "link itself, not its target). With -o json: the agent's {path: {path, type, size,\n"
+            "mode, owner, group, modified_at, created_at}}. A PATH that does not exist is an\n"
+            "error.\n"
+            "\n"
             "Options:\n",
+};
+
+/* --- rmdir ----------------------------------------------------------------------------- */
+
+static int rmdir_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    int first = files_parse(cli, argc, argv, NULL, NULL, NULL, NULL, err);
+    if (first < 0)
+        return -1;
+    if (argc - first < 2)
+        return cli_usage_error(err, "expects a sandbox id and at least one directory");
+    const char *id = argv[first];
+    int count = argc - first - 1;
+    char **paths = argv + first + 1;
+    if (cli_connect(cli, err) < 0)
+        return -1;
+    /* only directories: a file given by mistake is not removed with them */
+    for (int i = 0; i < count; i++) {
+        cleanup_json json_t *info = NULL;
+        if (files_info(cli, id, 1, &paths[i], &info, err) < 0)
+            return -1;
+        const char *type =
+            json_string_value(json_object_get(json_object_get(info, paths[i]), "type"));
+        if (type == NULL || strcmp(type, "directory") != 0)
+            return cove_error_set(err, 0, 400, "CLI::NOT_A_DIRECTORY",
+                                  "cannot remove %s: it is not a directory", paths[i]);
+    }
+    cleanup_free char *path = NULL;
+    cleanup_json json_t *response = NULL;
+    if (agent_path(cli, id, "/directories", &path, err) < 0 ||
+        add_paths(cli, &path, count, paths, err) < 0)
+        return -1;
+    return client_call(cli->client, "DELETE", path, NULL, &response, err);
+}
+
+static const struct cli_command files_rmdir_command = {
+    .name = "rmdir",
+    .summary = "Remove directories and what is in them",
+    .run = rmdir_run,
+    .help = "Usage: cove files rmdir [OPTIONS] ID DIR...\n"
+            "\n"
+            "Remove the directories DIR... in the sandbox with everything in them (execd's\n"
+            "removeDirs). Each must be a directory; all are checked before any is removed.\n"
+            "\n"
+            "Options:\n",
+};
+
+/* --- write ----------------------------------------------------------------------------- */
+
+struct write_options {
+    const char *content; /* NULL: standard input */
+    struct permission_options permission;
+};
+
+static int write_option(int option, const char *arg, void *opaque, struct cove_error **err)
+{
+    struct write_options *options = opaque;
+    if (option == 'c') {
+        options->content = arg;
+        return 0;
+    }
+    return permission_option(option, arg, &options->permission, err);
+}
+
+static int write_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {
+        {"content", required_argument, NULL, 'c'},
+        {"mode", required_argument, NULL, FILES_OPTION_MODE},
+        {"owner", required_argument, NULL, FILES_OPTION_OWNER},
+        {"group", required_argument, NULL, FILES_OPTION_GROUP},
+        {0},
+    };
+    struct write_options write = {.permission = {.mode = -1}};
+    int first = files_parse(cli, argc, argv, "c:", options, write_option, &write, err);
+    if (first < 0)
+        return -1;
+    if (argc - first != 2)
+        return cli_usage_error(err, "expects a sandbox id and a path");
+    const char *id = argv[first], *remote = argv[first + 1];
+    if (remote[0] == '\0' || remote[strlen(remote) - 1] == '/')
+        return cli_usage_error(err, "'%s' does not name a file", remote);
+    cleanup_json json_t *metadata = json_object();
+    if (metadata == NULL)
+        return cove_error_sys(err, "cannot build the request");
+    if (json_object_set_new(metadata, "path", json_string(remote)) < 0)
+        return cli_usage_error(err, "'%s' is not valid UTF-8", remote);
+    if (write.permission.mode >= 0)
+        json_object_set_new(metadata, "mode", json_integer(write.permission.mode));
+    if (write.permission.owner != NULL &&
+        json_object_set_new(metadata, "owner", json_string(write.permission.owner)) < 0)
+        return cli_usage_error(err, "--owner: '%s' is not valid UTF-8", write.permission.owner);
+    if (write.permission.group != NULL &&
+        json_object_set_new(metadata, "group", json_string(write.permission.group)) < 0)
+        return cli_usage_error(err, "--group: '%s' is not valid UTF-8", write.permission.group);
+    cleanup_free char *metadata_text = json_dumps(metadata, JSON_COMPACT);
+    cleanup_free char *path = NULL;
+    if (metadata_text == NULL)
+        return cove_error_sys(err, "cannot build the request");
+    if (cli_connect(cli, err) < 0 || agent_path(cli, id, "/files/upload", &path, err) < 0)
+        return -1;
+    struct client_part parts[] = {
+        {.name = "metadata",
+         .filename = "metadata",
+         .type = "application/json",
+         .data = metadata_text,
+         .len = strlen(metadata_text)},
+        {.name = "file",
+         .filename = agent_basename(remote),
+         .type = "application/octet-stream",
+         .fd = STDIN_FILENO,
+         .size = -1},
+    };
+    if (write.content != NULL) {
+        parts[1].data = write.content;
+        parts[1].len = strlen(write.content);
+    }
+    struct client_request request = {
+        .method = "POST", .path = path, .parts = parts, .parts_len = 2};
+    return client_request(cli->client, &request, err);
+}
+
+static const struct cli_command files_write_command = {
+    .name = "write",
+    .summary = "Write text (or standard input) to a file",
+    .run = write_run,
+    .help = "Usage: cove files write [OPTIONS] ID PATH [-c TEXT]\n"
+            "\n"
+            "Write TEXT, or standard input without -c, to the file PATH in the sandbox, which\n"
+            "is made or replaced (missing directories are made):\n"
+            "  cove file write $ID /tmp/hello.txt -c 'hello'\n"
+            "  date | cove file write $ID /tmp/now\n"
+            "\n"
+            "Options:\n"
+            "  -c, --content TEXT    what to write (default: standard input)\n"
+            "      --mode MODE       the file's mode, in octal (default: a new file gets 755,\n"
+            "                        a replaced one keeps its own)\n"
+            "      --owner USER      owner of the file (default root)\n"
+            "      --group GROUP     group of the file\n",
+};
+
+/* --- replace --------------------------------------------------------------------------- */
+
+struct replace_options {
+    const char *old_text, *new_text;
+};
+
+static int replace_option(int option, const char *arg, void *opaque, struct cove_error **err)
+{
+    struct replace_options *options = opaque;
+    (void)err;
+    if (option == FILES_OPTION_OLD)
+        options->old_text = arg;
+    else
+        options->new_text = arg;
+    return 0;
+}
+
+static int replace_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
+{
+    static const struct option options[] = {
+        {"old", required_argument, NULL, FILES_OPTION_OLD},
+        {"new", required_argument, NULL, FILES_OPTION_NEW},
+        {0},
+    };
+    struct replace_options replace = {0};
+    int first = files_parse(cli, argc, argv, NULL, options, replace_option, &replace, err);
+    if (first < 0)
+        return -1;
+    if (argc - first < 2)
+        return cli_usage_error(err, "expects a sandbox id and at least one path");
+    if (replace.old_text == NULL || replace.old_text[0] == '\0' || replace.new_text == NULL)
+        return cli_usage_error(err, "expects --old TEXT (not empty) and --new TEXT");
+    cleanup_json json_t *request = json_object();
+    if (request == NULL)
+        return cove_error_sys(err, "cannot build the request");
+    for (int i = first + 1; i < argc; i++) {
+        json_t *change = json_pack("{s:s, s:s}", "old", replace.old_text, "new", replace.new_text);
+        if (change == NULL || json_object_set_new(request, argv[i], change) < 0)
+            return cli_usage_error(err, "the paths and texts must be valid UTF-8");
+    }
+    cleanup_free char *path = NULL;
+    cleanup_json json_t *counts = NULL;
+    if (cli_connect(cli, err) < 0 ||
+        agent_path(cli, argv[first], "/files/replace?verbose=true", &path, err) < 0 ||
+        client_call(cli->client, "POST", path, request, &counts, err) < 0)
+        return -1;
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, counts, err);
+    for (int i = first + 1; i < argc; i++) {
+        json_t *count = json_object_get(json_object_get(counts, argv[i]), "replacedCount");
+        printf("%s: %lld replaced\n", argv[i], (long long)json_integer_value(count));
+    }
+    return 0;
+}
+
+static const struct cli_command files_replace_command = {
+    .name = "replace",
+    .summary = "Replace text in files",
+    .run = replace_run,
+    .help = "Usage: cove files replace [OPTIONS] ID PATH... --old TEXT --new TEXT\n"
+            "\n"
+            "Replace every occurrence of TEXT in each file PATH of the sandbox (execd's\n"
+            "replaceContent) and print how many there were, 'PATH: N replaced' (the agent's\n"
+            "{path: {replacedCount}} with -o json).\n"
+            "\n"
+            "Options:\n"
+            "      --old TEXT        what to replace (not empty)\n"
+            "      --new TEXT        what to put instead (may be empty)\n",
 };
 
 /* --- the group ------------------------------------------------------------------------- */
 
 static const struct cli_command *const files_subcommands[] = {
-    &files_ls_command, &files_cat_command,    &files_rm_command,    &files_mkdir_command,
-    &files_mv_command, &files_search_command, &files_chmod_command, NULL,
+    &files_ls_command,    &files_cat_command,   &files_write_command,   &files_rm_command,
+    &files_rmdir_command, &files_mkdir_command, &files_mv_command,      &files_search_command,
+    &files_info_command,  &files_chmod_command, &files_replace_command, NULL,
+};
+
+/* osb's `file`: the same, and upload and download */
+static const struct cli_command *const file_subcommands[] = {
+    &files_ls_command,      &files_cat_command,
+    &files_write_command,   &files_rm_command,
+    &files_rmdir_command,   &files_mkdir_command,
+    &files_mv_command,      &files_search_command,
+    &files_info_command,    &files_chmod_command,
+    &files_replace_command, &upload_command,
+    &download_command,      NULL,
 };
 
 const struct cli_command files_command = {
@@ -599,7 +888,27 @@ const struct cli_command files_command = {
             "  mv       Move or rename: cove files mv ID SOURCE DESTINATION\n"
             "  search   Find files by name: cove files search ID DIR PATTERN\n"
             "  chmod    Change modes: cove files chmod ID MODE PATH... [--owner U] [--group G]\n"
+            "  write    Write text to a file: cove files write ID PATH -c TEXT (or stdin)\n"
+            "  rmdir    Remove directories with their contents: cove files rmdir ID DIR...\n"
+            "  info     Show files: cove files info ID PATH...\n"
+            "  replace  Replace text: cove files replace ID PATH... --old A --new B\n"
             "\n"
             "'cove files COMMAND --help' for a command's options. Paths are in the sandbox;\n"
             "-o json prints the agent's answers as JSON.\n",
+};
+
+const struct cli_command file_command = {
+    .name = "file",
+    .summary = "Files in a sandbox as osb spells it: 'cove files' and upload, download",
+    .subcommands = file_subcommands,
+    .help = "Usage: cove file COMMAND [OPTIONS] ID ...\n"
+            "\n"
+            "The commands of 'cove files' ('cove files --help'), spelled as OpenSandbox's osb\n"
+            "does, with its flags: 'file chmod ID PATH --mode 755', 'file search ID DIR\n"
+            "--pattern GLOB', 'file write ID PATH -c TEXT'; and 'file upload ID LOCAL REMOTE',\n"
+            "'file download ID REMOTE LOCAL' (cove upload, cove download).\n"
+            "\n"
+            "Commands:\n"
+            "  ls, cat, write, rm, rmdir, mkdir, mv, search, info, chmod, replace,\n"
+            "  upload, download\n",
 };

@@ -33,6 +33,32 @@ static const struct cli_command *const network_commands[] = {
     NULL,
 };
 
+/* OpenSandbox's osb spelling: `cove sandbox kill`, `cove command run`, `cove file cat`. */
+static const struct cli_command *const group_commands[] = {
+    &sandbox_command,
+    &command_command,
+    &file_command,
+    NULL,
+};
+
+/* About cove itself: help, the manual, completion. */
+static const struct cli_command *const help_commands[] = {
+    &help_command,
+    &completion_command,
+    NULL,
+};
+
+/* clang-format off */
+const struct cli_section cli_sections[] = {
+    {"Commands", commands},
+    {"Files, logs and terminals", agent_commands},
+    {"Network", network_commands},
+    {"Grouped as osb spells them", group_commands},
+    {"Help", help_commands},
+    {NULL, NULL},
+};
+/* clang-format on */
+
 static void print_commands(FILE *out, const struct cli_command *const *table)
 {
     for (const struct cli_command *const *command = table; *command != NULL; command++) {
@@ -45,23 +71,21 @@ static void print_commands(FILE *out, const struct cli_command *const *table)
     }
 }
 
-static void print_help(FILE *out)
+void cli_print_main_help(FILE *out)
 {
     fputs("Usage: cove [OPTIONS] COMMAND [ARGS...]\n"
           "\n"
-          "Create sandboxes, run commands in them, and throw them away.\n"
-          "\n"
-          "Commands:\n",
+          "Create sandboxes, run commands in them, and throw them away.\n",
           out);
-    print_commands(out, commands);
-    fputs("\nFiles, logs and terminals:\n", out);
-    print_commands(out, agent_commands);
-    fputs("\nNetwork:\n", out);
-    print_commands(out, network_commands);
+    for (const struct cli_section *section = cli_sections; section->title != NULL; section++) {
+        fprintf(out, "\n%s:\n", section->title);
+        print_commands(out, section->commands);
+    }
     fprintf(out,
             "\n"
             "Options (also accepted after COMMAND):\n"
-            "  -o, --output FORMAT   table or json; else the config file's output, or table\n"
+            "  -o, --output FORMAT   table, json or yaml; else the config file's output, or\n"
+            "                        table\n"
             "      --server URL      coved's address; else $COVE_SERVER, $OPEN_SANDBOX_DOMAIN,\n"
             "                        the config file's server, or %s\n"
             "      --api-key KEY     API key; else $COVE_API_KEY, $OPEN_SANDBOX_API_KEY, the\n"
@@ -107,7 +131,7 @@ static int run(struct cli *cli, int argc, char **argv, struct cove_error **err)
     int option;
     while ((option = getopt_long(argc, argv, "+" CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1) {
         if (option == 'h') {
-            print_help(stdout);
+            cli_print_main_help(stdout);
             return CLI_EXIT_OK;
         }
         if (option == CLI_OPTION_VERSION) {
@@ -118,24 +142,24 @@ static int run(struct cli *cli, int argc, char **argv, struct cove_error **err)
             return -1;
     }
     if (optind >= argc) {
-        print_help(stderr);
+        cli_print_main_help(stderr);
         return CLI_EXIT_USAGE;
     }
     argc -= optind;
     argv += optind;
 
-    const struct cli_command *command = command_find(commands, argv[0]);
-    if (command == NULL)
-        command = command_find(agent_commands, argv[0]);
-    if (command == NULL)
-        command = command_find(network_commands, argv[0]);
+    const struct cli_command *command = NULL;
+    for (const struct cli_section *section = cli_sections; section->title != NULL; section++)
+        if (command == NULL)
+            command = command_find(section->commands, argv[0]);
     if (command == NULL)
         return cli_usage_error(err, "unknown command '%s'", argv[0]);
     snprintf(name, sizeof(name), "cove %s", command->name);
     cli->command = command;
     cli->command_name = name;
 
-    if (command->subcommands != NULL) {
+    /* a group, such as `cove template` or `cove command session`: its command follows */
+    while (command->subcommands != NULL) {
         if (argc < 2 || is_help(argv[1])) {
             fputs(command->help, argc < 2 ? stderr : stdout);
             return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
@@ -143,7 +167,8 @@ static int run(struct cli *cli, int argc, char **argv, struct cove_error **err)
         const struct cli_command *subcommand = command_find(command->subcommands, argv[1]);
         if (subcommand == NULL)
             return cli_usage_error(err, "unknown command '%s'", argv[1]);
-        snprintf(name, sizeof(name), "cove %s %s", command->name, subcommand->name);
+        size_t len = strlen(name);
+        snprintf(name + len, sizeof(name) - len, " %s", subcommand->name);
         cli->command = command = subcommand;
         argc--;
         argv++;

@@ -4,10 +4,177 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int output_json(const json_t *value, struct cove_error **err)
 {
     if (json_dumpf(value, stdout, JSON_INDENT(2) | JSON_ENCODE_ANY) < 0 || fputc('\n', stdout) < 0)
+        return cove_error_sys(err, "cannot write the output");
+    return 0;
+}
+
+/* --- YAML ----------------------------------------------------------------------------- */
+
+bool output_yaml_plain(const char *s, size_t len)
+{
+    /* words YAML 1.1 reads as null or booleans (1.2 reads fewer) */
+    static const char *const reserved[] = {"null", "true", "false", "yes", "no",
+                                           "on",   "off",  "y",     "n",   "~"};
+    if (len == 0 || strlen(s) != len)
+        return false; /* empty, or a NUL inside */
+    unsigned char first = (unsigned char)s[0];
+    /* a letter, '_' or '/' first: never a number, an indicator or a directive */
+    if (!isalpha(first) && first != '_' && first != '/' && first < 0x80)
+        return false;
+    if (s[len - 1] == ' ')
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80 || isalnum(c))
+            continue;
+        if (strchr("_./ +=@-", c) == NULL)
+            return false;
+    }
+    for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+        if (strcasecmp(s, reserved[i]) == 0)
+            return false;
+    return true;
+}
+
+/* A double-quoted scalar: the escapes of YAML's double-quoted style. */
+static void yaml_quoted(FILE *out, const char *s, size_t len)
+{
+    fputc('"', out);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", out);
+        else if (c == '\t')
+            fputs("\\t", out);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(out, "\\x%02x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+static void yaml_string(FILE *out, const char *s, size_t len)
+{
+    if (output_yaml_plain(s, len))
+        fwrite(s, 1, len, out);
+    else
+        yaml_quoted(out, s, len);
+}
+
+/* A scalar, or an empty object or array (in flow style). */
+static void yaml_scalar(FILE *out, const json_t *value)
+{
+    switch (json_typeof(value)) {
+    case JSON_STRING:
+        yaml_string(out, json_string_value(value), json_string_length(value));
+        break;
+    case JSON_INTEGER:
+        fprintf(out, "%" JSON_INTEGER_FORMAT, json_integer_value(value));
+        break;
+    case JSON_REAL: {
+        char text[40];
+        snprintf(text, sizeof(text), "%.17g", json_real_value(value));
+        /* 1e+20 and 3 must stay floats: YAML 1.1 wants a '.' in them */
+        if (strchr(text, '.') == NULL && strchr(text, 'n') == NULL) {
+            char *e = strchr(text, 'e');
+            if (e != NULL) {
+                char exponent[24];
+                snprintf(exponent, sizeof(exponent), "%s", e);
+                snprintf(e, sizeof(text) - (size_t)(e - text), ".0%s", exponent);
+            } else {
+                strcat(text, ".0");
+            }
+        }
+        fputs(strcmp(text, "inf") == 0 ? ".inf" : strcmp(text, "-inf") == 0 ? "-.inf" : text, out);
+        break;
+    }
+    case JSON_TRUE:
+        fputs("true", out);
+        break;
+    case JSON_FALSE:
+        fputs("false", out);
+        break;
+    case JSON_OBJECT:
+        fputs("{}", out);
+        break;
+    case JSON_ARRAY:
+        fputs("[]", out);
+        break;
+    default:
+        fputs("null", out);
+    }
+}
+
+static bool is_block(const json_t *value)
+{
+    return (json_is_object(value) && json_object_size(value) > 0) ||
+           (json_is_array(value) && json_array_size(value) > 0);
+}
+
+/* A block node at `indent`; its first line goes where the cursor is when first_inline (after
+ * a "- "), else on a line of its own. */
+static void yaml_block(FILE *out, const json_t *value, int indent, bool first_inline)
+{
+    bool first = true;
+    if (json_is_object(value)) {
+        const char *key;
+        json_t *child;
+        json_object_foreach((json_t *)value, key, child)
+        {
+            if (!first || !first_inline)
+                fprintf(out, "%*s", indent, "");
+            first = false;
+            yaml_string(out, key, strlen(key));
+            if (is_block(child)) {
+                fputs(":\n", out);
+                yaml_block(out, child, indent + 2, false);
+            } else {
+                fputs(": ", out);
+                yaml_scalar(out, child);
+                fputc('\n', out);
+            }
+        }
+        return;
+    }
+    size_t index;
+    json_t *child;
+    json_array_foreach(value, index, child)
+    {
+        if (!first || !first_inline)
+            fprintf(out, "%*s", indent, "");
+        first = false;
+        fputs("- ", out);
+        if (is_block(child)) {
+            yaml_block(out, child, indent + 2, true);
+        } else {
+            yaml_scalar(out, child);
+            fputc('\n', out);
+        }
+    }
+}
+
+int output_yaml_write(FILE *out, const json_t *value)
+{
+    if (is_block(value)) {
+        yaml_block(out, value, 0, false);
+    } else {
+        yaml_scalar(out, value);
+        fputc('\n', out);
+    }
+    return fflush(out) == 0 && !ferror(out) ? 0 : -1;
+}
+
+int output_yaml(const json_t *value, struct cove_error **err)
+{
+    if (output_yaml_write(stdout, value) < 0)
         return cove_error_sys(err, "cannot write the output");
     return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -17,6 +18,9 @@
 /* OpenSandbox requires resourceLimits and asks clients for these defaults. */
 #define SANDBOX_DEFAULT_CPU "500m"
 #define SANDBOX_DEFAULT_MEMORY "512Mi"
+/* As the OpenSandbox SDKs: a sandbox a user forgets is gone after 10 minutes. */
+#define SANDBOX_DEFAULT_TIMEOUT 600
+#define SANDBOX_DEFAULT_TIMEOUT_TEXT "600"
 /* OpenSandbox requires an entrypoint with an image. This one idles in any root filesystem
  * with a POSIX sh: GNU sleep takes "infinity"; where sleep does not (some busybox builds) it
  * fails at once and the loop takes over, and the loop ends rather than spins if there is no
@@ -165,8 +169,11 @@ static int create_network_policy(json_t *request, const char *network, json_t *r
 static int create_parse_timeout(const char *text, json_t *request, struct cove_error **err)
 {
     long long seconds = 0;
-    if (strcmp(text, "none") != 0 && parse_positive_integer(text, &seconds) < 0)
-        return cli_usage_error(err, "--timeout expects seconds or 'none', got '%s'", text);
+    if (strcmp(text, "none") != 0 && (seconds = cli_parse_duration(text, true)) < 0)
+        return cli_usage_error(err,
+                               "--timeout expects seconds (or 30s, 10m, 2h, 1d), 0 or 'none', "
+                               "got '%s'",
+                               text);
     /* null: the sandbox never expires (createSandbox) */
     json_t *timeout = seconds > 0 ? json_integer(seconds) : json_null();
     if (json_object_set_new(request, "timeout", timeout) < 0)
@@ -174,13 +181,33 @@ static int create_parse_timeout(const char *text, json_t *request, struct cove_e
     return 0;
 }
 
+/* The byte units coved accepts in --memory and --disk (src/coved/api/quantity.c), checked
+ * here so that a mistake is explained before the request: "1g" is not one of them. */
+static int check_size(const char *text, const char *option, struct cove_error **err)
+{
+    static const char *const units[] = {"Ki", "Mi", "Gi", "Ti", "k", "K", "M", "G", "T", ""};
+    const char *unit = text;
+    while ((*unit >= '0' && *unit <= '9') || *unit == '.')
+        unit++;
+    if (unit == text)
+        return cli_usage_error(err, "%s expects a size such as 512Mi or 2Gi, got '%s'", option,
+                               text);
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (strcmp(unit, units[i]) == 0)
+            return 0;
+    return cli_usage_error(err,
+                           "%s: unknown unit '%s' in '%s': use Ki, Mi, Gi, Ti (powers of 1024), "
+                           "k or K, M, G, T (powers of 1000), or none for bytes",
+                           option, unit, text);
+}
+
 /* An answer as the user asked for it: all of it with -o json, else its one field that
  * matters (the server `did` what the command asked, so a missing field is its fault). */
 static int print_answer(const struct cli *cli, json_t *answer, const char *field, const char *did,
                         struct cove_error **err)
 {
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(answer, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, answer, err);
     const char *value = json_string_value(json_object_get(answer, field));
     if (value == NULL)
         return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE, "the server %s but sent no %s",
@@ -194,6 +221,7 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
     static const struct option options[] = {
         CLI_COMMON_LONG_OPTIONS,
         {"template", required_argument, NULL, 't'},
+        {"image", required_argument, NULL, 't'}, /* osb's name for it */
         {"cpu", required_argument, NULL, CREATE_OPTION_CPU},
         {"memory", required_argument, NULL, CREATE_OPTION_MEMORY},
         {"pids", required_argument, NULL, CREATE_OPTION_PIDS},
@@ -233,7 +261,8 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
                 return -1;
             break;
         case CREATE_OPTION_MEMORY:
-            if (set_string(limits, "memory", optarg, "--memory", err) < 0)
+            if (check_size(optarg, "--memory", err) < 0 ||
+                set_string(limits, "memory", optarg, "--memory", err) < 0)
                 return -1;
             break;
         case CREATE_OPTION_PIDS:
@@ -242,7 +271,8 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
             json_object_set_new(limits, "pids", json_string(optarg));
             break;
         case CREATE_OPTION_DISK:
-            if (set_string(limits, "ephemeral-storage", optarg, "--disk", err) < 0)
+            if (check_size(optarg, "--disk", err) < 0 ||
+                set_string(limits, "ephemeral-storage", optarg, "--disk", err) < 0)
                 return -1;
             break;
         case CREATE_OPTION_TIMEOUT:
@@ -276,6 +306,9 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
     }
     if (create_network_policy(request, network, rules, err) < 0)
         return -1;
+    if (json_object_get(request, "timeout") == NULL &&
+        json_object_set_new(request, "timeout", json_integer(SANDBOX_DEFAULT_TIMEOUT)) < 0)
+        return cove_error_sys(err, "cannot build the request");
     if (credential_proxy &&
         json_object_set_new(request, "credentialProxy", json_pack("{s:b}", "enabled", 1)) < 0)
         return cove_error_sys(err, "cannot build the request");
@@ -313,18 +346,26 @@ const struct cli_command sandbox_create_command = {
     .help = "Usage: cove create [OPTIONS] [--] [ENTRYPOINT [ARGS...]]\n"
             "\n"
             "Create a sandbox from a template and print its id (all of it with -o json):\n"
-            "  ID=$(cove create -t base --timeout 600)\n"
-            "Without an entrypoint the sandbox idles until it is killed or expires.\n"
+            "  ID=$(cove create -t base --timeout 30m)\n"
+            "Without an entrypoint the sandbox idles until it is killed or expires. It expires\n"
+            "after " SANDBOX_DEFAULT_TIMEOUT_TEXT
+            " seconds (10 minutes) unless --timeout says otherwise;\n"
+            "--timeout 0 makes one that lives until 'cove kill'.\n"
             "What it may reach over the network: 'cove egress --help'.\n"
             "\n"
             "Options:\n"
             "  -t, --template NAME   template to start from (" SANDBOX_DEFAULT_TEMPLATE ")\n"
+            "      --image NAME      the same (osb's spelling)\n"
             "      --cpu QUANTITY    CPU limit, e.g. 2 (" SANDBOX_DEFAULT_CPU ")\n"
-            "      --memory SIZE     memory limit, e.g. 2Gi (" SANDBOX_DEFAULT_MEMORY ")\n"
+            "      --memory SIZE     memory limit, e.g. 2Gi (" SANDBOX_DEFAULT_MEMORY
+            "); units: Ki Mi Gi Ti,\n"
+            "                        k K M G T (powers of 1000), none for bytes\n"
             "      --pids N          limit on the number of processes\n"
             "      --disk SIZE       size cap of the sandbox's writable layer, e.g. 1Gi\n"
-            "      --timeout SECONDS|none\n"
-            "                        kill the sandbox after this long (default: never)\n"
+            "      --timeout SECONDS|DURATION|0\n"
+            "                        kill the sandbox after this long: 600, 90s, 30m, 2h, 1d\n"
+            "                        (default: " SANDBOX_DEFAULT_TIMEOUT_TEXT
+            ", 10 minutes); 0 or 'none': never\n"
             "  -e, --env KEY=VALUE   environment variable for the sandbox (repeatable)\n"
             "  -m, --metadata KEY=VALUE\n"
             "                        tag to filter by, e.g. owner=me (repeatable)\n"
@@ -355,8 +396,8 @@ static int get_run(struct cli *cli, int argc, char **argv, struct cove_error **e
     if (cli_connect(cli, err) < 0 || sandbox_path(cli, argv[optind], "", &path, err) < 0 ||
         client_call(cli->client, "GET", path, NULL, &sandbox, err) < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(sandbox, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, sandbox, err);
     cleanup_json json_t *one = json_pack("[O]", sandbox);
     if (one == NULL)
         return cove_error_sys(err, "cannot build the table");
@@ -489,11 +530,11 @@ static int list_run(struct cli *cli, int argc, char **argv, struct cove_error **
             break;
     }
 
-    if (cli->output == CLI_OUTPUT_JSON) {
+    if (cli->output != CLI_OUTPUT_TABLE) {
         cleanup_json json_t *list = json_pack("{s:O}", "items", all);
         if (list == NULL)
             return cove_error_sys(err, "cannot build the list");
-        return output_json(list, err);
+        return cli_print_value(cli, list, err);
     }
     return sandbox_table_print(all, err);
 }
@@ -518,13 +559,42 @@ const struct cli_command sandbox_list_command = {
 /* Applies one call to each sandbox id given. A sandbox the server refuses is reported and the
  * others still handled; the exit status is then that of the last refusal. Losing the server
  * stops everything. */
-static int sandbox_for_each(struct cli *cli, int argc, char **argv, const char *method,
-                            const char *suffix, struct cove_error **err)
+/* Asks on the terminal whether to go on with `what`; true for "y" or "yes". */
+static bool confirm(const char *what, int count, char **ids)
 {
-    if (cli_parse_common_options(cli, argc, argv, err) < 0)
-        return -1;
+    fprintf(stderr, "%s", what);
+    for (int i = 0; i < count; i++)
+        fprintf(stderr, " %s", ids[i]);
+    fprintf(stderr, "? [y/N] ");
+    fflush(stderr);
+    char answer[16];
+    if (fgets(answer, sizeof(answer), stdin) == NULL)
+        return false;
+    answer[strcspn(answer, "\r\n")] = '\0';
+    return strcasecmp(answer, "y") == 0 || strcasecmp(answer, "yes") == 0;
+}
+
+/* `ask`: on a terminal, asks before going on unless --yes (which scripts may always give). */
+static int sandbox_for_each(struct cli *cli, int argc, char **argv, const char *method,
+                            const char *suffix, const char *ask, struct cove_error **err)
+{
+    static const struct option options[] = {
+        CLI_COMMON_LONG_OPTIONS,
+        {"yes", no_argument, NULL, 'y'},
+        {0},
+    };
+    bool yes = false;
+    int option;
+    while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS "y", options, NULL)) != -1) {
+        if (option == 'y' && ask != NULL)
+            yes = true;
+        else if (cli_common_option(cli, option, optarg, err) < 0)
+            return -1;
+    }
     if (optind >= argc)
         return cli_usage_error(err, "expects at least one sandbox id");
+    if (ask != NULL && !yes && cli_interactive() && !confirm(ask, argc - optind, argv + optind))
+        return cove_error_set(err, 0, 0, "CLI::CANCELLED", "not confirmed: nothing was done");
     if (cli_connect(cli, err) < 0)
         return -1;
     for (int i = optind; i < argc; i++) {
@@ -544,17 +614,17 @@ static int sandbox_for_each(struct cli *cli, int argc, char **argv, const char *
 
 static int kill_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    return sandbox_for_each(cli, argc, argv, "DELETE", "", err);
+    return sandbox_for_each(cli, argc, argv, "DELETE", "", "Delete sandbox(es)", err);
 }
 
 static int pause_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    return sandbox_for_each(cli, argc, argv, "POST", "/pause", err);
+    return sandbox_for_each(cli, argc, argv, "POST", "/pause", NULL, err);
 }
 
 static int resume_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
-    return sandbox_for_each(cli, argc, argv, "POST", "/resume", err);
+    return sandbox_for_each(cli, argc, argv, "POST", "/resume", NULL, err);
 }
 
 const struct cli_command sandbox_kill_command = {
@@ -563,9 +633,11 @@ const struct cli_command sandbox_kill_command = {
     .run = kill_run,
     .help = "Usage: cove kill [OPTIONS] ID...\n"
             "\n"
-            "Stop each sandbox's processes and delete its files.\n"
+            "Stop each sandbox's processes and delete its files. On a terminal (standard input\n"
+            "and error both), it asks first; elsewhere, as in scripts, it never does.\n"
             "\n"
-            "Options:\n",
+            "Options:\n"
+            "  -y, --yes             do not ask\n",
 };
 
 const struct cli_command sandbox_pause_command = {
@@ -639,9 +711,11 @@ static int renew_run(struct cli *cli, int argc, char **argv, struct cove_error *
 
     char when[64];
     if (timeout != NULL) {
-        long long seconds;
-        if (parse_positive_integer(timeout, &seconds) < 0)
-            return cli_usage_error(err, "--timeout expects a positive number of seconds, got '%s'",
+        long long seconds = cli_parse_duration(timeout, false);
+        if (seconds < 0)
+            return cli_usage_error(err,
+                                   "--timeout expects a positive number of seconds (or 90s, 30m, "
+                                   "2h, 1d), got '%s'",
                                    timeout);
         if (renew_time_from_now(seconds, when, sizeof(when), err) < 0)
             return -1;
@@ -677,8 +751,8 @@ const struct cli_command sandbox_renew_command = {
             "sandbox created without a timeout never expires and cannot be renewed.\n"
             "\n"
             "Options:\n"
-            "      --timeout SECONDS\n"
-            "                        expire this many seconds from now\n"
+            "      --timeout SECONDS|DURATION\n"
+            "                        expire this long from now: 600, 90s, 30m, 2h, 1d\n"
             "      --expires-at TIME expire at this RFC 3339 time, e.g. 2030-01-02T15:04:05Z\n",
 };
 
@@ -688,6 +762,7 @@ enum {
     ENDPOINT_OPTION_SERVER_PROXY = CLI_OPTION_COMMAND,
     ENDPOINT_OPTION_EXPIRES,
     ENDPOINT_OPTION_EXPIRES_AT,
+    ENDPOINT_OPTION_PORT,
 };
 
 /* The endpoint as a URL: coved answers "host:port/path" and the scheme is the server's. */
@@ -721,8 +796,10 @@ static int endpoint_run(struct cli *cli, int argc, char **argv, struct cove_erro
         {"server-proxy", no_argument, NULL, ENDPOINT_OPTION_SERVER_PROXY},
         {"expires", required_argument, NULL, ENDPOINT_OPTION_EXPIRES},
         {"expires-at", required_argument, NULL, ENDPOINT_OPTION_EXPIRES_AT},
+        {"port", required_argument, NULL, ENDPOINT_OPTION_PORT},
         {0},
     };
+    const char *port_option = NULL;
     bool server_proxy = false;
     const char *expires = NULL;
     const char *expires_at = NULL;
@@ -734,15 +811,17 @@ static int endpoint_run(struct cli *cli, int argc, char **argv, struct cove_erro
             expires = optarg;
         else if (option == ENDPOINT_OPTION_EXPIRES_AT)
             expires_at = optarg;
+        else if (option == ENDPOINT_OPTION_PORT)
+            port_option = optarg;
         else if (cli_common_option(cli, option, optarg, err) < 0)
             return -1;
     }
-    if (argc - optind != 2)
+    if (argc - optind != (port_option != NULL ? 1 : 2))
         return cli_usage_error(err, "expects a sandbox id and a port");
+    const char *port_text = port_option != NULL ? port_option : argv[optind + 1];
     long long port;
-    if (parse_positive_integer(argv[optind + 1], &port) < 0 || port > 65535)
-        return cli_usage_error(err, "the port is a number from 1 to 65535, got '%s'",
-                               argv[optind + 1]);
+    if (parse_positive_integer(port_text, &port) < 0 || port > 65535)
+        return cli_usage_error(err, "the port is a number from 1 to 65535, got '%s'", port_text);
     if (expires != NULL && expires_at != NULL)
         return cli_usage_error(err, "give --expires or --expires-at, not both");
     long long unix_seconds = 0;
@@ -773,8 +852,8 @@ static int endpoint_run(struct cli *cli, int argc, char **argv, struct cove_erro
     if (cli_connect(cli, err) < 0 || sandbox_path(cli, argv[optind], suffix, &path, err) < 0 ||
         client_call(cli->client, "GET", path, NULL, &response, err) < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(response, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, response, err);
     return endpoint_print(cli, response, err);
 }
 
@@ -782,7 +861,7 @@ const struct cli_command sandbox_endpoint_command = {
     .name = "endpoint",
     .summary = "Print the URL of a port in a sandbox, and the headers it needs",
     .run = endpoint_run,
-    .help = "Usage: cove endpoint [OPTIONS] ID PORT\n"
+    .help = "Usage: cove endpoint [OPTIONS] ID (PORT | --port PORT)\n"
             "\n"
             "Print the URL through which a service listening on PORT in the sandbox is reached,\n"
             "then the headers a client must send with it, one 'Name: value' a line:\n"
@@ -790,6 +869,7 @@ const struct cli_command sandbox_endpoint_command = {
             "The URL needs no API key. With -o json: the server's {\"endpoint\",\"headers\"}.\n"
             "\n"
             "Options:\n"
+            "      --port PORT       the port, as osb spells it\n"
             "      --server-proxy    ask for a route through the server\n"
             "      --expires SECONDS\n"
             "                        a signed URL, valid this many seconds from now, that needs\n"
@@ -869,8 +949,8 @@ static int metadata_run(struct cli *cli, int argc, char **argv, struct cove_erro
         client_call(cli->client, changes ? "PATCH" : "GET", path, changes ? patch : NULL, &sandbox,
                     err) < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(sandbox, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, sandbox, err);
     return metadata_print(sandbox, err);
 }
 
@@ -886,4 +966,38 @@ const struct cli_command sandbox_metadata_command = {
             "Without changes, only print it.\n"
             "\n"
             "Options:\n",
+};
+
+/* --- the group: osb's `sandbox VERB` ---------------------------------------------------- */
+
+static const struct cli_command *const sandbox_subcommands[] = {
+    &sandbox_create_command,  &sandbox_list_command,     &sandbox_get_command,
+    &sandbox_kill_command,    &sandbox_pause_command,    &sandbox_resume_command,
+    &sandbox_renew_command,   &sandbox_endpoint_command, &sandbox_health_command,
+    &sandbox_metrics_command, &sandbox_metadata_command, NULL,
+};
+
+const struct cli_command sandbox_command = {
+    .name = "sandbox",
+    .summary = "The commands above as 'sandbox VERB' (osb's spelling), and health, metrics",
+    .subcommands = sandbox_subcommands,
+    .help = "Usage: cove sandbox COMMAND [OPTIONS] ...\n"
+            "\n"
+            "Sandbox lifecycle, spelled as OpenSandbox's osb does; each is the cove command of\n"
+            "the same name ('cove sandbox kill ID' is 'cove kill ID').\n"
+            "\n"
+            "Commands:\n"
+            "  create     Create a sandbox and print its id (expires in 10 minutes by default)\n"
+            "  list       List sandboxes\n"
+            "  get        Show a sandbox\n"
+            "  kill       Delete sandboxes (--yes accepted)\n"
+            "  pause      Freeze sandboxes\n"
+            "  resume     Thaw paused sandboxes\n"
+            "  renew      Push back when a sandbox expires\n"
+            "  endpoint   Print the URL of a port in a sandbox (--port PORT)\n"
+            "  health     Check that a sandbox's agent answers\n"
+            "  metrics    Print a sandbox's CPU and memory use\n"
+            "  metadata   Show or change a sandbox's metadata\n"
+            "\n"
+            "'cove sandbox COMMAND --help' for a command's options.\n",
 };

@@ -30,8 +30,8 @@ static int template_list_run(struct cli *cli, int argc, char **argv, struct cove
     if (cli_connect(cli, err) < 0 ||
         client_call(cli->client, "GET", "/v1/templates", NULL, &response, err) < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(response, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, response, err);
     json_t *items = json_object_get(response, "items");
     if (!json_is_array(items))
         return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
@@ -204,8 +204,8 @@ static int template_add_run(struct cli *cli, int argc, char **argv, struct cove_
     close(fd);
     if (rc < 0)
         return -1;
-    if (cli->output == CLI_OUTPUT_JSON)
-        return output_json(response, err);
+    if (cli->output != CLI_OUTPUT_TABLE)
+        return cli_print_value(cli, response, err);
     printf("%s\n", name);
     return 0;
 }
@@ -226,7 +226,7 @@ static int template_rm_run(struct cli *cli, int argc, char **argv, struct cove_e
         snprintf(path, sizeof(path), "/v1/templates/%s", escaped);
         if (client_call(cli->client, "DELETE", path, NULL, NULL, err) < 0)
             return -1;
-        if (cli->output != CLI_OUTPUT_JSON)
+        if (cli->output == CLI_OUTPUT_TABLE)
             printf("%s\n", argv[i]);
     }
     return 0;

@@ -14,6 +14,7 @@
 
 #include "cli/agent.h"
 #include "cli/cli.h"
+#include "cli/progress.h"
 #include "lib/io.h"
 
 enum { TRANSFER_OPTION_MODE = CLI_OPTION_COMMAND, TRANSFER_OPTION_OWNER, TRANSFER_OPTION_GROUP };
@@ -169,11 +170,21 @@ static int upload_run(struct cli *cli, int argc, char **argv, struct cove_error 
          .fd = fd,
          .size = regular ? (int64_t)(st.st_size - position) : -1},
     };
-    struct client_request request = {
-        .method = "POST", .path = path, .parts = parts, .parts_len = 2};
+    char label[256];
+    snprintf(label, sizeof(label), "upload %s", agent_basename(target));
+    struct progress progress;
+    progress_init(&progress, label, true);
+    struct client_request request = {.method = "POST",
+                                     .path = path,
+                                     .parts = parts,
+                                     .parts_len = 2,
+                                     .on_progress = progress_update,
+                                     .progress_opaque = &progress};
     struct timespec start;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    if (client_request(cli->client, &request, err) < 0) {
+    int sent = client_request(cli->client, &request, err);
+    progress_finish(&progress, sent == 0);
+    if (sent < 0) {
         if (strcmp((*err)->code, "CLI::LOCAL_FILE") == 0)
             cove_error_wrap(err, "%s: ", local);
         goto out;
@@ -199,7 +210,8 @@ const struct cli_command upload_command = {
             "Copy the file LOCAL ('-' for standard input) to REMOTE in the sandbox. A REMOTE\n"
             "ending in '/' is a directory, where the file keeps its name. Missing directories\n"
             "are made, an existing file is replaced (only once the whole file has arrived).\n"
-            "The file streams: any size works. Nothing is printed on success.\n"
+            "The file streams: any size works. Nothing is printed on success; on a terminal,\n"
+            "a file over 4 MiB shows a progress bar on stderr.\n"
             "\n"
             "Options:\n"
             "      --mode MODE       mode of the remote file, in octal (default: LOCAL's mode;\n"
@@ -227,7 +239,8 @@ static int download_write(const char *data, size_t len, void *opaque, struct cov
 
 /* GET /files/download?path=remote into fd. */
 int transfer_download(struct cli *cli, const char *id, const char *remote, int fd,
-                      const char *shown, long long *bytes, struct cove_error **err)
+                      const char *shown, long long *bytes, struct progress *progress,
+                      struct cove_error **err)
 {
     cleanup_free char *path = NULL;
     if (agent_path(cli, id, "/files/download", &path, err) < 0 ||
@@ -238,8 +251,13 @@ int transfer_download(struct cli *cli, const char *id, const char *remote, int f
                                      .path = path,
                                      .accept = "application/octet-stream, application/json",
                                      .on_body = download_write,
-                                     .opaque = &sink};
-    if (client_request(cli->client, &request, err) < 0)
+                                     .opaque = &sink,
+                                     .on_progress = progress != NULL ? progress_update : NULL,
+                                     .progress_opaque = progress};
+    int result = client_request(cli->client, &request, err);
+    if (progress != NULL)
+        progress_finish(progress, result == 0);
+    if (result < 0)
         return -1;
     if (bytes != NULL)
         *bytes = request.bytes_received;
@@ -342,8 +360,12 @@ static int download_run(struct cli *cli, int argc, char **argv, struct cove_erro
         target.fd = STDOUT_FILENO;
     else if (download_open(target.path, &target, err) < 0)
         goto out;
+    char label[256];
+    snprintf(label, sizeof(label), "download %s", agent_basename(remote));
+    struct progress progress;
+    progress_init(&progress, label, false);
     if (transfer_download(cli, id, remote, target.fd, to_stdout ? "stdout" : target.path, &bytes,
-                          err) < 0)
+                          &progress, err) < 0)
         goto out;
     if (!to_stdout && close(target.fd) < 0) {
         target.fd = -1;
@@ -383,7 +405,8 @@ const struct cli_command download_command = {
             "Copy the file REMOTE in the sandbox to LOCAL ('-' for standard output). When LOCAL\n"
             "is a directory, the file keeps its name there. The file streams to disk and only\n"
             "replaces LOCAL once it has fully arrived; a replaced file keeps its mode. Nothing\n"
-            "is printed on success.\n"
+            "is printed on success; on a terminal, a file over 4 MiB shows a progress bar on\n"
+            "stderr.\n"
             "\n"
             "Options:\n"
             "  -v, --verbose         print a summary line on stderr\n",

@@ -125,7 +125,7 @@ def test_renew_with_timeout_and_expires_at(coved):
 
 
 def test_renew_of_sandbox_without_expiry_is_409_exit_1_with_code(coved):
-    sid = cli(coved, "create").stdout.strip()  # no --timeout: never expires
+    sid = cli(coved, "create", "--timeout", "0").stdout.strip()  # never expires
     try:
         status, err, _ = coved.request("POST", f"/v1/sandboxes/{sid}/renew-expiration",
                                        {"expiresAt": iso(time.time() + 600)})
@@ -212,7 +212,7 @@ def test_endpoint_signed_with_expires(coved):
     [], ["only-id"], ["id", "0"], ["id", "65536"], ["id", "http"], ["id", "80", "extra"],
     ["id", "80", "--expires", "60", "--expires-at", "9999999999"], ["id", "80", "--expires", "x"],
     ["id", "80", "--expires", "0"], ["id", "80", "--expires-at", "-1"],
-    ["id", "80", "--expires-at", "soon"], ["id", "80", "-o", "yaml"],
+    ["id", "80", "--expires-at", "soon"], ["id", "80", "-o", "xml"],
 ])
 def test_endpoint_usage_errors_are_exit_2(coved, args):
     r = cli(coved, "endpoint", *args, check=False, env={"COVE_SERVER": UNREACHABLE})
@@ -322,7 +322,7 @@ def test_config_set_get_unset_and_file_mode(coved, config_file):
     # unknown keys and bad values are usage errors, and change nothing
     before = open(config_file).read()
     for args in (["set", "colour", "blue"], ["get", "colour"], ["unset", "colour"],
-                 ["set", "output", "yaml"], ["set", "server"], ["set", "server", ""],
+                 ["set", "output", "xml"], ["set", "server"], ["set", "server", ""],
                  ["set", "api-key", "two\nlines"], ["set", "api-key", " padded "],
                  ["set", "a", "b", "c"], ["get", "server", "api-key"], ["path", "extra"]):
         r = cli(coved, "config", *args, check=False, **c)
@@ -418,7 +418,7 @@ def test_config_output_default_and_bad_file(coved, config_file):
 
         # a file cove cannot make sense of is a usage error naming it
         for text in ("server = x\ncolour = blue\n", "[section]\nserver = x\n",
-                     "this is not ini\n", "output = yaml\n", "server = a\nserver = b\n"):
+                     "this is not ini\n", "output = xml\n", "server = a\nserver = b\n"):
             with open(config_file, "w") as f:
                 f.write(text)
             r = cli(coved, "get", sid, check=False, **c)
