@@ -14,6 +14,8 @@ packages=(
   python3 python3-pytest python3-ipykernel
   # tests/e2e/test_cli_aliases.py reads `cove -o yaml` back with a real YAML parser
   python3-yaml
+  # `cove completion zsh` is loaded by a test
+  zsh
   # What the code-interpreter template's kernel offers (and its tests use). About 390 MB
   # installed: Debian's matplotlib pulls fonttools, which pulls scipy and sympy.
   python3-numpy python3-pandas python3-matplotlib
