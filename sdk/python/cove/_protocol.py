@@ -402,7 +402,15 @@ def op_create(body: Dict[str, Any], wait: float) -> Op[SandboxInfo]:
     created = SandboxInfo.from_json(resp.json())
     if created.state == "Running":
         return created
-    return (yield from op_wait_state(created.sandbox_id, ("Running",), wait))
+    try:
+        return (yield from op_wait_state(created.sandbox_id, ("Running",), wait))
+    except BaseException:
+        # Nobody holds a handle on it yet: do not leave it behind.
+        try:
+            yield from op_kill(created.sandbox_id)
+        except CoveError:
+            pass
+        raise
 
 
 def op_get_info(sandbox_id: str) -> Op[SandboxInfo]:

@@ -5,7 +5,6 @@ the typed errors with the API's codes."""
 
 import datetime as dt
 import http.client
-import json
 import urllib.parse
 
 import pytest
