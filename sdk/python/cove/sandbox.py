@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import time
 import urllib.parse
 from types import TracebackType
 from typing import (IO, Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, Type,
@@ -18,7 +19,7 @@ from . import _protocol as p
 from . import _ws
 from ._config import ConnectionConfig
 from ._transport import SyncTransport
-from .errors import CoveError, ServerUnreachableError
+from .errors import CoveError, RequestTimeoutError, ServerUnreachableError
 from .models import (CommandResult, Context, Endpoint, EntryInfo, Execution, ExecutionError,
                      Result, SandboxInfo)
 
@@ -337,10 +338,10 @@ class Files:
     def download(self, path: str, local: PathOrFile) -> int:
         """Downloads ``path`` to a local path or binary file object, streamed; returns the
         number of bytes."""
-        total = 0
         if isinstance(local, (str, os.PathLike)):
             with open(local, "wb") as f:
                 return self.download(path, f)
+        total = 0
         for chunk in self.read(path, format="stream"):
             local.write(chunk)
             total += len(chunk)
@@ -429,6 +430,7 @@ class Commands:
         folder = self._sb._t.run(p.op_run_command(self._sb._state, cmd, cwd, envs, user, timeout,
                                                   background, on_stdout, on_stderr))
         if background:
+            assert folder.command_id is not None  # op_run_command checked it
             return CommandHandle(self._sb, folder.command_id, on_stdout)
         return folder.result()
 
@@ -497,7 +499,6 @@ class PtyHandle:
             try:
                 data = self._sock.recv(65536)
             except socket.timeout:
-                from .errors import RequestTimeoutError
                 raise RequestTimeoutError(f"pty {self.id}: nothing within {timeout} s",
                                           code="SDK::TIMEOUT")
             if not data:
@@ -520,12 +521,10 @@ class PtyHandle:
             RequestTimeoutError: it did not come within ``timeout`` seconds.
         """
         want = needle.encode() if isinstance(needle, str) else needle
-        import time
         deadline = time.monotonic() + timeout
         while want not in self.output:
             left = deadline - time.monotonic()
             if left <= 0 or self.next_event(left).kind == "closed":
-                from .errors import RequestTimeoutError
                 raise RequestTimeoutError(f"pty {self.id}: no {want!r} in the output",
                                           code="SDK::TIMEOUT")
         return self.output

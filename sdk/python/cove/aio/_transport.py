@@ -33,7 +33,12 @@ async def _body_chunks(body: UploadBody) -> AsyncIterator[bytes]:
                 break
             yield chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk)
     else:
-        for chunk in src.chunks():
+        # a blocking file object: read in a worker thread, so the event loop goes on
+        chunks = src.chunks()
+        while True:
+            chunk = await anyio.to_thread.run_sync(next, chunks, None)
+            if chunk is None:
+                break
             yield chunk
     yield body.tail
 

@@ -6,6 +6,7 @@ shared protocol layer; their documentation is copied from the sync classes.
 
 from __future__ import annotations
 
+import inspect
 import os
 import urllib.parse
 from types import TracebackType
@@ -259,10 +260,12 @@ class AsyncFiles:
             with open(local, "wb") as f:
                 return await self.download(path, f)
         total = 0
+        write = local.write
         async for chunk in await self.read(path, format="stream"):
-            r = local.write(chunk)
-            if hasattr(r, "__await__"):
-                await r
+            if inspect.iscoroutinefunction(write):  # an async file object
+                await write(chunk)
+            else:  # a blocking one: written in a worker thread
+                await anyio.to_thread.run_sync(write, chunk)
             total += len(chunk)
         return total
 
@@ -327,6 +330,7 @@ class AsyncCommands:
                                                         timeout, background, on_stdout,
                                                         on_stderr))
         if background:
+            assert folder.command_id is not None  # op_run_command checked it
             return AsyncCommandHandle(self._sb, folder.command_id, on_stdout)
         return folder.result()
 
