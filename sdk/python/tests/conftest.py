@@ -2,7 +2,6 @@
 the package imported from the source tree, and an ``api`` fixture that runs a test against
 the sync API and again against the async one."""
 
-import inspect
 import os
 import sys
 
@@ -14,9 +13,8 @@ REPO = os.path.dirname(os.path.dirname(SDK))
 sys.path.insert(0, SDK)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
-import cove  # noqa: E402
-import cove.aio  # noqa: E402
 from covetest import serve  # noqa: E402
+from sdkutil import Api, resolve  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -43,33 +41,6 @@ def cove_env(coved, monkeypatch):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-async def resolve(value):
-    """The value of a sync call, or of an async one once awaited: lets one test body drive
-    both APIs."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
-async def collect(stream):
-    """Every chunk of a sync or async byte iterator."""
-    if hasattr(stream, "__aiter__"):
-        return [c async for c in stream]
-    return list(stream)
-
-
-class Api:
-    """The API under test: ``Sandbox`` is cove.Sandbox or cove.aio.Sandbox."""
-
-    def __init__(self, name):
-        self.name = name
-        self.is_async = name == "async"
-        self.Sandbox = cove.aio.Sandbox if self.is_async else cove.Sandbox
-
-    def __repr__(self):
-        return self.name
 
 
 @pytest.fixture(params=["sync", "async"])

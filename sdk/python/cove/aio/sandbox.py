@@ -45,8 +45,6 @@ def _docs_from(sync_cls: type) -> Callable[[C], C]:
                     fn.__doc__ = source.__doc__
                 except AttributeError:
                     pass
-            if isinstance(member, property) and not member.__doc__:
-                pass
         return cls
     return apply
 

@@ -10,7 +10,7 @@ import pytest
 from cove import CommandResult
 from cove.errors import CoveError, InvalidRequestError, NotFoundError
 
-from conftest import resolve
+from sdkutil import resolve
 
 pytestmark = pytest.mark.anyio
 

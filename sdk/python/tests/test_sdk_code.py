@@ -16,7 +16,7 @@ import pytest
 from cove import Context, Execution
 from cove.errors import NotFoundError
 
-from conftest import SDK, resolve
+from sdkutil import SDK, resolve
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import REPO, SDK
+from sdkutil import REPO, SDK
 
 
 def test_pip_install_target(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from cove.errors import NotFoundError
 
-from conftest import collect, resolve
+from sdkutil import collect, resolve
 
 pytestmark = pytest.mark.anyio
 

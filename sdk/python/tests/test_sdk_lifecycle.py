@@ -14,7 +14,7 @@ import cove.aio
 from cove.errors import (AuthenticationError, ConflictError, CoveError, InvalidRequestError,
                          NotFoundError, ServerUnreachableError)
 
-from conftest import resolve
+from sdkutil import resolve
 
 pytestmark = pytest.mark.anyio
 
