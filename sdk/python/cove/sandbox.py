@@ -6,6 +6,7 @@ Every method is one call of an operation of the shared protocol layer (``cove._p
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import ssl
@@ -175,7 +176,7 @@ class Sandbox:
         """Resumes a paused sandbox and waits until it is Running."""
         return self._t.run(p.op_resume(self._state, wait))
 
-    def set_timeout(self, timeout: float) -> Any:
+    def set_timeout(self, timeout: float) -> Optional[datetime.datetime]:
         """Makes the sandbox expire ``timeout`` seconds from now; returns the new expiry
         (a datetime).
 
@@ -424,7 +425,8 @@ class Commands:
         Args:
             cwd: its working directory.
             envs: environment variables added to the sandbox's.
-            user: the user to run as, by name (``"user"``, ``"root"``) or uid.
+            user: the user to run as, by name (``"user"``, ``"root"``) or uid; by default
+                the agent's (root).
             timeout: seconds after which the server kills it (``exit_code`` -1).
         """
         folder = self._sb._t.run(p.op_run_command(self._sb._state, cmd, cwd, envs, user, timeout,

@@ -200,6 +200,17 @@ async def test_async_with_kills_on_success_and_on_exception(conn, coved):
     assert state_of(coved, sid) == 404
 
 
+async def test_async_with_kills_when_cancelled(conn, coved):
+    import anyio
+    sid = None
+    with anyio.move_on_after(2.0) as scope:
+        async with await cove.aio.Sandbox.create(**conn) as sb:
+            sid = sb.sandbox_id
+            await sb.commands.run("sleep 30")  # cancelled half-way
+    assert scope.cancel_called and sid is not None
+    assert state_of(coved, sid) == 404
+
+
 async def test_exception_in_with_survives_a_failed_kill(api, conn, coved):
     """The block's exception comes out even when the kill on exit cannot reach coved."""
     sb = await resolve(api.Sandbox.create(**conn))

@@ -6,6 +6,7 @@ shared protocol layer; their documentation is copied from the sync classes.
 
 from __future__ import annotations
 
+import datetime
 import inspect
 import os
 import urllib.parse
@@ -138,7 +139,7 @@ class AsyncSandbox:
     async def resume(self, wait: float = 60.0) -> SandboxInfo:
         return await self._t.run(p.op_resume(self._state, wait))
 
-    async def set_timeout(self, timeout: float) -> Any:
+    async def set_timeout(self, timeout: float) -> Optional[datetime.datetime]:
         return await self._t.run(p.op_set_timeout(self.sandbox_id, timeout))
 
     async def get_endpoint(self, port: int) -> Endpoint:
