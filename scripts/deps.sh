@@ -16,6 +16,9 @@ packages=(
   python3-yaml
   # `cove completion zsh` is loaded by a test
   zsh
+  # sdk/python: the Python SDK runs on httpx (anyio's pytest plugin runs its async tests);
+  # a test installs it with pip, offline, with setuptools as the build backend
+  python3-httpx python3-anyio python3-pip python3-setuptools python3-wheel
   # What the code-interpreter template's kernel offers (and its tests use). About 390 MB
   # installed: Debian's matplotlib pulls fonttools, which pulls scipy and sympy.
   python3-numpy python3-pandas python3-matplotlib

@@ -23,6 +23,9 @@ scripts/fuzz.sh
 echo "== end-to-end and security tests"
 $PY -m pytest -q -p no:cacheprovider tests/e2e tests/security "$@"
 
+echo "== Python SDK (sdk/python/tests, against a real coved)"
+$PY -m pytest -q -p no:cacheprovider sdk/python/tests
+
 echo "== OpenSandbox SDK compatibility (@alibaba-group/opensandbox, node --test)"
 tests/compat/run.sh
 

@@ -28,7 +28,7 @@ EXECD_PORT = 44772
 CHUNK_SIZE = 1 << 20
 
 DEFAULT_TEMPLATE = "base"
-DEFAULT_TIMEOUT = 300
+DEFAULT_TIMEOUT = 600  # ten minutes, as `cove create` and the OpenSandbox SDKs
 # What the CLI asks for by default (OpenSandbox requires resourceLimits and an entrypoint).
 DEFAULT_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
 DEFAULT_ENTRYPOINT = ["/bin/sh", "-c", "sleep infinity 2>/dev/null || while sleep 3600; do :; done"]

@@ -83,7 +83,7 @@ class Sandbox:
 
         Args:
             template: the template to start from (``base``, ``code-interpreter``, ...).
-            timeout: seconds until the sandbox expires and is killed (default 300); None for a
+            timeout: seconds until the sandbox expires and is killed (default 600); None for a
                 sandbox that lives until killed.
             envs: environment variables of the sandbox.
             metadata: string key-values, for :meth:`list` filters and your own bookkeeping.
