@@ -86,6 +86,13 @@ def test_quickstart_sync(coved, tmp_path):
     assert out == "shanghai 200\nhangzhou 165\nbeijing 110\nexit code: 0\n"
 
 
+def test_the_readmes_quickstart_runs(coved, tmp_path):
+    readme = open(os.path.join(os.path.dirname(SDK), "..", "README.md")).read()
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    out = run_script(block, coved, tmp_path)
+    assert out == "shanghai 200\nhangzhou 165\nbeijing 110\nexit code: 0\n"
+
+
 async def test_value_stdout_stderr_and_main_result(api, sandbox):
     r = await resolve(sandbox.run_code("import sys\nprint('out')\nprint('err', file=sys.stderr)\n"
                                        "6 * 7"))
