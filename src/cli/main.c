@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "cli/config.h"
+#include "cli/mcp.h"
 
 #ifndef COVE_VERSION
 #define COVE_VERSION "dev"
@@ -18,7 +19,8 @@ static const struct cli_command *const commands[] = {
     &sandbox_renew_command,    &sandbox_endpoint_command,
     &sandbox_metadata_command, &exec_command,
     &run_code_command,         &template_command,
-    &config_command,           NULL,
+    &config_command,           &mcp_command,
+    NULL,
 };
 
 /* Inside a running sandbox, through its agent; listed in a section of their own. */
