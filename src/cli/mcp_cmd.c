@@ -169,7 +169,7 @@ static int install_run(struct cli *cli, int argc, char **argv, struct cove_error
     }
     cleanup_free char *text = NULL;
     if (mcp_install_render(&install, existing, &text, err) < 0)
-        return cove_error_wrap(err, "%s: ", path);
+        return cove_error_wrap(err, "%s", path);
     if (print) {
         /* the entry alone: a whole ~/.claude.json is long and holds other things */
         struct mcp_install alone = install;

@@ -281,6 +281,7 @@ static int toml_lines(const char *text, struct toml_line **lines, size_t *count,
                       strcmp(parts[1], "cove") == 0;
             memcpy(table, parts, sizeof(parts));
             table_parts = k;
+            p += len;
             continue;
         }
         if (!continuing && *s != '\0' && *s != '#' && *s != '\r') {

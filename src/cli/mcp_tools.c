@@ -452,7 +452,12 @@ static int run_command(struct client *client, const json_t *args, json_t *conten
     int rc = command_run(client, args, arg_string(args, "command", ""), &state, err);
     if (rc == 0) {
         char summary[700];
-        if (state.failure[0] != '\0')
+        long long timeout = arg_integer(args, "timeout", 0);
+        if (state.failure[0] != '\0' && !state.timed_out && timeout > 0)
+            snprintf(summary, sizeof(summary),
+                     "The command was killed; it may have run past its timeout of %lld s (%s)",
+                     timeout, state.failure);
+        else if (state.failure[0] != '\0')
             snprintf(summary, sizeof(summary), "%s: %s",
                      state.timed_out ? "The command timed out" : "The command did not finish",
                      state.failure);
