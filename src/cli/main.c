@@ -13,13 +13,20 @@
 #endif
 
 static const struct cli_command *const commands[] = {
-    &sandbox_create_command,   &sandbox_get_command,
-    &sandbox_list_command,     &sandbox_kill_command,
-    &sandbox_pause_command,    &sandbox_resume_command,
-    &sandbox_renew_command,    &sandbox_endpoint_command,
-    &sandbox_metadata_command, &exec_command,
-    &run_code_command,         &template_command,
-    &config_command,           &mcp_command,
+    &sandbox_create_command,
+    &sandbox_get_command,
+    &sandbox_list_command,
+    &sandbox_kill_command,
+    &sandbox_pause_command,
+    &sandbox_resume_command,
+    &sandbox_renew_command,
+    &sandbox_endpoint_command,
+    &sandbox_metadata_command,
+    &exec_command,
+    &run_code_command,
+    &template_command,
+    &config_command,
+    &mcp_command,
     NULL,
 };
 

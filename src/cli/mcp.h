@@ -86,6 +86,7 @@ struct mcp_http_request {
     size_t consumed; /* bytes of the buffer this request took */
 };
 #define MCP_HTTP_MAX_BODY ((size_t)16 << 20)
+#define MCP_HTTP_MAX_HEAD ((size_t)64 * 1024)
 int mcp_http_parse(const char *data, size_t len, struct mcp_http_request *request, int *status);
 void mcp_http_request_release(struct mcp_http_request *request);
 

@@ -321,7 +321,8 @@ void mcp_rpc_handle(struct mcp_rpc *rpc, const char *data, size_t len, char **re
 {
     *reply = NULL;
     json_error_t jerr;
-    cleanup_json json_t *message = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    cleanup_json json_t *message =
+        json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     cleanup_json json_t *response = NULL;
     if (message == NULL) {
         char text[300];
