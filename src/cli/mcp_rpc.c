@@ -3,7 +3,6 @@
  * params), and the tools' arguments checked against their schemas before a tool runs. */
 #include "cli/mcp.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +38,9 @@ static bool type_is(const json_t *value, const char *type)
         return json_is_string(value);
     if (strcmp(type, "integer") == 0)
         return json_is_integer(value) ||
-               (json_is_real(value) && json_real_value(value) == floor(json_real_value(value)) &&
-                fabs(json_real_value(value)) < 9e15);
+               (json_is_real(value) && json_real_value(value) > -9e15 &&
+                json_real_value(value) < 9e15 &&
+                json_real_value(value) == (double)(long long)json_real_value(value));
     if (strcmp(type, "number") == 0)
         return json_is_number(value);
     if (strcmp(type, "boolean") == 0)

@@ -277,6 +277,9 @@ static void forward_finish(struct forward *f)
         .on_body = on_body,
         .on_message_complete = on_message_complete,
     };
+    /* answering may end the request: it no longer reports an abort to f */
+    http_request_on_abort(req, NULL, NULL);
+    f->req = NULL;
     http_parser_execute(&parser, &settings, data != NULL ? data : "", len);
     if (data != NULL && !r.complete)
         http_parser_execute(&parser, &settings, NULL, 0); /* a body that ends at EOF */
@@ -293,8 +296,6 @@ static void forward_finish(struct forward *f)
         http_respond(req, parser.status_code, r.body_len > 0 ? type : NULL, r.body, r.body_len);
     }
     http_head_clear(&r.head);
-    http_request_on_abort(req, NULL, NULL);
-    f->req = NULL;
     forward_free(f);
 }
 
