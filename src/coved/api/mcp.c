@@ -167,13 +167,21 @@ int api_mcp_start(struct api *api, struct cove_error **err)
     return 0;
 }
 
+/* Through the pidfd; by pid where that syscall is missing (valgrind), which is as safe here:
+ * the child is not reaped yet, so its pid is still its own. */
+static void mcp_signal(struct api_mcp *m, int sig)
+{
+    if (syscall(SYS_pidfd_send_signal, m->pidfd, sig, NULL, 0) < 0 && errno == ENOSYS)
+        kill(m->pid, sig);
+}
+
 void api_mcp_stop(struct api *api)
 {
     struct api_mcp *m = api->mcp;
     if (m == NULL)
         return;
     if (m->pidfd >= 0) {
-        syscall(SYS_pidfd_send_signal, m->pidfd, SIGTERM, NULL, 0);
+        mcp_signal(m, SIGTERM);
         /* it holds no state: a second is plenty, then it is killed */
         siginfo_t info = {0};
         for (int i = 0; i < 100; i++) {
@@ -184,7 +192,7 @@ void api_mcp_stop(struct api *api)
             usleep(10 * 1000);
         }
         if (info.si_pid == 0) {
-            syscall(SYS_pidfd_send_signal, m->pidfd, SIGKILL, NULL, 0);
+            mcp_signal(m, SIGKILL);
             while (waitid(P_PIDFD, (id_t)m->pidfd, &info, WEXITED | __WALL) < 0 && errno == EINTR)
                 ;
         }
