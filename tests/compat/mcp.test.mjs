@@ -124,7 +124,7 @@ for (const [transport, connect] of Object.entries(TRANSPORTS)) {
     test("every tool on a real sandbox", { timeout: TEST_TIMEOUT }, async () => {
       const created = await callJson(client, "sandbox_create", {
         template: "code-interpreter", timeout: 900, metadata: { run: RUN, via: transport },
-        env: { GREETING: "hello from env" },
+        env: { GREETING: "hello from env" }, allow: ["pypi.org", "*.example.com"],
       });
       const id = coved.track(created.id);
       assert.match(id, /^[a-z0-9]+$/);
@@ -203,6 +203,12 @@ for (const [transport, connect] of Object.entries(TRANSPORTS)) {
       const served = await fetch(`${endpoint.url}/hello.txt`, { headers: endpoint.headers });
       assert.equal(served.status, 200);
       assert.equal(await served.text(), "served\n");
+      // the allow list became the sandbox's egress policy (its egress API, port 18080)
+      const egress = await callJson(client, "sandbox_endpoint", { sandbox_id: id, port: 18080 });
+      const policy = await (await fetch(`${egress.url}/policy`, { headers: egress.headers })).json();
+      assert.equal(policy.policy.defaultAction, "deny");
+      assert.deepEqual(policy.policy.egress.map((r) => [r.action, r.target]),
+        [["allow", "pypi.org"], ["allow", "*.example.com"]]);
       const fetched = texts(await call(client, "file_upload_from_url", { sandbox_id: id,
         url: "http://127.0.0.1:8765/hello.txt", path: "/tmp/dl/hello.txt" }));
       assert.match(fetched[0], /Downloaded .* \(7 bytes\)/);
