@@ -6,19 +6,28 @@
 
 #include "cli/cli.h"
 #include "cli/config.h"
+#include "cli/mcp.h"
 
 #ifndef COVE_VERSION
 #define COVE_VERSION "dev"
 #endif
 
 static const struct cli_command *const commands[] = {
-    &sandbox_create_command,   &sandbox_get_command,
-    &sandbox_list_command,     &sandbox_kill_command,
-    &sandbox_pause_command,    &sandbox_resume_command,
-    &sandbox_renew_command,    &sandbox_endpoint_command,
-    &sandbox_metadata_command, &exec_command,
-    &run_code_command,         &template_command,
-    &config_command,           NULL,
+    &sandbox_create_command,
+    &sandbox_get_command,
+    &sandbox_list_command,
+    &sandbox_kill_command,
+    &sandbox_pause_command,
+    &sandbox_resume_command,
+    &sandbox_renew_command,
+    &sandbox_endpoint_command,
+    &sandbox_metadata_command,
+    &exec_command,
+    &run_code_command,
+    &template_command,
+    &config_command,
+    &mcp_command,
+    NULL,
 };
 
 /* Inside a running sandbox, through its agent; listed in a section of their own. */

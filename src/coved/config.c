@@ -136,6 +136,9 @@ static const char usage[] =
     "  --egress-log LEVEL               egress_log        COVE_EGRESS_LOG\n"
     "      egress decisions written to the log: none, denied (default) or all; every\n"
     "      decision is kept per sandbox (GET /v1/sandboxes/ID/egress/events)\n"
+    "  --mcp-command PATH               mcp_command       COVE_MCP_COMMAND\n"
+    "      the cove CLI, run as 'cove mcp serve' for the MCP endpoint /mcp (default: next\n"
+    "      to coved; none: no /mcp)\n"
     "  -h, --help             this text\n"
     "\n"
     "Route keys (the keys that sign ?expires= routes, in STATE_DIR/route_keys; a running\n"
@@ -319,6 +322,8 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         snprintf(cfg->default_network_policy, sizeof(cfg->default_network_policy), "%s", value);
     } else if (strcmp(key, "dns_servers") == 0) {
         snprintf(cfg->dns_servers, sizeof(cfg->dns_servers), "%s", value);
+    } else if (strcmp(key, "mcp_command") == 0) {
+        snprintf(cfg->mcp_command, sizeof(cfg->mcp_command), "%s", value);
     } else if (strcmp(key, "egress_ca_bundle") == 0) {
         snprintf(cfg->egress_ca_bundle, sizeof(cfg->egress_ca_bundle), "%s", value);
     } else if (strcmp(key, "egress_log") == 0) {
@@ -470,6 +475,7 @@ static const struct {
     {"COVE_DNS_SERVERS", "dns_servers"},
     {"COVE_EGRESS_CA_BUNDLE", "egress_ca_bundle"},
     {"COVE_EGRESS_LOG", "egress_log"},
+    {"COVE_MCP_COMMAND", "mcp_command"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -505,6 +511,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     default_path_near_coved("cove-agent", "agent", cfg->agent, sizeof(cfg->agent));
     default_path_near_coved("cove-kernel", "kernel", cfg->kernel_helper,
                             sizeof(cfg->kernel_helper));
+    default_path_near_coved("cove", "cli", cfg->mcp_command, sizeof(cfg->mcp_command));
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
     cfg->max_template_bytes = DEFAULT_MAX_TEMPLATE_BYTES;
     cfg->health_interval_s = DEFAULT_HEALTH_INTERVAL_S;
@@ -553,6 +560,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"dns-server", required_argument, NULL, 1101},
         {"egress-ca-bundle", required_argument, NULL, 1102},
         {"egress-log", required_argument, NULL, 1103},
+        {"mcp-command", required_argument, NULL, 1104},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -664,6 +672,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 1103:
             key = "egress_log";
+            break;
+        case 1104:
+            key = "mcp_command";
             break;
         case 'I':
             key = "health_interval";

@@ -49,6 +49,7 @@ struct coved_config {
     char dns_servers[1024];
     char egress_ca_bundle[PATH_MAX];
     int egress_log;
+    char mcp_command[PATH_MAX]; /* the `cove` binary coved runs for /mcp; "none": no /mcp */
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

@@ -211,6 +211,7 @@ int main(int argc, char **argv)
         .memory_overcommit = o.memory_overcommit,
         .cpu_overcommit = o.cpu_overcommit,
         .state_dir = o.state_dir,
+        .mcp_command = o.mcp_command,
     };
     api.store = store;
     memcpy(api.config.default_quota.v, o.quota, sizeof(api.config.default_quota.v));

@@ -115,7 +115,7 @@ function mountsUnder(dir) {
 
 export class Coved {
   /** A new coved (then start()), or, given stateDir/port/pid, one already started. */
-  constructor({ apiKey, stateDir, port, pid } = {}) {
+  constructor({ apiKey, stateDir, port, pid, extraArgs } = {}) {
     this.apiKey = apiKey ?? `compat-${randomBytes(12).toString("hex")}`;
     this.stateDir = stateDir ?? mkdtempSync(join(tmpdir(), "cove-compat-"));
     this.logPath = join(this.stateDir, "coved.log");
@@ -126,6 +126,8 @@ export class Coved {
     /** Ids of every sandbox the tests made: all are deleted in cleanup(). */
     this.sandboxIds = new Set();
     this.cleaning = null;
+    /** More of coved's flags (e.g. ["--insecure"]). */
+    this.extraArgs = extraArgs ?? [];
   }
 
   /** host:port of the lifecycle API, as the SDK's `domain` wants it (no scheme). */
@@ -143,7 +145,7 @@ export class Coved {
     }
     const logFd = openSync(this.logPath, "a");
     const args = ["--listen", "127.0.0.1:0", "--state-dir", this.stateDir, "--agent", AGENT,
-      "--api-key", this.apiKey];
+      "--api-key", this.apiKey, ...this.extraArgs];
     let proc;
     try {
       proc = spawn(COVED, args, { stdio: ["ignore", "pipe", logFd], detached: true });

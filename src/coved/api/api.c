@@ -1,5 +1,6 @@
 #include "coved/api/api.h"
 #include "coved/api/egress_api.h"
+#include "coved/api/mcp.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -146,6 +147,8 @@ static void on_request(struct http_request *req, void *arg)
 {
     struct api *api = arg;
     api_add_request_id(req);
+    if (strcmp(http_request_path(req), "/mcp") == 0)
+        return api_mcp_handle(api, req);
     struct api_router_match m;
     enum api_router_result r =
         api_router_match(http_request_method(req), http_request_path(req), &m);
@@ -215,11 +218,12 @@ int api_start(struct api *api, struct cove_error **err)
         return -1;
     if (http_server_listen(api->http, api->config.listen_host, api->config.listen_port, err) < 0)
         return -1;
-    return 0;
+    return api_mcp_start(api, err);
 }
 
 void api_stop(struct api *api)
 {
+    api_mcp_stop(api);
     gateway_free(api->gateway); /* its tunnels hold connections of the server */
     api->gateway = NULL;
     http_server_free(api->http);

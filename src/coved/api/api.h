@@ -37,6 +37,7 @@ struct api_config {
     double memory_overcommit, cpu_overcommit;
     int64_t max_template_bytes; /* an uploaded archive, and the file data of any import */
     const char *state_dir;      /* the egress API's socket lives there */
+    const char *mcp_command;    /* `cove`, run as `cove mcp serve` for /mcp (api/mcp.h) */
 };
 
 struct api_quotas;
@@ -56,6 +57,7 @@ struct api {
     /* The egress API behind the gateway's port 18080 (egress_api.h). */
     struct http_server *egress_http;
     char egress_api_socket[108];
+    struct api_mcp *mcp; /* the /mcp server's child (api/mcp.c), NULL when there is none */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint). */
