@@ -32,7 +32,9 @@
 
 /* A tool call may run a command for as long as its caller allows; past this it is cut. */
 #define MCP_FORWARD_TIMEOUT_S 3600
-#define MCP_MAX_RESPONSE ((size_t)64 << 20)
+/* An answer is held whole before it is sent on. The largest a tool makes is a file read (1 MiB,
+ * base64) or a run's figures; with the child's 64 connections this bounds coved's memory. */
+#define MCP_MAX_RESPONSE ((size_t)16 << 20)
 #define MCP_RESTART_MAX_S 30
 
 struct api_mcp {
