@@ -396,10 +396,20 @@ def op_wait_state(sandbox_id: str, want: Sequence[str], wait: float,
         delay = min(delay * 2, 0.5)
 
 
-def op_create(body: Dict[str, Any], wait: float) -> Op[SandboxInfo]:
+def op_create_request(body: Dict[str, Any]) -> Op[SandboxInfo]:
+    """The create request alone: the sandbox as the server made it (maybe not yet Running)."""
     resp = yield Request("POST", "/v1/sandboxes", json=body, ok=(200, 201, 202),
                          what="create sandbox")
-    created = SandboxInfo.from_json(resp.json())
+    return SandboxInfo.from_json(resp.json())
+
+
+def op_create(body: Dict[str, Any], wait: float) -> Op[SandboxInfo]:
+    created = yield from op_create_request(body)
+    return (yield from op_create_wait(created, wait))
+
+
+def op_create_wait(created: SandboxInfo, wait: float) -> Op[SandboxInfo]:
+    """Waits until a sandbox just made runs; kills it when it does not."""
     if created.state == "Running":
         return created
     try:

@@ -211,6 +211,37 @@ async def test_async_with_kills_when_cancelled(conn, coved):
     assert state_of(coved, sid) == 404
 
 
+async def test_create_cancelled_in_flight_leaves_no_sandbox(conn, coved):
+    """A create cancelled (Task.cancel, as asyncio.wait_for does) while coved is making the
+    sandbox still learns its id, kills it, and raises the cancellation."""
+    import asyncio
+    for _ in range(3):
+        before = set(coved.known_sandboxes())
+        task = asyncio.ensure_future(cove.aio.Sandbox.create(**conn))
+        while not set(coved.known_sandboxes()) - before and not task.done():
+            await asyncio.sleep(0.001)
+        assert not task.done()  # coved has the sandbox; its answer is not back yet
+        new = set(coved.known_sandboxes()) - before
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert [state_of(coved, sid) for sid in new] == [404] * len(new)
+
+
+async def test_create_cancelled_by_a_scope_leaves_no_sandbox(conn, coved):
+    import anyio
+    before = set(coved.known_sandboxes())
+    for delay in (0.01, 0.02, 0.03, 0.05):
+        sb = None
+        with anyio.move_on_after(delay):
+            sb = await cove.aio.Sandbox.create(**conn)
+        if sb is not None:  # it came back in time
+            await sb.kill()
+            await sb.close()
+    new = set(coved.known_sandboxes()) - before
+    assert [state_of(coved, sid) for sid in new] == [404] * len(new)
+
+
 async def test_exception_in_with_survives_a_failed_kill(api, conn, coved):
     """The block's exception comes out even when the kill on exit cannot reach coved."""
     sb = await resolve(api.Sandbox.create(**conn))
