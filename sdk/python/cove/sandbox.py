@@ -95,7 +95,8 @@ class Sandbox:
             entrypoint: the sandbox's main process (default: one that idles).
             server, api_key: where coved is and the key to use; by default from
                 ``COVE_SERVER``/``COVE_API_KEY`` (or ``OPEN_SANDBOX_DOMAIN``/
-                ``OPEN_SANDBOX_API_KEY``, or the state dir's ``api_key`` file), as the CLI.
+                ``OPEN_SANDBOX_API_KEY``, or the CLI's config file, or the state dir's
+                ``api_key`` file), as the CLI.
             request_timeout: seconds to wait for an ordinary API answer (default 60).
             start_timeout: seconds to wait for the sandbox to be Running.
             extra: more fields of the create request, sent as they are.

@@ -273,6 +273,7 @@ def test_config_resolution_order(monkeypatch, tmp_path):
     for v in ("COVE_SERVER", "OPEN_SANDBOX_DOMAIN", "COVE_API_KEY", "OPEN_SANDBOX_API_KEY"):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setenv("COVE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("COVE_CONFIG_FILE", str(tmp_path / "no-config.ini"))
     c = cove.ConnectionConfig.resolve()
     assert (c.server, c.api_key) == ("http://127.0.0.1:8080", None)
     (tmp_path / "api_key").write_text("from-state-dir\n")
@@ -287,6 +288,35 @@ def test_config_resolution_order(monkeypatch, tmp_path):
     assert (c.server, c.api_key) == ("https://cove.example:8443", "cove-key")
     c = cove.ConnectionConfig.resolve(server="127.0.0.9:1", api_key="arg")
     assert (c.server, c.api_key) == ("http://127.0.0.9:1", "arg")
+
+
+def test_config_file_of_the_cli(monkeypatch, tmp_path):
+    """What `cove config init` stores is what the SDK uses, below the variables, as the CLI
+    does (`cove config show`)."""
+    import json
+    import subprocess
+    from covetest import CLI
+    for v in ("COVE_SERVER", "OPEN_SANDBOX_DOMAIN", "COVE_API_KEY", "OPEN_SANDBOX_API_KEY",
+              "XDG_CONFIG_HOME"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("COVE_STATE_DIR", str(tmp_path))
+    (tmp_path / "api_key").write_text("from-state-dir\n")
+    monkeypatch.setenv("COVE_CONFIG_FILE", str(tmp_path / "cfg" / "config.ini"))
+    subprocess.run([CLI, "config", "init", "--server", "127.0.0.7:7777", "--api-key",
+                    "from-config"], check=True, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL)
+    shown = json.loads(subprocess.run([CLI, "config", "show", "-o", "json"], check=True,
+                                      capture_output=True, text=True).stdout)
+    c = cove.ConnectionConfig.resolve()
+    assert (c.server, c.api_key) == ("http://127.0.0.7:7777", "from-config")
+    assert (shown["server"], shown["apiKeySource"]) == ("http://127.0.0.7:7777", "config file")
+    # a comment after a value, as the CLI's reader takes it
+    (tmp_path / "cfg" / "config.ini").write_text("# mine\nserver = 127.0.0.8:8 ; old\n")
+    assert cove.ConnectionConfig.resolve().server == "http://127.0.0.8:8"
+    monkeypatch.setenv("COVE_SERVER", "127.0.0.9:9")
+    monkeypatch.setenv("COVE_API_KEY", "from-env")
+    c = cove.ConnectionConfig.resolve()
+    assert (c.server, c.api_key) == ("http://127.0.0.9:9", "from-env")
 
 
 async def test_key_from_the_state_dir(api, coved, monkeypatch, tmp_path):
