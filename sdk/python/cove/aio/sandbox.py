@@ -274,7 +274,7 @@ class AsyncFiles:
 
     async def download(self, path: str, local: PathOrFile) -> int:
         if isinstance(local, (str, os.PathLike)):
-            with open(local, "wb") as f:
+            with _sync.local_target(local) as f:
                 return await self.download(path, f)
         total = 0
         write = local.write
