@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import secrets
 import urllib.parse
@@ -359,10 +360,15 @@ def _sandbox_path(sandbox_id: str, suffix: str = "") -> str:
     return f"/v1/sandboxes/{quote(sandbox_id)}{suffix}"
 
 
-def create_body(template: str, timeout: Optional[int], envs: Optional[Dict[str, str]],
+def create_body(template: str, timeout: Union[int, float, _dt.timedelta, None], envs: Optional[Dict[str, str]],
                 metadata: Optional[Dict[str, str]], network: Optional[Dict[str, Any]],
                 resources: Optional[Dict[str, str]], entrypoint: Optional[Sequence[str]],
                 extra: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    if isinstance(timeout, _dt.timedelta):
+        timeout = timeout.total_seconds()
+    if timeout is not None and not isinstance(timeout, int):
+        # coved takes whole seconds only: 1800.0 (timedelta.total_seconds()) is 1800
+        timeout = math.ceil(timeout)
     body: Dict[str, Any] = {
         "image": {"uri": template},
         "entrypoint": list(entrypoint or DEFAULT_ENTRYPOINT),

@@ -75,7 +75,7 @@ class Sandbox:
     # ---- lifecycle ----
 
     @classmethod
-    def create(cls, template: str = p.DEFAULT_TEMPLATE, timeout: Optional[int] = p.DEFAULT_TIMEOUT,
+    def create(cls, template: str = p.DEFAULT_TEMPLATE, timeout: Union[float, datetime.timedelta, None] = p.DEFAULT_TIMEOUT,
                envs: Optional[Dict[str, str]] = None, metadata: Optional[Dict[str, str]] = None,
                network: Optional[Dict[str, Any]] = None,
                resources: Optional[Dict[str, str]] = None,
@@ -86,8 +86,8 @@ class Sandbox:
 
         Args:
             template: the template to start from (``base``, ``code-interpreter``, ...).
-            timeout: seconds until the sandbox expires and is killed (default 600); None for a
-                sandbox that lives until killed.
+            timeout: seconds (or a timedelta) until the sandbox expires and is killed (default
+                600), rounded up to whole seconds; None for a sandbox that lives until killed.
             envs: environment variables of the sandbox.
             metadata: string key-values, for :meth:`list` filters and your own bookkeeping.
             network: the egress policy, as OpenSandbox's ``networkPolicy``:

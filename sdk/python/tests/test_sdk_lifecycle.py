@@ -78,6 +78,19 @@ async def test_create_without_timeout_never_expires(api, conn):
         await resolve(sb.close())
 
 
+async def test_create_timeout_as_float_or_timedelta(api, conn):
+    """coved takes whole seconds; a float (timedelta.total_seconds()) or a timedelta is one."""
+    for timeout, seconds in ((dt.timedelta(minutes=5).total_seconds(), 300),
+                             (dt.timedelta(minutes=2), 120), (90.2, 91)):
+        sb = await resolve(api.Sandbox.create(timeout=timeout, **conn))
+        try:
+            info = await resolve(sb.get_info())
+            assert (info.expires_at - info.created_at).total_seconds() == seconds
+        finally:
+            await resolve(sb.kill())
+            await resolve(sb.close())
+
+
 async def test_set_timeout_moves_the_expiry(api, sandbox):
     before = (await resolve(sandbox.get_info())).expires_at
     new = await resolve(sandbox.set_timeout(3600))

@@ -80,7 +80,7 @@ class AsyncSandbox:
 
     @classmethod
     async def create(cls, template: str = p.DEFAULT_TEMPLATE,
-                     timeout: Optional[int] = p.DEFAULT_TIMEOUT,
+                     timeout: Union[float, datetime.timedelta, None] = p.DEFAULT_TIMEOUT,
                      envs: Optional[Dict[str, str]] = None,
                      metadata: Optional[Dict[str, str]] = None,
                      network: Optional[Dict[str, Any]] = None,
