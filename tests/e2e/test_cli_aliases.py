@@ -484,7 +484,9 @@ TRICKY_METADATA = {"yes": "yes", "num": "0123", "null": "null", "float": "1e3", 
 TRICKY_NAMES = ["a: b", "#x", "- item", "it's \"q\"", "multi\nline", " lead", "trail ", "~",
                 "*ref", "&anchor", "!tag", "%pct", "@at", "`tick", "{brace}", "[list]", "a #b",
                 "|pipe", ">fold", "héllo ☃", "back\\slash", "tab\there", "null", "1e3", "yes",
-                "0x1F", "12:30", "=", "?q", "-", "---", "..."]
+                "0x1F", "12:30", "=", "?q", "-", "---", "...",
+                # line breaks and characters YAML parsers refuse unescaped
+                "line\u2028sep", "para\u2029sep", "nel\x85x", "c1\x80x", "\ufeffbom", "x\uffff"]
 
 
 def test_yaml_output_reads_back_as_the_json(coved):
