@@ -9,6 +9,7 @@ Parsing (event streams, WebSocket frames), request building and result folding a
 
 from __future__ import annotations
 
+import codecs
 import datetime as _dt
 import json
 import math
@@ -650,13 +651,20 @@ def op_command_status(state: SandboxState, command_id: str) -> Op[Dict[str, Any]
     return resp.json() or {}
 
 
-def op_command_logs(state: SandboxState, command_id: str,
-                    cursor: Optional[int] = None) -> Op[Tuple[str, Optional[int]]]:
+def op_command_logs_bytes(state: SandboxState, command_id: str,
+                          cursor: Optional[int] = None) -> Op[Tuple[bytes, Optional[int]]]:
+    """The output from byte ``cursor`` on, as bytes, and the cursor of its end."""
     params = [("cursor", cursor)] if cursor is not None else None
     resp = yield from op_execd_call(state, "GET", f"/command/{quote(command_id)}/logs",
                                     params=params, what="command logs")
     tail = resp.headers.get("execd-commands-tail-cursor")
-    return resp.text, int(tail) if tail and tail.isdigit() else None
+    return resp.content, int(tail) if tail and tail.isdigit() else None
+
+
+def op_command_logs(state: SandboxState, command_id: str,
+                    cursor: Optional[int] = None) -> Op[Tuple[str, Optional[int]]]:
+    raw, tail = yield from op_command_logs_bytes(state, command_id, cursor)
+    return raw.decode("utf-8", "replace"), tail
 
 
 def op_command_kill(state: SandboxState, command_id: str) -> Op[bool]:
@@ -672,16 +680,20 @@ def op_command_wait(state: SandboxState, command_id: str,
     """Polls a background command until it ends, passing new output to ``on_output``."""
     cursor: Optional[int] = 0
     chunks: List[str] = []
+    # a chunk may end inside a character: its first bytes wait for the rest
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
     waited = 0.0
     while True:
         status = yield from op_command_status(state, command_id)
-        text, tail = yield from op_command_logs(state, command_id, cursor)
+        raw, tail = yield from op_command_logs_bytes(state, command_id, cursor)
+        running = status.get("running", False)
+        text = decoder.decode(raw, final=not running)
         if text:
             chunks.append(text)
             if on_output is not None:
                 yield Callback(on_output, text)
         cursor = tail if tail is not None else cursor
-        if not status.get("running", False):
+        if not running:
             exit_code = status.get("exit_code")
             return CommandResult(stdout="".join(chunks), stderr="",
                                  exit_code=-1 if exit_code is None else int(exit_code),
