@@ -213,6 +213,22 @@ def test_command_run_status_logs_interrupt(coved, sid):
     assert r.returncode == 1 and "COMMAND_NOT_FOUND" in r.stderr
 
 
+def test_command_logs_json_while_a_character_is_cut(coved, sid):
+    """-o json of logs that end inside a UTF-8 character: what is whole so far, and a cursor
+    at the cut character, which the next call gives whole."""
+    command_id = cli(coved, "command", "run", sid, "--background", "--", "sh", "-c",
+                     "printf 'h\\303'; sleep 3; printf '\\251llo\\n'").stdout.strip()
+    time.sleep(1)  # "h" and the character's first byte have come, not its second
+    logs = cli_json(coved, "command", "logs", sid, command_id)
+    assert (logs["output"], logs["cursor"]) == ("h", 1)
+    deadline = time.time() + 30
+    while cli_json(coved, "command", "status", sid, command_id)["running"]:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    logs = cli_json(coved, "command", "logs", sid, command_id, "--cursor", "1")
+    assert (logs["output"], logs["cursor"]) == ("éllo\n", len("héllo\n".encode()))
+
+
 def test_command_session_create_run_delete(coved, sid):
     session = cli(coved, "command", "session", "create", sid, "--workdir", "/tmp/sess").stdout
     session = session.strip()
