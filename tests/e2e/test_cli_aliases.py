@@ -359,6 +359,19 @@ def test_config_init_set_show(coved, tmp_path):
     assert "serverSource" in cli(coved, "config", "show", env=env).stdout
 
 
+def test_config_init_force_replaces_a_broken_file(coved, tmp_path):
+    """A config file the CLI cannot read stops every command; --force is the way out."""
+    path = tmp_path / "broken.ini"
+    path.write_text("not a setting\n")
+    env = {"COVE_CONFIG_FILE": str(path), "COVE_SERVER": None, "COVE_API_KEY": None}
+    r = cli(coved, "config", "init", "--server", "http://127.0.0.1:1", env=env, check=False)
+    assert r.returncode == 2 and path.read_text() == "not a setting\n"
+    cli(coved, "config", "init", "--force", "--server", f"http://127.0.0.1:{coved.port}",
+        "--api-key", coved.key, env=env)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert isinstance(cli_json(coved, "list", env=env)["items"], list)
+
+
 def test_config_init_asks_on_a_terminal(coved, tmp_path):
     path = tmp_path / "asked.ini"
     env = cli_env(coved, {"COVE_CONFIG_FILE": str(path), "COVE_API_KEY": None})
