@@ -109,6 +109,20 @@ static int logs_write(const char *data, size_t len, void *opaque, struct cove_er
 
 enum { LOGS_OPTION_CURSOR = CLI_OPTION_COMMAND };
 
+/* How many of text's last bytes are the start of a UTF-8 character whose other bytes have not
+ * come yet (0 to 3): the output so far may end inside one. */
+static size_t incomplete_tail(const char *text, size_t len)
+{
+    for (size_t back = 1; back <= 3 && back <= len; back++) {
+        unsigned char c = (unsigned char)text[len - back];
+        if ((c & 0xc0) == 0x80)
+            continue; /* a continuation byte: its lead is further back */
+        size_t need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+        return need > back ? back : 0;
+    }
+    return 0;
+}
+
 static int logs_run(struct cli *cli, int argc, char **argv, struct cove_error **err)
 {
     static const struct option options[] = {
@@ -150,9 +164,15 @@ static int logs_run(struct cli *cli, int argc, char **argv, struct cove_error **
     if (result == 0 && sink.collect) {
         char *end;
         long long tail = strtoll(request.captured, &end, 10);
+        /* a character cut at the end is left for the next call, whose cursor starts at it */
+        size_t cut = incomplete_tail(sink.text != NULL ? sink.text : "", sink.len);
+        if (end != request.captured && (long long)cut <= tail)
+            tail -= (long long)cut;
+        else
+            cut = 0;
         cleanup_json json_t *logs =
             json_pack("{s:s, s:s%, s:o}", "id", argv[optind + 1], "output",
-                      sink.text != NULL ? sink.text : "", sink.len, "cursor",
+                      sink.text != NULL ? sink.text : "", sink.len - cut, "cursor",
                       end != request.captured ? json_integer(tail) : json_null());
         result = logs == NULL ? cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
                                                "the output is not valid UTF-8")
@@ -170,7 +190,8 @@ static const struct cli_command command_logs_command = {
             "\n"
             "Print the output (stdout and stderr as they came) a background command has made so\n"
             "far. With -o json: {\"id\", \"output\", \"cursor\"}, the cursor to pass next time\n"
-            "for only what came after. To follow it as it comes: 'cove logs -f ID COMMAND-ID'.\n"
+            "for only what came after (a character not yet whole is left for then). To\n"
+            "follow it as it comes: 'cove logs -f ID COMMAND-ID'.\n"
             "\n"
             "Options:\n"
             "      --cursor N        start at byte N of the output\n",

@@ -181,9 +181,19 @@ static int init_run(struct cli *cli, int argc, char **argv, struct cove_error **
     }
     if (optind < argc)
         return cli_usage_error(err, "unexpected argument '%s'", argv[optind]);
-    if (cli_load_config(cli, err) < 0)
-        return -1;
     struct config_file *file = &cli->config_file;
+    if (cli_load_config(cli, err) < 0) {
+        /* --force replaces a file that cannot be read as settings; its values are gone */
+        if (!force || strcmp((*err)->code, CONFIG_ERROR_FILE) != 0 || file->path == NULL)
+            return -1;
+        fprintf(stderr, "cove: replacing %s: %s\n", file->path, (*err)->message);
+        cove_error_free(*err);
+        *err = NULL;
+        char *path = file->path;
+        file->path = NULL;
+        config_file_release(file);
+        file->path = path;
+    }
     struct stat st;
     if (!force && file->path != NULL && stat(file->path, &st) == 0)
         return cli_usage_error(err,
@@ -335,7 +345,8 @@ static const struct cli_command config_init_command = {
             "" CONFIG_DEFAULT_SERVER ", and no key is stored). Prints the file's path.\n"
             "\n"
             "Options:\n"
-            "      --force           replace a config file that exists\n",
+            "      --force           replace a config file that exists (even one that cannot\n"
+            "                        be read, whose settings are then lost)\n",
 };
 
 static const struct cli_command config_show_command = {

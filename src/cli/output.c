@@ -15,6 +15,25 @@ int output_json(const json_t *value, struct cove_error **err)
 
 /* --- YAML ----------------------------------------------------------------------------- */
 
+/* The code point of a character YAML forbids unescaped, or reads as a line break or byte
+ * order mark (C1 controls, U+2028, U+2029, U+FEFF, U+FFFE, U+FFFF), at s[i] (valid UTF-8);
+ * 0 for any other character. */
+static unsigned yaml_special(const char *s, size_t len, size_t i)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    if (u[i] == 0xc2 && i + 1 < len && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
+        return u[i + 1];
+    if (i + 2 >= len)
+        return 0;
+    if (u[i] == 0xe2 && u[i + 1] == 0x80 && (u[i + 2] == 0xa8 || u[i + 2] == 0xa9))
+        return u[i + 2] == 0xa8 ? 0x2028 : 0x2029;
+    if (u[i] == 0xef && u[i + 1] == 0xbb && u[i + 2] == 0xbf)
+        return 0xfeff;
+    if (u[i] == 0xef && u[i + 1] == 0xbf && (u[i + 2] == 0xbe || u[i + 2] == 0xbf))
+        return u[i + 2] == 0xbe ? 0xfffe : 0xffff;
+    return 0;
+}
+
 bool output_yaml_plain(const char *s, size_t len)
 {
     /* words YAML 1.1 reads as null or booleans (1.2 reads fewer) */
@@ -30,6 +49,8 @@ bool output_yaml_plain(const char *s, size_t len)
         return false;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80 && yaml_special(s, len, i) != 0)
+            return false;
         if (c >= 0x80 || isalnum(c))
             continue;
         if (strchr("_./ +=@-", c) == NULL)
@@ -55,7 +76,11 @@ static void yaml_quoted(FILE *out, const char *s, size_t len)
             fputs("\\t", out);
         else if (c < 0x20 || c == 0x7f)
             fprintf(out, "\\x%02x", c);
-        else
+        else if (c >= 0x80 && yaml_special(s, len, i) != 0) {
+            unsigned code = yaml_special(s, len, i);
+            fprintf(out, "\\u%04x", code);
+            i += code < 0x100 ? 1 : 2;
+        } else
             fputc(c, out);
     }
     fputc('"', out);
@@ -67,6 +92,26 @@ static void yaml_string(FILE *out, const char *s, size_t len)
         fwrite(s, 1, len, out);
     else
         yaml_quoted(out, s, len);
+}
+
+/* How many bytes yaml_string writes for s (at least as many as the characters). */
+static size_t yaml_string_size(const char *s, size_t len)
+{
+    if (output_yaml_plain(s, len))
+        return len;
+    size_t size = 2;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            size += 4; /* \x01 */
+        else if (c == '"' || c == '\\')
+            size += 2;
+        else if (c >= 0x80 && yaml_special(s, len, i) != 0)
+            size += 6; /* \uXXXX */
+        else
+            size += 1;
+    }
+    return size;
 }
 
 /* A scalar, or an empty object or array (in flow style). */
@@ -132,7 +177,14 @@ static void yaml_block(FILE *out, const json_t *value, int indent, bool first_in
             if (!first || !first_inline)
                 fprintf(out, "%*s", indent, "");
             first = false;
+            /* a key of more than 1024 characters cannot be implicit: "? key" on a line, then
+             * ": value" */
+            bool explicit_key = yaml_string_size(key, strlen(key)) > 1000;
+            if (explicit_key)
+                fputs("? ", out);
             yaml_string(out, key, strlen(key));
+            if (explicit_key)
+                fprintf(out, "\n%*s", indent, "");
             if (is_block(child)) {
                 fputs(":\n", out);
                 yaml_block(out, child, indent + 2, false);

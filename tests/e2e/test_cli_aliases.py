@@ -213,6 +213,22 @@ def test_command_run_status_logs_interrupt(coved, sid):
     assert r.returncode == 1 and "COMMAND_NOT_FOUND" in r.stderr
 
 
+def test_command_logs_json_while_a_character_is_cut(coved, sid):
+    """-o json of logs that end inside a UTF-8 character: what is whole so far, and a cursor
+    at the cut character, which the next call gives whole."""
+    command_id = cli(coved, "command", "run", sid, "--background", "--", "sh", "-c",
+                     "printf 'h\\303'; sleep 3; printf '\\251llo\\n'").stdout.strip()
+    time.sleep(1)  # "h" and the character's first byte have come, not its second
+    logs = cli_json(coved, "command", "logs", sid, command_id)
+    assert (logs["output"], logs["cursor"]) == ("h", 1)
+    deadline = time.time() + 30
+    while cli_json(coved, "command", "status", sid, command_id)["running"]:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    logs = cli_json(coved, "command", "logs", sid, command_id, "--cursor", "1")
+    assert (logs["output"], logs["cursor"]) == ("éllo\n", len("héllo\n".encode()))
+
+
 def test_command_session_create_run_delete(coved, sid):
     session = cli(coved, "command", "session", "create", sid, "--workdir", "/tmp/sess").stdout
     session = session.strip()
@@ -341,6 +357,19 @@ def test_config_init_set_show(coved, tmp_path):
     shown = cli_json(coved, "config", "show", env={**env, "OPEN_SANDBOX_API_KEY": "k" * 20})
     assert shown["apiKeySource"] == "OPEN_SANDBOX_API_KEY" and shown["apiKey"] == "kkkk****"
     assert "serverSource" in cli(coved, "config", "show", env=env).stdout
+
+
+def test_config_init_force_replaces_a_broken_file(coved, tmp_path):
+    """A config file the CLI cannot read stops every command; --force is the way out."""
+    path = tmp_path / "broken.ini"
+    path.write_text("not a setting\n")
+    env = {"COVE_CONFIG_FILE": str(path), "COVE_SERVER": None, "COVE_API_KEY": None}
+    r = cli(coved, "config", "init", "--server", "http://127.0.0.1:1", env=env, check=False)
+    assert r.returncode == 2 and path.read_text() == "not a setting\n"
+    cli(coved, "config", "init", "--force", "--server", f"http://127.0.0.1:{coved.port}",
+        "--api-key", coved.key, env=env)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert isinstance(cli_json(coved, "list", env=env)["items"], list)
 
 
 def test_config_init_asks_on_a_terminal(coved, tmp_path):
@@ -484,7 +513,9 @@ TRICKY_METADATA = {"yes": "yes", "num": "0123", "null": "null", "float": "1e3", 
 TRICKY_NAMES = ["a: b", "#x", "- item", "it's \"q\"", "multi\nline", " lead", "trail ", "~",
                 "*ref", "&anchor", "!tag", "%pct", "@at", "`tick", "{brace}", "[list]", "a #b",
                 "|pipe", ">fold", "héllo ☃", "back\\slash", "tab\there", "null", "1e3", "yes",
-                "0x1F", "12:30", "=", "?q", "-", "---", "..."]
+                "0x1F", "12:30", "=", "?q", "-", "---", "...",
+                # line breaks and characters YAML parsers refuse unescaped
+                "line\u2028sep", "para\u2029sep", "nel\x85x", "c1\x80x", "\ufeffbom", "x\uffff"]
 
 
 def test_yaml_output_reads_back_as_the_json(coved):

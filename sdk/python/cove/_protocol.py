@@ -9,8 +9,10 @@ Parsing (event streams, WebSocket frames), request building and result folding a
 
 from __future__ import annotations
 
+import codecs
 import datetime as _dt
 import json
+import math
 import os
 import secrets
 import urllib.parse
@@ -359,10 +361,15 @@ def _sandbox_path(sandbox_id: str, suffix: str = "") -> str:
     return f"/v1/sandboxes/{quote(sandbox_id)}{suffix}"
 
 
-def create_body(template: str, timeout: Optional[int], envs: Optional[Dict[str, str]],
+def create_body(template: str, timeout: Union[int, float, _dt.timedelta, None], envs: Optional[Dict[str, str]],
                 metadata: Optional[Dict[str, str]], network: Optional[Dict[str, Any]],
                 resources: Optional[Dict[str, str]], entrypoint: Optional[Sequence[str]],
                 extra: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    if isinstance(timeout, _dt.timedelta):
+        timeout = timeout.total_seconds()
+    if timeout is not None and not isinstance(timeout, int):
+        # coved takes whole seconds only: 1800.0 (timedelta.total_seconds()) is 1800
+        timeout = math.ceil(timeout)
     body: Dict[str, Any] = {
         "image": {"uri": template},
         "entrypoint": list(entrypoint or DEFAULT_ENTRYPOINT),
@@ -396,10 +403,20 @@ def op_wait_state(sandbox_id: str, want: Sequence[str], wait: float,
         delay = min(delay * 2, 0.5)
 
 
-def op_create(body: Dict[str, Any], wait: float) -> Op[SandboxInfo]:
+def op_create_request(body: Dict[str, Any]) -> Op[SandboxInfo]:
+    """The create request alone: the sandbox as the server made it (maybe not yet Running)."""
     resp = yield Request("POST", "/v1/sandboxes", json=body, ok=(200, 201, 202),
                          what="create sandbox")
-    created = SandboxInfo.from_json(resp.json())
+    return SandboxInfo.from_json(resp.json())
+
+
+def op_create(body: Dict[str, Any], wait: float) -> Op[SandboxInfo]:
+    created = yield from op_create_request(body)
+    return (yield from op_create_wait(created, wait))
+
+
+def op_create_wait(created: SandboxInfo, wait: float) -> Op[SandboxInfo]:
+    """Waits until a sandbox just made runs; kills it when it does not."""
     if created.state == "Running":
         return created
     try:
@@ -634,13 +651,20 @@ def op_command_status(state: SandboxState, command_id: str) -> Op[Dict[str, Any]
     return resp.json() or {}
 
 
-def op_command_logs(state: SandboxState, command_id: str,
-                    cursor: Optional[int] = None) -> Op[Tuple[str, Optional[int]]]:
+def op_command_logs_bytes(state: SandboxState, command_id: str,
+                          cursor: Optional[int] = None) -> Op[Tuple[bytes, Optional[int]]]:
+    """The output from byte ``cursor`` on, as bytes, and the cursor of its end."""
     params = [("cursor", cursor)] if cursor is not None else None
     resp = yield from op_execd_call(state, "GET", f"/command/{quote(command_id)}/logs",
                                     params=params, what="command logs")
     tail = resp.headers.get("execd-commands-tail-cursor")
-    return resp.text, int(tail) if tail and tail.isdigit() else None
+    return resp.content, int(tail) if tail and tail.isdigit() else None
+
+
+def op_command_logs(state: SandboxState, command_id: str,
+                    cursor: Optional[int] = None) -> Op[Tuple[str, Optional[int]]]:
+    raw, tail = yield from op_command_logs_bytes(state, command_id, cursor)
+    return raw.decode("utf-8", "replace"), tail
 
 
 def op_command_kill(state: SandboxState, command_id: str) -> Op[bool]:
@@ -656,16 +680,20 @@ def op_command_wait(state: SandboxState, command_id: str,
     """Polls a background command until it ends, passing new output to ``on_output``."""
     cursor: Optional[int] = 0
     chunks: List[str] = []
+    # a chunk may end inside a character: its first bytes wait for the rest
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
     waited = 0.0
     while True:
         status = yield from op_command_status(state, command_id)
-        text, tail = yield from op_command_logs(state, command_id, cursor)
+        raw, tail = yield from op_command_logs_bytes(state, command_id, cursor)
+        running = status.get("running", False)
+        text = decoder.decode(raw, final=not running)
         if text:
             chunks.append(text)
             if on_output is not None:
                 yield Callback(on_output, text)
         cursor = tail if tail is not None else cursor
-        if not status.get("running", False):
+        if not running:
             exit_code = status.get("exit_code")
             return CommandResult(stdout="".join(chunks), stderr="",
                                  exit_code=-1 if exit_code is None else int(exit_code),

@@ -6,10 +6,13 @@ Every method is one call of an operation of the shared protocol layer (``cove._p
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
 import ssl
+import stat
+import tempfile
 import time
 import urllib.parse
 from types import TracebackType
@@ -72,7 +75,7 @@ class Sandbox:
     # ---- lifecycle ----
 
     @classmethod
-    def create(cls, template: str = p.DEFAULT_TEMPLATE, timeout: Optional[int] = p.DEFAULT_TIMEOUT,
+    def create(cls, template: str = p.DEFAULT_TEMPLATE, timeout: Union[float, datetime.timedelta, None] = p.DEFAULT_TIMEOUT,
                envs: Optional[Dict[str, str]] = None, metadata: Optional[Dict[str, str]] = None,
                network: Optional[Dict[str, Any]] = None,
                resources: Optional[Dict[str, str]] = None,
@@ -83,8 +86,8 @@ class Sandbox:
 
         Args:
             template: the template to start from (``base``, ``code-interpreter``, ...).
-            timeout: seconds until the sandbox expires and is killed (default 600); None for a
-                sandbox that lives until killed.
+            timeout: seconds (or a timedelta) until the sandbox expires and is killed (default
+                600), rounded up to whole seconds; None for a sandbox that lives until killed.
             envs: environment variables of the sandbox.
             metadata: string key-values, for :meth:`list` filters and your own bookkeeping.
             network: the egress policy, as OpenSandbox's ``networkPolicy``:
@@ -95,7 +98,8 @@ class Sandbox:
             entrypoint: the sandbox's main process (default: one that idles).
             server, api_key: where coved is and the key to use; by default from
                 ``COVE_SERVER``/``COVE_API_KEY`` (or ``OPEN_SANDBOX_DOMAIN``/
-                ``OPEN_SANDBOX_API_KEY``, or the state dir's ``api_key`` file), as the CLI.
+                ``OPEN_SANDBOX_API_KEY``, or the CLI's config file, or the state dir's
+                ``api_key`` file), as the CLI.
             request_timeout: seconds to wait for an ordinary API answer (default 60).
             start_timeout: seconds to wait for the sandbox to be Running.
             extra: more fields of the create request, sent as they are.
@@ -262,6 +266,40 @@ class Sandbox:
         self._t.run(p.op_interrupt(self._state, context))
 
 
+@contextlib.contextmanager
+def local_target(local: "Union[str, os.PathLike[str]]") -> Iterator[IO[bytes]]:
+    """A binary file to download into the local path: a temporary file beside it, put in its
+    place once the download is whole, so that a failed one leaves the path as it was (a
+    replaced file keeps its mode); a path that is not a regular file (/dev/null, a FIFO) is
+    written to as it is."""
+    path = os.fspath(local)
+    try:
+        st: Optional[os.stat_result] = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(path, "wb") as f:
+            yield f
+        return
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path) or ".",
+                                prefix=f".{os.path.basename(path)}.", suffix=".cove")
+    try:
+        if st is not None:
+            mode = stat.S_IMODE(st.st_mode)
+        else:
+            mask = os.umask(0)
+            os.umask(mask)
+            mode = 0o666 & ~mask
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
 class Files:
     """The sandbox's filesystem (``sandbox.files``). Paths are inside the sandbox."""
 
@@ -338,9 +376,9 @@ class Files:
 
     def download(self, path: str, local: PathOrFile) -> int:
         """Downloads ``path`` to a local path or binary file object, streamed; returns the
-        number of bytes."""
+        number of bytes. A local path is replaced only once the whole file has come."""
         if isinstance(local, (str, os.PathLike)):
-            with open(local, "wb") as f:
+            with local_target(local) as f:
                 return self.download(path, f)
         total = 0
         for chunk in self.read(path, format="stream"):

@@ -80,6 +80,15 @@ async def test_timeout_kills_the_command(api, sandbox):
     assert r.exit_code == -1 and "timed out" in r.error and r.stdout == "started\n"
 
 
+async def test_background_output_split_inside_a_character(api, sandbox):
+    """A poll of the log that ends between the bytes of a character does not garble it."""
+    h = await resolve(sandbox.commands.run("printf '\\303'; sleep 1; printf '\\251\\n'",
+                                           background=True))
+    got = []
+    r = await resolve(h.wait(on_stdout=got.append))
+    assert r.stdout == "é\n" and "".join(got) == "é\n"
+
+
 async def test_background_wait_logs_kill_connect(api, sandbox):
     h = await resolve(sandbox.commands.run("echo one; sleep 0.5; echo two >&2; exit 4",
                                            background=True))

@@ -112,6 +112,25 @@ def big_file(tmp_path_factory):
     os.unlink(path)
 
 
+async def test_failed_download_leaves_the_local_file(api, sandbox, tmp_path):
+    local = tmp_path / "precious.txt"
+    local.write_text("mine\n")
+    os.chmod(local, 0o640)
+    with pytest.raises(NotFoundError):
+        await resolve(sandbox.files.download("/no/such/file", str(local)))
+    assert local.read_text() == "mine\n"
+    assert sorted(os.listdir(tmp_path)) == ["precious.txt"]  # no temporary file left
+    await resolve(sandbox.files.write("/tmp/new.txt", "theirs"))
+    assert await resolve(sandbox.files.download("/tmp/new.txt", local)) == 6
+    assert local.read_text() == "theirs" and os.stat(local).st_mode & 0o777 == 0o640
+    fresh = tmp_path / "fresh.txt"
+    assert await resolve(sandbox.files.download("/tmp/new.txt", str(fresh))) == 6
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(fresh).st_mode & 0o777 == 0o666 & ~mask
+    assert await resolve(sandbox.files.download("/tmp/new.txt", os.devnull)) == 6
+
+
 async def test_200mb_streamed_upload_and_download(api, conn, big_file, tmp_path):
     path, digest = big_file
     sb = await resolve(api.Sandbox.create(

@@ -78,6 +78,19 @@ async def test_create_without_timeout_never_expires(api, conn):
         await resolve(sb.close())
 
 
+async def test_create_timeout_as_float_or_timedelta(api, conn):
+    """coved takes whole seconds; a float (timedelta.total_seconds()) or a timedelta is one."""
+    for timeout, seconds in ((dt.timedelta(minutes=5).total_seconds(), 300),
+                             (dt.timedelta(minutes=2), 120), (90.2, 91)):
+        sb = await resolve(api.Sandbox.create(timeout=timeout, **conn))
+        try:
+            info = await resolve(sb.get_info())
+            assert (info.expires_at - info.created_at).total_seconds() == seconds
+        finally:
+            await resolve(sb.kill())
+            await resolve(sb.close())
+
+
 async def test_set_timeout_moves_the_expiry(api, sandbox):
     before = (await resolve(sandbox.get_info())).expires_at
     new = await resolve(sandbox.set_timeout(3600))
@@ -211,6 +224,37 @@ async def test_async_with_kills_when_cancelled(conn, coved):
     assert state_of(coved, sid) == 404
 
 
+async def test_create_cancelled_in_flight_leaves_no_sandbox(conn, coved):
+    """A create cancelled (Task.cancel, as asyncio.wait_for does) while coved is making the
+    sandbox still learns its id, kills it, and raises the cancellation."""
+    import asyncio
+    for _ in range(3):
+        before = set(coved.known_sandboxes())
+        task = asyncio.ensure_future(cove.aio.Sandbox.create(**conn))
+        while not set(coved.known_sandboxes()) - before and not task.done():
+            await asyncio.sleep(0.001)
+        assert not task.done()  # coved has the sandbox; its answer is not back yet
+        new = set(coved.known_sandboxes()) - before
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert [state_of(coved, sid) for sid in new] == [404] * len(new)
+
+
+async def test_create_cancelled_by_a_scope_leaves_no_sandbox(conn, coved):
+    import anyio
+    before = set(coved.known_sandboxes())
+    for delay in (0.01, 0.02, 0.03, 0.05):
+        sb = None
+        with anyio.move_on_after(delay):
+            sb = await cove.aio.Sandbox.create(**conn)
+        if sb is not None:  # it came back in time
+            await sb.kill()
+            await sb.close()
+    new = set(coved.known_sandboxes()) - before
+    assert [state_of(coved, sid) for sid in new] == [404] * len(new)
+
+
 async def test_exception_in_with_survives_a_failed_kill(api, conn, coved):
     """The block's exception comes out even when the kill on exit cannot reach coved."""
     sb = await resolve(api.Sandbox.create(**conn))
@@ -242,6 +286,7 @@ def test_config_resolution_order(monkeypatch, tmp_path):
     for v in ("COVE_SERVER", "OPEN_SANDBOX_DOMAIN", "COVE_API_KEY", "OPEN_SANDBOX_API_KEY"):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setenv("COVE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("COVE_CONFIG_FILE", str(tmp_path / "no-config.ini"))
     c = cove.ConnectionConfig.resolve()
     assert (c.server, c.api_key) == ("http://127.0.0.1:8080", None)
     (tmp_path / "api_key").write_text("from-state-dir\n")
@@ -256,6 +301,35 @@ def test_config_resolution_order(monkeypatch, tmp_path):
     assert (c.server, c.api_key) == ("https://cove.example:8443", "cove-key")
     c = cove.ConnectionConfig.resolve(server="127.0.0.9:1", api_key="arg")
     assert (c.server, c.api_key) == ("http://127.0.0.9:1", "arg")
+
+
+def test_config_file_of_the_cli(monkeypatch, tmp_path):
+    """What `cove config init` stores is what the SDK uses, below the variables, as the CLI
+    does (`cove config show`)."""
+    import json
+    import subprocess
+    from covetest import CLI
+    for v in ("COVE_SERVER", "OPEN_SANDBOX_DOMAIN", "COVE_API_KEY", "OPEN_SANDBOX_API_KEY",
+              "XDG_CONFIG_HOME"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("COVE_STATE_DIR", str(tmp_path))
+    (tmp_path / "api_key").write_text("from-state-dir\n")
+    monkeypatch.setenv("COVE_CONFIG_FILE", str(tmp_path / "cfg" / "config.ini"))
+    subprocess.run([CLI, "config", "init", "--server", "127.0.0.7:7777", "--api-key",
+                    "from-config"], check=True, stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL)
+    shown = json.loads(subprocess.run([CLI, "config", "show", "-o", "json"], check=True,
+                                      capture_output=True, text=True).stdout)
+    c = cove.ConnectionConfig.resolve()
+    assert (c.server, c.api_key) == ("http://127.0.0.7:7777", "from-config")
+    assert (shown["server"], shown["apiKeySource"]) == ("http://127.0.0.7:7777", "config file")
+    # a comment after a value, as the CLI's reader takes it
+    (tmp_path / "cfg" / "config.ini").write_text("# mine\nserver = 127.0.0.8:8 ; old\n")
+    assert cove.ConnectionConfig.resolve().server == "http://127.0.0.8:8"
+    monkeypatch.setenv("COVE_SERVER", "127.0.0.9:9")
+    monkeypatch.setenv("COVE_API_KEY", "from-env")
+    c = cove.ConnectionConfig.resolve()
+    assert (c.server, c.api_key) == ("http://127.0.0.9:9", "from-env")
 
 
 async def test_key_from_the_state_dir(api, coved, monkeypatch, tmp_path):

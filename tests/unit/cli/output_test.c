@@ -83,5 +83,34 @@ int main(void)
                "      - 2\n"
                "    - []\n");
     check_yaml("{\"key: x\": \"v\", \"1\": 2}", "\"key: x\": v\n\"1\": 2\n");
+    /* C1 controls, line and paragraph separators, BOM and U+FFFE/U+FFFF: parsers fold the
+     * breaks or refuse the rest, so they are escaped, never plain */
+    CHECK(!output_yaml_plain("a\xc2\x85"
+                             "b",
+                             4));
+    CHECK(!output_yaml_plain("a\u2028b", strlen("a\u2028b")));
+    CHECK(!output_yaml_plain("\ufeffa", strlen("\ufeffa")));
+    check_yaml(
+        "[\"\\u0080\\u0085\\u009f\", \"x\\u2028y\\u2029\", \"\\ufeff\\ufffe\\uffff\\u00a0\"]",
+        "- \"\\u0080\\u0085\\u009f\"\n"
+        "- \"x\\u2028y\\u2029\"\n"
+        "- \"\\ufeff\\ufffe\\uffff\u00a0\"\n");
+    /* a key of more than 1024 characters is an explicit "? key" */
+    {
+        char key[1101];
+        memset(key, 'k', 1100);
+        key[1100] = '\0';
+        json_t *value = json_pack("{s:i, s:{s:b}}", key, 1, "b", key, 1);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *out = open_memstream(&text, &len);
+        CHECK(output_yaml_write(out, value) == 0);
+        fclose(out);
+        char expected[2400];
+        snprintf(expected, sizeof(expected), "? %s\n: 1\nb:\n  ? %s\n  : true\n", key, key);
+        CHECK(strcmp(text, expected) == 0);
+        free(text);
+        json_decref(value);
+    }
     return CHECK_DONE();
 }

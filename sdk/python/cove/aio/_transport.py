@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from typing import Any, AsyncIterator, Callable, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Tuple
 
 import anyio
 import httpx
@@ -72,6 +73,31 @@ class AsyncTransport:
                     await call(step.fn, step.arg)
             except Exception as e:  # handed to the operation, which may expect it
                 exc = e
+
+    async def complete(self, awaitable: Awaitable[T]) -> Tuple[T, Optional[BaseException]]:
+        """Awaits ``awaitable`` to its end even when the caller is cancelled meanwhile (an
+        answer may name something to clean up, such as a sandbox just made). Returns its
+        value and the cancellation that came meanwhile, or None: the caller cleans up, then
+        raises it."""
+        with anyio.CancelScope(shield=True):  # anyio's (and trio's) cancellation
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # not asyncio (trio): the shield is enough
+                return await awaitable, None
+            # asyncio's own cancellation (Task.cancel, asyncio.wait_for): a task of its own
+            task = asyncio.ensure_future(awaitable)
+            cancelled: Optional[BaseException] = None
+            while True:
+                try:
+                    return await asyncio.shield(task), cancelled
+                except asyncio.CancelledError as e:
+                    if task.cancelled():
+                        raise
+                    cancelled = e  # the caller's: the task goes on (or just ended)
+                except BaseException:
+                    if cancelled is not None:
+                        raise cancelled
+                    raise
 
     async def request(self, req: Request) -> Response:
         kw = kwargs_of(self.config, req)

@@ -58,10 +58,11 @@ class AsyncSandbox:
     succeeds or raises. See :class:`cove.Sandbox` for every method."""
 
     def __init__(self, sandbox_id: str, config: ConnectionConfig,
-                 info: Optional[SandboxInfo] = None) -> None:
+                 info: Optional[SandboxInfo] = None,
+                 _transport: Optional[AsyncTransport] = None) -> None:
         self.sandbox_id = sandbox_id
         self._config = config
-        self._t = AsyncTransport(config)
+        self._t = _transport or AsyncTransport(config)
         self._state = p.SandboxState(sandbox_id,
                                      scheme=urllib.parse.urlsplit(config.server).scheme or "http")
         self._info = info
@@ -79,7 +80,7 @@ class AsyncSandbox:
 
     @classmethod
     async def create(cls, template: str = p.DEFAULT_TEMPLATE,
-                     timeout: Optional[int] = p.DEFAULT_TIMEOUT,
+                     timeout: Union[float, datetime.timedelta, None] = p.DEFAULT_TIMEOUT,
                      envs: Optional[Dict[str, str]] = None,
                      metadata: Optional[Dict[str, str]] = None,
                      network: Optional[Dict[str, Any]] = None,
@@ -93,10 +94,27 @@ class AsyncSandbox:
                              extra)
         t = AsyncTransport(config)
         try:
-            info = await t.run(p.op_create(body, start_timeout))
-        finally:
-            await t.close()
-        return cls(info.sandbox_id, config, info)
+            # Once sent, the request is seen through, even by a cancelled caller: the sandbox
+            # it makes is then killed, not left running with nobody holding its id.
+            created, cancelled = await t.complete(t.run(p.op_create_request(body)))
+            try:
+                if cancelled is not None:
+                    raise cancelled
+                await anyio.lowlevel.checkpoint()  # where an anyio scope's cancellation comes
+                info = await t.run(p.op_create_wait(created, start_timeout))
+            except Exception:
+                raise  # op_create_wait killed it
+            except BaseException:
+                try:
+                    await t.complete(t.run(p.op_kill(created.sandbox_id)))
+                except CoveError:
+                    pass
+                raise
+        except BaseException:
+            await t.complete(t.close())
+            raise
+        # the handle takes the transport over: nothing is awaited between here and the caller
+        return cls(info.sandbox_id, config, info, _transport=t)
 
     @classmethod
     async def connect(cls, sandbox_id: str, *, server: Optional[str] = None,
@@ -256,7 +274,7 @@ class AsyncFiles:
 
     async def download(self, path: str, local: PathOrFile) -> int:
         if isinstance(local, (str, os.PathLike)):
-            with open(local, "wb") as f:
+            with _sync.local_target(local) as f:
                 return await self.download(path, f)
         total = 0
         write = local.write
