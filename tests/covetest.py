@@ -351,8 +351,19 @@ def sandbox_init_pid(sandbox_id):
     return None
 
 
-def descendants(pid):
-    """Host pids of every live descendant of pid."""
+def is_coved_helper(pid):
+    """Whether pid is a process coved runs for itself rather than for a sandbox: the MCP
+    server behind /mcp (`cove mcp serve`)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"\0mcp\0serve\0" in f.read()
+    except OSError:
+        return False
+
+
+def descendants(pid, helpers=False):
+    """Host pids of every live descendant of pid; coved's own helpers (and theirs) only with
+    helpers=True."""
     children = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
@@ -364,6 +375,7 @@ def descendants(pid):
     found, todo = [], [pid]
     while todo:
         for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
+            if helpers or not is_coved_helper(c):
+                found.append(c)
+                todo.append(c)
     return found
