@@ -541,6 +541,8 @@ class PtyHandle:
             except socket.timeout:
                 raise RequestTimeoutError(f"pty {self.id}: nothing within {timeout} s",
                                           code="SDK::TIMEOUT")
+            except ConnectionError:  # reset or broken: closed, as the async handle says
+                data = b""
             if not data:
                 self.closed = True
                 return _ws.PtyEvent("closed")
@@ -628,6 +630,7 @@ class Pty:
             headers[p.API_KEY_HEADER] = self._sb._config.api_key
         t = _ws.target(url)
         request, key = _ws.handshake(t, headers)
+        sock = None
         try:
             sock = socket.create_connection((t.host, t.port), timeout=timeout)
             if t.tls:
@@ -648,10 +651,13 @@ class Pty:
                     if not chunk:
                         break
                     rest += chunk
-                sock.close()
             _ws.check_handshake(head, rest, key)
-        except OSError as e:
-            raise ServerUnreachableError(f"pty {pty_id}: {e}", code="SDK::CONNECTION") from e
+        except BaseException as e:
+            if sock is not None:
+                sock.close()  # a failed upgrade leaves nothing open
+            if isinstance(e, OSError):
+                raise ServerUnreachableError(f"pty {pty_id}: {e}", code="SDK::CONNECTION") from e
+            raise
         return PtyHandle(self._sb, pty_id, sock, _ws.PtyProtocol(), rest)
 
     def kill(self, pty_id: str) -> bool:

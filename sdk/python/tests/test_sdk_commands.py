@@ -3,6 +3,7 @@ callbacks' order (sync and async callbacks), timeouts, background handles (wait,
 connect), errors, and the PTY over its WebSocket (typing, resize, signals, exit status,
 reconnecting with replay)."""
 
+import os
 import time
 
 import pytest
@@ -157,6 +158,23 @@ async def test_pty_outlives_its_connection_and_replays(api, sandbox):
     with pytest.raises(NotFoundError) as e:
         await resolve(sandbox.pty.connect(t.id))
     assert e.value.code == "CONTEXT_NOT_FOUND"
+
+
+async def test_a_refused_pty_upgrade_leaves_no_socket_open(api, sandbox):
+    def sockets():
+        n = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+            except OSError:
+                pass  # the directory's own descriptor, closed by now
+        return n
+    await resolve(sandbox.get_info())  # the client's own pooled connection made first
+    before = sockets()
+    for _ in range(5):
+        with pytest.raises(NotFoundError):
+            await resolve(sandbox.pty.connect("no-such-pty"))
+    assert sockets() <= before
 
 
 async def test_pty_with_a_command(api, sandbox):

@@ -490,6 +490,7 @@ class AsyncPty:
             headers[p.API_KEY_HEADER] = self._sb._config.api_key
         t = _ws.target(url)
         request, key = _ws.handshake(t, headers)
+        stream = None
         try:
             with anyio.fail_after(timeout):
                 stream = await anyio.connect_tcp(t.host, t.port, tls=t.tls,
@@ -506,10 +507,15 @@ class AsyncPty:
                             rest += await stream.receive(65536)
                     except anyio.EndOfStream:
                         pass
-                    await stream.aclose()
-        except (OSError, anyio.EndOfStream, TimeoutError) as e:
-            raise ServerUnreachableError(f"pty {pty_id}: {e!r}", code="SDK::CONNECTION") from e
-        _ws.check_handshake(head, rest, key)
+            _ws.check_handshake(head, rest, key)
+        except BaseException as e:
+            if stream is not None:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()  # a failed upgrade leaves nothing open
+            if isinstance(e, (OSError, anyio.EndOfStream, TimeoutError)):
+                raise ServerUnreachableError(f"pty {pty_id}: {e!r}",
+                                             code="SDK::CONNECTION") from e
+            raise
         return AsyncPtyHandle(self._sb, pty_id, stream, _ws.PtyProtocol(), rest)
 
     async def kill(self, pty_id: str) -> bool:
