@@ -635,7 +635,9 @@ struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const 
         if (strcmp(sb->id, id) == 0 && (owner == NULL || strcmp(sb->owner, owner) == 0))
             return sb;
     }
-    const struct sandbox_ended *e = ended_find(mgr, id, owner);
+    /* Only for a caller that shows the answer (not the gateway's token check, which must
+     * tell nothing of a sandbox its token does not open). */
+    const struct sandbox_ended *e = err != NULL ? ended_find(mgr, id, owner) : NULL;
     if (e != NULL) {
         /* Still a 404 (clients rely on it), but one that does not look like a typo. */
         char when[COVE_RFC3339_SIZE];
