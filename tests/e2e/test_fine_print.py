@@ -404,3 +404,34 @@ def test_ended_sandboxes_are_in_memory_only(fresh_coved):
     d.kill()
     d.start()
     assert ended_message(d, sid) == f"sandbox {sid} not found"
+
+
+def test_init_killed_by_the_oom_killer_is_failed_oom_and_ends_oom(two_owners):
+    d = two_owners
+    sid = d.create(limits={"memory": "12Mi"})
+    # The agent (PID 1) writes an upload itself: into /dev/shm, memory charged to the sandbox
+    # that nothing can reclaim, beyond the limit, the OOM killer ends the entrypoint and then
+    # the agent, the last process left.
+    boundary = "fineprint"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"metadata\"; "
+            f"filename=\"metadata\"\r\nContent-Type: application/json\r\n\r\n"
+            f"{json.dumps({'path': '/dev/shm/big.bin'})}\r\n--{boundary}\r\n"
+            f"Content-Disposition: form-data; name=\"file\"; filename=\"blob\"\r\n"
+            f"Content-Type: application/octet-stream\r\n\r\n").encode() + \
+        b"x" * (12 << 20) + f"\r\n--{boundary}--\r\n".encode()
+    conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    try:
+        conn.request("POST", f"/sandboxes/{sid}/proxy/{AGENT_PORT}/files/upload", body=body,
+                     headers={"OPEN-SANDBOX-API-KEY": d.key,
+                              "Content-Type": f"multipart/form-data; boundary={boundary}"})
+        conn.getresponse().read()
+    except OSError:
+        pass  # the agent died under it
+    conn.close()
+    failed = wait_state(d, sid, "Failed")
+    assert failed["status"]["reason"] == "oom", failed
+    assert "OOM killer" in failed["status"]["message"]
+    d.delete(sid)
+    message = ended_message(d, sid)
+    assert "(oom:" in message and "OOM killer" in message, message
+    assert listing(d, "state=Terminated")["items"][0]["status"]["reason"] == "oom"
