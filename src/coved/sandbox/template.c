@@ -42,21 +42,6 @@ static const char *const etc_whitelist[] = {
     "default",        "fonts",
 };
 
-bool template_name_valid(const char *name)
-{
-    size_t len = strlen(name);
-    if (len == 0 || len >= TEMPLATE_NAME_SIZE)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = name[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                  (i > 0 && (c == '.' || c == '_' || c == '-'));
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
 /* Moves every owner into the sandbox's id range, so that root inside owns what the template's
  * root owned. Ids past the range become the range's last id. */
 static int shift_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "lib/error.h"
 
@@ -67,8 +68,22 @@ int template_remove(struct template_registry *reg, const char *name, struct cove
 /* {"items": [template_to_json + "aliases": [the image aliases naming it]]} */
 json_t *template_list_json(struct template_registry *reg);
 json_t *template_to_json(const struct template *t);
-/* Names are [a-z0-9][a-z0-9._-]{0,62}. */
-bool template_name_valid(const char *name);
+/* Names are [a-z0-9][a-z0-9._-]{0,62}. Inline: the image aliases' parser (image_alias.h)
+ * checks names with it without the registry. */
+static inline bool template_name_valid(const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len >= TEMPLATE_NAME_SIZE)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  (i > 0 && (c == '.' || c == '_' || c == '-'));
+        if (!ok)
+            return false;
+    }
+    return true;
+}
 bool template_is_builtin(const char *name);
 /* Writes DIR/template.json for t. */
 int template_save(const char *dir, const struct template *t, struct cove_error **err);
