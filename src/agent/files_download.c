@@ -1,10 +1,12 @@
 /* downloadFile: GET /files/download?path=... streamed from the file as the client takes it.
  *
  * A Range header (one range; further ones are ignored, as execd) gives 206 with
- * Content-Range, or 416 when it cannot be satisfied. With both offset and limit in the
- * query (the SDKs' readFile options), lines offset..offset+limit-1 (1-based) are sent as
- * text, as execd's line mode. Only regular files are served: a directory, a FIFO or a device
- * (endless, or blocking) is refused. */
+ * Content-Range, or 416 when it cannot be satisfied. With offset and/or limit in the query
+ * (the SDKs' readFile options; downloadFile in execd-api.yaml), lines offset..offset+limit-1
+ * (1-based; offset 1 and no limit by default) are sent as text/plain, joined by "\n" with
+ * their line ends (and CRs before them) dropped and no newline added at the end; that and a
+ * Range header together are a 400. Only regular files are served: a directory, a FIFO or a
+ * device (endless, or blocking) is refused. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -35,11 +37,11 @@ struct download {
     char *block;
     /* line mode */
     bool lines;
-    long long first_line, line_limit;
-    long long line_no; /* the line being read, from 1 */
-    long long lines_written;
-    bool line_has_bytes; /* bytes of the current line were seen */
-    bool held_cr;        /* a CR at the end of a block, sent only if no LF follows */
+    long long first_line, line_limit; /* line_limit 0: to the end of the file */
+    long long line_no;                /* the line being read, from 1 */
+    long long lines_written;          /* selected lines begun */
+    bool line_begun;                  /* bytes (or the LF) of the current line were seen */
+    size_t held_cr; /* CRs that ended the text so far: sent only if the line goes on */
     bool eof;
 };
 
@@ -60,8 +62,9 @@ static void download_end(struct download *d)
     http_stream_end(req);
 }
 
-/* Line mode: what of block goes out (selected lines, CR before LF dropped). Returns false
- * once the last wanted line was sent. */
+/* Line mode: what of block goes out, as execd's line reading: every line's trailing CRs and
+ * LF dropped, a "\n" between two selected lines. Returns false once the last wanted line
+ * was sent. */
 static bool emit_lines(struct download *d, const char *block, size_t len, size_t *queued)
 {
     size_t i = 0;
@@ -69,31 +72,29 @@ static bool emit_lines(struct download *d, const char *block, size_t len, size_t
         const char *lf = memchr(block + i, '\n', len - i);
         size_t end = lf ? (size_t)(lf - block) : len;
         bool selected = d->line_no >= d->first_line;
-        if (selected) {
-            if (d->held_cr && end > i)
-                *queued = http_stream_write(d->req, "\r", 1);
-            if (end > i)
-                d->held_cr = false;
-            size_t n = end - i;
-            if (n > 0 && block[end - 1] == '\r') {
-                n--;
-                d->held_cr = true; /* dropped if the line ends here, sent if it goes on */
-            }
-            if (n > 0)
-                *queued = http_stream_write(d->req, block + i, n);
-        }
-        d->line_has_bytes = d->line_has_bytes || end > i;
-        if (lf == NULL)
-            return true;
-        if (selected) {
-            *queued = http_stream_write(d->req, "\n", 1);
+        if (selected && !d->line_begun) {
+            if (d->lines_written > 0)
+                *queued = http_stream_write(d->req, "\n", 1);
             d->lines_written++;
         }
-        d->held_cr = false;
-        d->line_has_bytes = false;
+        d->line_begun = true;
+        size_t n = end - i, crs = 0;
+        while (crs < n && block[end - 1 - crs] == '\r')
+            crs++;
+        if (selected && n > crs) {
+            /* Text after the CRs held back: they were inside the line. */
+            for (; d->held_cr > 0; d->held_cr--)
+                *queued = http_stream_write(d->req, "\r", 1);
+            *queued = http_stream_write(d->req, block + i, n - crs);
+        }
+        d->held_cr = n > crs ? crs : d->held_cr + crs;
+        if (lf == NULL)
+            return true;
+        d->held_cr = 0;
+        d->line_begun = false;
         d->line_no++;
         i = end + 1;
-        if (d->lines_written == d->line_limit)
+        if (selected && d->line_limit > 0 && d->lines_written == d->line_limit)
             return false;
     }
     return true;
@@ -130,9 +131,6 @@ static void download_pump(struct http_request *req, void *arg)
             break;
         }
     }
-    if (d->lines && d->eof && d->line_has_bytes && d->line_no >= d->first_line &&
-        d->lines_written < d->line_limit)
-        http_stream_write(req, "\n", 1); /* a last line without LF is a line too */
     if (d->eof || (!d->lines && d->remaining == 0))
         download_end(d);
 }
@@ -294,13 +292,23 @@ void files_handle_download(struct http_request *req, const struct api_params *pa
     }
     d->req = req;
     d->fd = -1;
-    if (offset_text != NULL && limit_text != NULL && offset_text[0] && limit_text[0]) {
-        if (!parse_positive(offset_text, &d->first_line)) {
+    bool has_offset = offset_text != NULL && offset_text[0] != '\0';
+    bool has_limit = limit_text != NULL && limit_text[0] != '\0';
+    if (has_offset || has_limit) {
+        const char *range = http_request_header(req, "Range");
+        if (range != NULL && range[0] != '\0') {
+            cove_error_set(&err, 0, 400, "INVALID_PARAMETER",
+                           "line-based reading (offset/limit) and a byte range (Range header) "
+                           "are mutually exclusive");
+            goto fail;
+        }
+        d->first_line = 1;
+        if (has_offset && !parse_positive(offset_text, &d->first_line)) {
             cove_error_set(&err, 0, 400, "INVALID_PARAMETER",
                            "offset must be a positive integer (1-based)");
             goto fail;
         }
-        if (!parse_positive(limit_text, &d->line_limit)) {
+        if (has_limit && !parse_positive(limit_text, &d->line_limit)) {
             cove_error_set(&err, 0, 400, "INVALID_PARAMETER", "limit must be a positive integer");
             goto fail;
         }
@@ -324,7 +332,7 @@ void files_handle_download(struct http_request *req, const struct api_params *pa
     http_request_on_abort(req, on_abort, d);
     http_stream_on_drain(req, download_pump, d);
     if (d->lines) {
-        http_stream_start(req, 200, "text/plain");
+        http_stream_start(req, 200, "text/plain; charset=utf-8");
         download_pump(req, d);
         goto done;
     }

@@ -4,8 +4,11 @@
  *
  *   cove-agent [--listen-fd N] [--listen HOST:PORT | --listen unix:PATH]... [--debug]
  *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--child-nofile SOFT:HARD]
- *              [--session-idle-timeout SECONDS] [--session-max N] [--] [entrypoint argv...]
+ *              [--session-idle-timeout SECONDS] [--session-max N] [--ready-fd N]
+ *              [--] [entrypoint argv...]
  *
+ * --ready-fd: closed once the entrypoint started, after "P" and why when it could not be
+ * (coved's start handshake: such a sandbox is Failed, not Running);
  * --kernel-helper-fd: an O_PATH descriptor of cove-kernel, the helper that runs Jupyter
  * kernels for code contexts (code.h); --prestart starts LANGUAGE's default context at once;
  * --child-nofile is the RLIMIT_NOFILE of every process the agent starts;
@@ -65,7 +68,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
                  "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
                  "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
-                 "[--] "
+                 "[--ready-fd N] [--] "
                  "[entrypoint argv...]\n");
 }
 
@@ -292,14 +295,24 @@ static long long parse_count(const char *text, long long min, long long max)
     return text[0] != '\0' && *end == '\0' && errno == 0 && v >= min && v <= max ? v : -1;
 }
 
-static void start_entrypoint(char **argv)
+/* Starts the entrypoint, then tells whoever waits on ready_fd (when >= 0) how it went:
+ * "P" and why when it could not start, nothing when it did; closing the descriptor ends it. */
+static void start_entrypoint(char **argv, int ready_fd)
 {
     cleanup_error struct cove_error *err = NULL;
-    if (command_start_entrypoint(argv, &err) < 0) {
+    if (argv != NULL && command_start_entrypoint(argv, &err) < 0) {
         log_error("cannot start entrypoint %s: %s", argv[0], err->message);
-        return;
+        char why[512];
+        int n = snprintf(why, sizeof(why), "Pcannot start entrypoint %.200s: %s", argv[0],
+                         err->message);
+        if (ready_fd >= 0 &&
+            write(ready_fd, why, (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1) < 0)
+            log_warn("cannot report the entrypoint's failure: %s", strerror(errno));
+    } else if (argv != NULL) {
+        log_info("entrypoint %s started (command id " COMMAND_ENTRYPOINT_ID ")", argv[0]);
     }
-    log_info("entrypoint %s started (command id " COMMAND_ENTRYPOINT_ID ")", argv[0]);
+    if (ready_fd >= 0)
+        close(ready_fd);
 }
 
 int main(int argc, char **argv)
@@ -322,6 +335,7 @@ int main(int argc, char **argv)
     const char *listen_fds[MAX_LISTENERS];
     size_t specs_len = 0, fds_len = 0;
     const char *kernel_helper = NULL, *prestart = NULL;
+    int ready_fd = -1;
     struct idle_limits idle = {IDLE_DEFAULT_TIMEOUT_MS, IDLE_DEFAULT_MAX};
     int i = 1;
     for (; i < argc; i++) {
@@ -343,6 +357,10 @@ int main(int argc, char **argv)
             listen_specs[specs_len++] = argv[++i];
         } else if (strcmp(arg, "--kernel-helper-fd") == 0 && i + 1 < argc) {
             kernel_helper = argv[++i];
+        } else if (strcmp(arg, "--ready-fd") == 0 && i + 1 < argc &&
+                   parse_count(argv[i + 1], 3, INT32_MAX) >= 0) {
+            ready_fd = (int)parse_count(argv[++i], 3, INT32_MAX);
+            fcntl(ready_fd, F_SETFD, FD_CLOEXEC); /* for coved alone, never a child */
         } else if (strcmp(arg, "--prestart") == 0 && i + 1 < argc) {
             prestart = argv[++i];
         } else if (strcmp(arg, "--child-nofile") == 0 && i + 1 < argc) {
@@ -406,8 +424,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    if (entrypoint != NULL)
-        start_entrypoint(entrypoint);
+    start_entrypoint(entrypoint, ready_fd);
     if (prestart != NULL)
         code_prestart(prestart);
 

@@ -13,6 +13,8 @@
 #include "coved/api/quantity.h"
 #include "coved/api/quota_policy.h"
 #include "coved/runtime/file_budget.h"
+#include "coved/sandbox/image_alias.h"
+#include "coved/sandbox/sandbox.h"
 #include "lib/log.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
@@ -139,6 +141,15 @@ static const char usage[] =
     "  --mcp-command PATH               mcp_command       COVE_MCP_COMMAND\n"
     "      the cove CLI, run as 'cove mcp serve' for the MCP endpoint /mcp (default: next\n"
     "      to coved; none: no /mcp)\n"
+    "  --image-aliases LIST             image_aliases     COVE_IMAGE_ALIASES\n"
+    "      image names clients send, mapped to templates: IMAGE=TEMPLATE,... where IMAGE\n"
+    "      is a repository (any tag, any registry host) or repository:tag (default\n"
+    "      " IMAGE_ALIASES_DEFAULT "; \"\" for none)\n"
+    "  --ended-retention SECONDS        ended_retention_seconds\n"
+    "                                   COVE_ENDED_RETENTION\n"
+    "      how long a deleted or expired sandbox is remembered, so that a get answers\n"
+    "      when and why it ended (still a 404) and state=Terminated lists it; at most\n"
+    "      10000 are kept, in memory (default 3600; 0: not at all)\n"
     "  -h, --help             this text\n"
     "\n"
     "Route keys (the keys that sign ?expires= routes, in STATE_DIR/route_keys; a running\n"
@@ -322,6 +333,19 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         snprintf(cfg->default_network_policy, sizeof(cfg->default_network_policy), "%s", value);
     } else if (strcmp(key, "dns_servers") == 0) {
         snprintf(cfg->dns_servers, sizeof(cfg->dns_servers), "%s", value);
+    } else if (strcmp(key, "image_aliases") == 0) {
+        /* Its entries are checked when coved starts (template_registry_set_aliases). */
+        if (strlen(value) >= sizeof(cfg->image_aliases))
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: image_aliases is too long",
+                                  from);
+        snprintf(cfg->image_aliases, sizeof(cfg->image_aliases), "%s", value);
+    } else if (strcmp(key, "ended_retention_seconds") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 0 || v > 30LL * 86400)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: ended_retention_seconds must be seconds from 0 to 2592000",
+                                  from);
+        cfg->ended_retention_s = v;
     } else if (strcmp(key, "mcp_command") == 0) {
         snprintf(cfg->mcp_command, sizeof(cfg->mcp_command), "%s", value);
     } else if (strcmp(key, "egress_ca_bundle") == 0) {
@@ -476,6 +500,8 @@ static const struct {
     {"COVE_EGRESS_CA_BUNDLE", "egress_ca_bundle"},
     {"COVE_EGRESS_LOG", "egress_log"},
     {"COVE_MCP_COMMAND", "mcp_command"},
+    {"COVE_IMAGE_ALIASES", "image_aliases"},
+    {"COVE_ENDED_RETENTION", "ended_retention_seconds"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -512,6 +538,8 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     default_path_near_coved("cove-kernel", "kernel", cfg->kernel_helper,
                             sizeof(cfg->kernel_helper));
     default_path_near_coved("cove", "cli", cfg->mcp_command, sizeof(cfg->mcp_command));
+    snprintf(cfg->image_aliases, sizeof(cfg->image_aliases), "%s", IMAGE_ALIASES_DEFAULT);
+    cfg->ended_retention_s = SANDBOX_ENDED_RETENTION_S;
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
     cfg->max_template_bytes = DEFAULT_MAX_TEMPLATE_BYTES;
     cfg->health_interval_s = DEFAULT_HEALTH_INTERVAL_S;
@@ -561,6 +589,8 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"egress-ca-bundle", required_argument, NULL, 1102},
         {"egress-log", required_argument, NULL, 1103},
         {"mcp-command", required_argument, NULL, 1104},
+        {"image-aliases", required_argument, NULL, 1105},
+        {"ended-retention", required_argument, NULL, 1106},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -675,6 +705,12 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 1104:
             key = "mcp_command";
+            break;
+        case 1105:
+            key = "image_aliases";
+            break;
+        case 1106:
+            key = "ended_retention_seconds";
             break;
         case 'I':
             key = "health_interval";

@@ -50,6 +50,8 @@ struct coved_config {
     char egress_ca_bundle[PATH_MAX];
     int egress_log;
     char mcp_command[PATH_MAX]; /* the `cove` binary coved runs for /mcp; "none": no /mcp */
+    char image_aliases[4096];   /* image_alias.h's IMAGE=TEMPLATE,... */
+    int64_t ended_retention_s;  /* how long ended sandboxes are remembered (0: not) */
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

@@ -183,6 +183,9 @@ int main(int argc, char **argv)
         open_egress(base, &o, &egress, &default_policy, &err) < 0)
         goto out;
     sandbox_manager_set_egress(sandboxes, egress, default_policy);
+    sandbox_manager_set_retention(sandboxes, o.ended_retention_s, SANDBOX_ENDED_MAX);
+    if (template_registry_set_aliases(templates, o.image_aliases, &err) < 0)
+        goto out;
     if (sandbox_manager_restore(sandboxes, &err) < 0 ||
         sandbox_health_start(base, sandboxes, o.health_interval_s, &health, &err) < 0)
         goto out;

@@ -288,12 +288,13 @@ def test_download_whole_ranges_and_lines(coved, sid):
         assert status == 416, rng
         assert resp.getheader("Content-Range") == "bytes */10240"
         assert set(json.loads(got)) == {"code", "message"}
-    # line mode (the SDKs' readFile offset/limit): lines 2..3, CR before LF dropped
+    # line mode (the SDKs' readFile offset/limit): lines 2..3, CR before LF dropped, joined
+    # by "\n" with none added at the end (execd-api.yaml's downloadFile)
     coved.sh(sid, "printf 'one\\r\\ntwo\\r\\nthree\\nfour' > /tmp/dl/lines.txt")
     status, got, _ = download(coved, sid, "/tmp/dl/lines.txt", offset=2, limit=2)
-    assert status == 200 and got == b"two\nthree\n"
+    assert status == 200 and got == b"two\nthree"
     status, got, _ = download(coved, sid, "/tmp/dl/lines.txt", offset=4, limit=10)
-    assert got == b"four\n"
+    assert got == b"four"
     status, got, _ = download(coved, sid, "/tmp/dl/lines.txt", offset=0, limit=1)
     assert status == 400 and json.loads(got)["code"] == "INVALID_PARAMETER"
 

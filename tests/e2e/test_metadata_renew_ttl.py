@@ -54,7 +54,7 @@ def test_renew_rules(coved):
         body = coved.ok("POST", f"/v1/sandboxes/{sid}/renew-expiration", {"expiresAt": iso(later)})
         assert abs(parse(body["expiresAt"]) - later) < 0.01
         assert abs(parse(coved.get(sid)["expiresAt"]) - later) < 0.01
-        for bad in ({"expiresAt": iso(time.time() - 10)}, {"expiresAt": iso(later - 30)},
+        for bad in ({"expiresAt": iso(time.time() - 10)},
                     {"expiresAt": "tomorrow"}, {"expiresAt": 12345}, {},
                     {"expiresAt": iso(later + 60), "extra": 1},
                     {"expiresAt": iso(time.time() + 10 ** 9)}):

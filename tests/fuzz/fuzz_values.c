@@ -1,6 +1,7 @@
 /* The small parsers of request values: resource quantities and RFC 3339 times (coved's API),
  * base36 route expiries and the base64url and base32 of route signatures (the gateway's signed
- * routes), multipart boundaries (the agent). The input is one NUL-terminated string. */
+ * routes), multipart boundaries (the agent), image names against the image aliases (coved's
+ * create) and an alias table. The input is one NUL-terminated string. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "coved/api/quantity.h"
 #include "lib/clock.h"
 #include "coved/gateway/route_token.h"
+#include "coved/sandbox/image_alias.h"
 #include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -46,6 +48,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (multipart_boundary_from_content_type(text, boundary, sizeof(boundary), &err) == 0 &&
         (boundary[0] == '\0' || strlen(boundary) > MULTIPART_MAX_BOUNDARY))
         __builtin_trap();
+    cove_error_free(err);
+    err = NULL;
+    /* An image a client sends: what it maps to is a template of the table, or nothing. */
+    static struct image_aliases defaults;
+    if (defaults.count == 0 && image_aliases_parse(IMAGE_ALIASES_DEFAULT, &defaults, NULL) < 0)
+        __builtin_trap();
+    const char *name = image_aliases_lookup(&defaults, text);
+    if (name != NULL && !template_name_valid(name))
+        __builtin_trap();
+    char normal[IMAGE_ALIAS_IMAGE_SIZE];
+    image_alias_normalize(text, normal, sizeof(normal));
+    if (strchr(normal, '@') != NULL)
+        __builtin_trap();
+    /* The text as a table: every entry it keeps has a valid template name. */
+    struct image_aliases table = {0};
+    if (image_aliases_parse(text, &table, &err) == 0)
+        for (size_t i = 0; i < table.count; i++)
+            if (!template_name_valid(table.items[i].template_name) || table.items[i].image[0] == 0)
+                __builtin_trap();
+    image_aliases_free(&table);
     cove_error_free(err);
     free(text);
     return 0;

@@ -60,8 +60,11 @@ struct api {
     struct api_mcp *mcp; /* the /mcp server's child (api/mcp.c), NULL when there is none */
 };
 
-/* The header that carries a sandbox's access token (returned by getSandboxEndpoint). */
-#define GATEWAY_TOKEN_HEADER "X-Cove-Access-Token"
+/* The header that carries a sandbox's access token (returned by getSandboxEndpoint): the
+ * name execd-api.yaml's AccessToken scheme gives it. */
+#define GATEWAY_TOKEN_HEADER "X-EXECD-ACCESS-TOKEN"
+/* Cove's name for it before: still accepted (and never forwarded), for a deprecation period. */
+#define GATEWAY_TOKEN_HEADER_LEGACY "X-Cove-Access-Token"
 /* What a browser holds for one sandbox's port once it opened a signed route
  * (route_cookie_sign); the gateway hands it over in a query parameter of the same name on the
  * host form's first request (a cookie can be set only by that host's own response). Neither

@@ -1,5 +1,7 @@
 #include "coved/api/sandbox_json.h"
 
+#include <stdio.h>
+
 #include "coved/sandbox/health.h"
 
 json_t *api_sandbox_json(const struct sandbox *sb, bool full)
@@ -25,6 +27,26 @@ json_t *api_sandbox_json(const struct sandbox *sb, bool full)
         json_object_set_new(j, "image", json_pack("{s:s}", "uri", sb->template_name));
         json_object_set_new(j, "resourceLimits",
                             json_is_object(sb->limits) ? json_incref(sb->limits) : json_object());
+    }
+    return j;
+}
+
+json_t *api_sandbox_ended_json(const struct sandbox_ended *e)
+{
+    char created[40], ended[40], expires[40], message[512];
+    sandbox_format_time(e->created_ms, created, sizeof(created));
+    sandbox_format_time(e->ended_ms, ended, sizeof(ended));
+    snprintf(message, sizeof(message), "sandbox ended: %s%s%s", sandbox_end_explained(e->reason),
+             e->message[0] ? ": " : "", e->message);
+    json_t *status =
+        json_pack("{s:s, s:s, s:s, s:s}", "state", sandbox_state_name(SANDBOX_TERMINATED), "reason",
+                  e->reason, "message", message, "lastTransitionAt", ended);
+    json_t *j = json_pack("{s:s, s:o, s:O, s:O, s:s, s:{s:s}, s:O}", "id", e->id, "status", status,
+                          "metadata", e->metadata, "entrypoint", e->entrypoint, "createdAt",
+                          created, "image", "uri", e->template_name, "resourceLimits", e->limits);
+    if (e->expires_ms > 0) {
+        sandbox_format_time(e->expires_ms, expires, sizeof(expires));
+        json_object_set_new(j, "expiresAt", json_string(expires));
     }
     return j;
 }

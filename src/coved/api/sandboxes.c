@@ -467,6 +467,8 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
 struct list_filter {
     enum sandbox_state states[8];
     size_t state_count;
+    bool has_state;  /* a state was asked for: one Cove never produces matches nothing */
+    bool terminated; /* Terminated asked for: the ended sandboxes still remembered */
     struct evkeyvalq metadata;
     bool has_metadata;
     json_t *items;
@@ -474,25 +476,30 @@ struct list_filter {
     size_t first, last; /* the page's window over the matching sandboxes */
 };
 
+static bool metadata_matches(const struct list_filter *f, const json_t *metadata)
+{
+    if (f->has_metadata) {
+        struct evkeyval *kv;
+        TAILQ_FOREACH(kv, &f->metadata, next)
+        {
+            const char *v = json_string_value(json_object_get(metadata, kv->key));
+            if (v == NULL || strcmp(v, kv->value) != 0)
+                return false;
+        }
+    }
+    return true;
+}
+
 static bool matches(const struct list_filter *f, const struct sandbox *sb)
 {
-    if (f->state_count > 0) {
+    if (f->has_state) {
         bool any = false;
         for (size_t i = 0; i < f->state_count; i++)
             any = any || f->states[i] == sb->state;
         if (!any)
             return false;
     }
-    if (f->has_metadata) {
-        struct evkeyval *kv;
-        TAILQ_FOREACH(kv, &f->metadata, next)
-        {
-            const char *v = json_string_value(json_object_get(sb->metadata, kv->key));
-            if (v == NULL || strcmp(v, kv->value) != 0)
-                return false;
-        }
-    }
-    return true;
+    return metadata_matches(f, sb->metadata);
 }
 
 static void collect(struct sandbox *sb, void *arg)
@@ -502,6 +509,17 @@ static void collect(struct sandbox *sb, void *arg)
         return;
     if (f->total >= f->first && f->total < f->last)
         json_array_append_new(f->items, api_sandbox_json(sb, true));
+    f->total++;
+}
+
+/* After the live ones: the ended sandboxes still remembered, Terminated. */
+static void collect_ended(const struct sandbox_ended *ended, void *arg)
+{
+    struct list_filter *f = arg;
+    if (!metadata_matches(f, ended->metadata))
+        return;
+    if (f->total >= f->first && f->total < f->last)
+        json_array_append_new(f->items, api_sandbox_ended_json(ended));
     f->total++;
 }
 
@@ -530,13 +548,17 @@ void api_sandboxes_list(struct api *api, struct http_request *req, const struct 
     TAILQ_FOREACH(kv, &query, next)
     {
         if (strcmp(kv->key, "state") == 0) {
-            if (f.state_count == 8 ||
-                sandbox_state_parse(kv->value, &f.states[f.state_count]) < 0) {
-                http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER", "unknown state '%.32s'",
-                                    kv->value);
+            if (f.state_count == 8) {
+                http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
+                                    "at most 8 states may be given");
                 goto out;
             }
-            f.state_count++;
+            /* Other servers' states (Allocated, say) are valid filters that match nothing. */
+            f.has_state = true;
+            if (sandbox_state_parse(kv->value, &f.states[f.state_count]) == 0) {
+                f.terminated = f.terminated || f.states[f.state_count] == SANDBOX_TERMINATED;
+                f.state_count++;
+            }
         } else if (strcmp(kv->key, "metadata") == 0) {
             /* metadata=k%3Dv%26k2%3Dv2: itself a query string once decoded. */
             if (f.has_metadata || evhttp_parse_query_str(kv->value, &f.metadata) < 0) {
@@ -566,6 +588,8 @@ void api_sandboxes_list(struct api *api, struct http_request *req, const struct 
     f.first = (size_t)(page - 1) * page_size;
     f.last = f.first + page_size;
     sandbox_foreach(api->sandboxes, c->owner[0] ? c->owner : NULL, collect, &f);
+    if (f.terminated)
+        sandbox_foreach_ended(api->sandboxes, c->owner[0] ? c->owner : NULL, collect_ended, &f);
     size_t pages = (f.total + page_size - 1) / page_size;
     json_t *pagination = json_pack("{s:i, s:i, s:I, s:I, s:b}", "page", (int)page, "pageSize",
                                    (int)page_size, "totalItems", (json_int_t)f.total, "totalPages",
@@ -679,7 +703,8 @@ void api_sandbox_patch_metadata(struct api *api, struct http_request *req,
     json_decref(patch);
 }
 
-/* renewSandboxExpiration: a new absolute expiry, later than now and than the current one. */
+/* renewSandboxExpiration: a new absolute expiry, anywhere in the future: earlier than the
+ * current one too (a pool makes long-lived sandboxes and shortens them when it hands them out). */
 void api_sandbox_renew(struct api *api, struct http_request *req, const struct api_caller *c,
                        const char *id)
 {
@@ -704,10 +729,9 @@ void api_sandbox_renew(struct api *api, struct http_request *req, const struct a
                             sb->id);
     } else if (sandbox_check(sb, SANDBOX_ACTION_RENEW, &err) < 0) {
         api_respond_error(req, err);
-    } else if (when <= now || when <= sb->expires_ms) {
+    } else if (when <= now) {
         http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
-                            "expiresAt must be in the future and later than the current "
-                            "expiration");
+                            "expiresAt must be in the future");
     } else if (when - now > api->config.max_timeout_s * 1000) {
         http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
                             "expiresAt is more than the server's maximum of %lld seconds away",

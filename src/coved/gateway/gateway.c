@@ -35,7 +35,8 @@
 #include "lib/log.h"
 
 /* Credentials for coved never reach the sandbox. */
-static const char *const private_headers[] = {"OPEN-SANDBOX-API-KEY", GATEWAY_TOKEN_HEADER, NULL};
+static const char *const private_headers[] = {"OPEN-SANDBOX-API-KEY", GATEWAY_TOKEN_HEADER,
+                                              GATEWAY_TOKEN_HEADER_LEGACY, NULL};
 
 struct gateway {
     struct api *api;
@@ -153,8 +154,10 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
         route_take_query_param(target_text, GATEWAY_COOKIE_NAME, handed, sizeof(handed),
                                target->path, sizeof(target->path)))
         return gateway_hand_over(gw, t, &r, handed, target->path, target, err);
-    if ((sb = api_authorize_route(api, &r, tunnel_request_header(t, "OPEN-SANDBOX-API-KEY"),
-                                  tunnel_request_header(t, GATEWAY_TOKEN_HEADER),
+    const char *token = tunnel_request_header(t, GATEWAY_TOKEN_HEADER);
+    if (token == NULL)
+        token = tunnel_request_header(t, GATEWAY_TOKEN_HEADER_LEGACY);
+    if ((sb = api_authorize_route(api, &r, tunnel_request_header(t, "OPEN-SANDBOX-API-KEY"), token,
                                   tunnel_request_header(t, "Cookie"), tunnel_client_fd(t), err)) ==
         NULL) {
         /* err is set */

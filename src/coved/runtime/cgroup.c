@@ -401,3 +401,22 @@ bool cgroup_exists(const struct cgroup_system *sys, const char *id)
     cgroup_path(sys, sys->mode == CGROUP_V2 ? 0 : CGROUP_V1_MEMORY, id, path, sizeof(path));
     return path_exists(path);
 }
+
+long long cgroup_oom_kills(const struct cgroup_system *sys, const char *id)
+{
+    char dir[512], file[600], buf[4096];
+    cgroup_path(sys, sys->mode == CGROUP_V2 ? 0 : CGROUP_V1_MEMORY, id, dir, sizeof(dir));
+    /* v2 counts in memory.events, v1 (Linux 4.13 and later) in memory.oom_control. */
+    snprintf(file, sizeof(file), "%s/%s", dir,
+             sys->mode == CGROUP_V2 ? "memory.events" : "memory.oom_control");
+    if (read_file(file, buf, sizeof(buf)) < 0)
+        return -1;
+    for (char *line = buf; line != NULL && *line != '\0';) {
+        if (strncmp(line, "oom_kill ", 9) == 0)
+            return strtoll(line + 9, NULL, 10);
+        line = strchr(line, '\n');
+        if (line != NULL)
+            line++;
+    }
+    return -1;
+}

@@ -56,6 +56,9 @@ int cgroup_freeze(const struct cgroup_system *sys, const char *id, bool frozen,
  * not an error. */
 int cgroup_destroy(const struct cgroup_system *sys, const char *id, struct cove_error **err);
 bool cgroup_exists(const struct cgroup_system *sys, const char *id);
+/* How many processes of the sandbox the OOM killer has killed (its memory limit), or -1 when
+ * the kernel does not say (or the cgroup is gone). */
+long long cgroup_oom_kills(const struct cgroup_system *sys, const char *id);
 /* Writes the v2 directory path of a sandbox (or the v1 path for `controller`). */
 void cgroup_path(const struct cgroup_system *sys, enum cgroup_v1_controller controller,
                  const char *id, char *out, size_t out_size);

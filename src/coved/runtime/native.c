@@ -77,8 +77,10 @@ struct child_args {
     int kernel_fd;                    /* -1 when there is no kernel helper */
     const char *session_idle_timeout; /* "" for the agent's default */
     int listen_fd;
-    int go_fd;     /* parent -> child */
-    int status_fd; /* child -> parent, close-on-exec: EOF means the agent was exec'd */
+    int go_fd; /* parent -> child */
+    /* child -> parent: the set-up's complaints, then the agent's (--ready-fd); EOF means the
+     * agent runs and has started the entrypoint */
+    int status_fd;
 };
 
 static __attribute__((noreturn)) void child_main(struct child_args *a)
@@ -101,10 +103,10 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
             child_fail(status_fd, "dup");
     }
     status_fd = fds[3];
-    /* 3 listener, 4 agent, 5 go, 6 status, 7 kernel helper: the listener and the helper stay
-     * open across the agent's exec. */
+    /* 3 listener, 4 agent, 5 go, 6 status, 7 kernel helper: the listener, the status pipe
+     * (the agent's --ready-fd) and the helper stay open across the agent's exec. */
     for (int i = 0; i < nfds; i++) {
-        if (dup3(fds[i], AGENT_LISTEN_FD + i, i == 0 || i == 4 ? 0 : O_CLOEXEC) < 0)
+        if (dup3(fds[i], AGENT_LISTEN_FD + i, i == 0 || i == 3 || i == 4 ? 0 : O_CLOEXEC) < 0)
             child_fail(status_fd, "dup3");
         close(fds[i]);
     }
@@ -195,13 +197,15 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int argc = 0;
     while (a->spec->entrypoint && a->spec->entrypoint[argc])
         argc++;
-    char **argv = calloc(argc + 13, sizeof(char *));
+    char **argv = calloc(argc + 15, sizeof(char *));
     if (argv == NULL)
         child_fail(status_fd, "calloc");
     int i = 0;
     argv[i++] = "cove-agent";
     argv[i++] = "--listen-fd";
     argv[i++] = "3";
+    argv[i++] = "--ready-fd";
+    argv[i++] = "6";
     if (nfds == 5) {
         argv[i++] = "--kernel-helper-fd";
         argv[i++] = "7"; /* RUNTIME_KERNEL_HELPER_FD */
@@ -452,6 +456,11 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
         }
     }
     op->msg[op->msg_len] = '\0';
+    if (op->msg_len > 0 && op->maps_written && op->msg[0] == 'P') {
+        /* The agent runs, but the entrypoint did not start: the sandbox's own failure. */
+        cove_error_set(err, 0, 500, RUNTIME_ENTRYPOINT_FAILED, "%s", op->msg + 1);
+        goto fail;
+    }
     if (op->msg_len > 0) {
         cove_error_set(err, 0, 500, "SANDBOX::START_FAILED", "sandbox set-up failed: %s",
                        op->msg[0] == 'E' ? op->msg + 1 : op->msg);

@@ -85,6 +85,9 @@ void runtime_fini(struct runtime *rt);
  * before that (its process killed and reaped, its cgroups removed). The run dir is the
  * caller's to remove (runtime_destroy). */
 struct runtime_start;
+/* The error code of a start whose agent ran but whose entrypoint could not be started (not
+ * found, not executable): the message says why. */
+#define RUNTIME_ENTRYPOINT_FAILED "SANDBOX::ENTRYPOINT_FAILED"
 int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
                         struct runtime_start **out, struct cove_error **err);
 int runtime_start_fd(const struct runtime_start *op);

@@ -30,6 +30,11 @@ struct sandbox_manager {
     struct id_range_pool id_ranges; /* the host id ranges sandboxes hold */
     struct egress *egress;
     const struct egress_policy *default_policy;
+    /* Ended sandboxes (struct sandbox_ended): a ring of ended_max, the oldest at ended_head,
+     * each forgotten retention_ms after it ended. */
+    struct sandbox_ended **ended;
+    size_t ended_head, ended_count, ended_max;
+    int64_t retention_ms;
 };
 
 int64_t sandbox_now_ms(void)
@@ -79,6 +84,128 @@ static void sandbox_free(struct sandbox *sb)
     template_unref(sb->template);
     free(sb);
 }
+
+/* ---- ended sandboxes ---- */
+
+static void ended_free(struct sandbox_ended *e)
+{
+    if (e == NULL)
+        return;
+    json_decref(e->entrypoint);
+    json_decref(e->metadata);
+    json_decref(e->limits);
+    free(e);
+}
+
+static void ended_drop_oldest(struct sandbox_manager *mgr)
+{
+    ended_free(mgr->ended[mgr->ended_head]);
+    mgr->ended[mgr->ended_head] = NULL;
+    mgr->ended_head = (mgr->ended_head + 1) % mgr->ended_max;
+    mgr->ended_count--;
+}
+
+static void ended_forget_old(struct sandbox_manager *mgr)
+{
+    int64_t now = sandbox_now_ms();
+    while (mgr->ended_count > 0 && mgr->ended[mgr->ended_head]->ended_ms + mgr->retention_ms <= now)
+        ended_drop_oldest(mgr);
+}
+
+static struct sandbox_ended *ended_at(const struct sandbox_manager *mgr, size_t i)
+{
+    return mgr->ended[(mgr->ended_head + i) % mgr->ended_max];
+}
+
+void sandbox_manager_set_retention(struct sandbox_manager *mgr, int64_t seconds, size_t max)
+{
+    while (mgr->ended_count > 0)
+        ended_drop_oldest(mgr);
+    free(mgr->ended);
+    mgr->ended = NULL;
+    mgr->ended_head = 0;
+    mgr->retention_ms = seconds > 0 ? seconds * 1000 : 0;
+    mgr->ended_max = seconds > 0 ? max : 0;
+}
+
+/* Notes why sb ends, once a delete begins: a Failed sandbox ended when it failed. */
+static void note_end(struct sandbox *sb, const char *reason)
+{
+    bool failed = sb->state == SANDBOX_FAILED;
+    snprintf(sb->end_reason, sizeof(sb->end_reason), "%s",
+             !failed                          ? reason
+             : strcmp(sb->reason, "oom") == 0 ? "oom"
+                                              : "failed");
+    snprintf(sb->end_message, sizeof(sb->end_message), "%s", failed ? sb->message : "");
+    sb->end_ms = failed ? sb->transition_ms : 0;
+}
+
+/* Keeps what a client may still ask of sb once it is gone. Out of memory, it is not kept. */
+static void remember_end(struct sandbox_manager *mgr, const struct sandbox *sb)
+{
+    if (mgr->ended_max == 0)
+        return;
+    if (mgr->ended == NULL && (mgr->ended = calloc(mgr->ended_max, sizeof(*mgr->ended))) == NULL)
+        return;
+    struct sandbox_ended *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return;
+    snprintf(e->id, sizeof(e->id), "%s", sb->id);
+    snprintf(e->owner, sizeof(e->owner), "%s", sb->owner);
+    snprintf(e->template_name, sizeof(e->template_name), "%s", sb->template_name);
+    snprintf(e->reason, sizeof(e->reason), "%s",
+             sb->end_reason[0] ? sb->end_reason : "user_delete");
+    /* A failure's own words (the entrypoint that could not start, the signal) stay. */
+    snprintf(e->message, sizeof(e->message), "%s", sb->end_message);
+    e->created_ms = sb->created_ms;
+    e->ended_ms = sb->end_ms > 0 ? sb->end_ms : sandbox_now_ms();
+    e->expires_ms = sb->expires_ms;
+    /* Never NULL (a row restored from an older store may lack one). */
+    e->entrypoint = sb->entrypoint ? json_incref(sb->entrypoint) : json_array();
+    e->metadata = json_is_object(sb->metadata) ? json_incref(sb->metadata) : json_object();
+    e->limits = json_is_object(sb->limits) ? json_incref(sb->limits) : json_object();
+    ended_forget_old(mgr);
+    if (mgr->ended_count == mgr->ended_max)
+        ended_drop_oldest(mgr);
+    mgr->ended[(mgr->ended_head + mgr->ended_count) % mgr->ended_max] = e;
+    mgr->ended_count++;
+}
+
+static const struct sandbox_ended *ended_find(struct sandbox_manager *mgr, const char *id,
+                                              const char *owner)
+{
+    ended_forget_old(mgr);
+    for (size_t i = mgr->ended_count; i-- > 0;) {
+        const struct sandbox_ended *e = ended_at(mgr, i);
+        if (strcmp(e->id, id) == 0 && (owner == NULL || strcmp(e->owner, owner) == 0))
+            return e;
+    }
+    return NULL;
+}
+
+void sandbox_foreach_ended(struct sandbox_manager *mgr, const char *owner,
+                           void (*fn)(const struct sandbox_ended *ended, void *arg), void *arg)
+{
+    ended_forget_old(mgr);
+    for (size_t i = 0; i < mgr->ended_count; i++) {
+        const struct sandbox_ended *e = ended_at(mgr, i);
+        if (owner == NULL || strcmp(e->owner, owner) == 0)
+            fn(e, arg);
+    }
+}
+
+const char *sandbox_end_explained(const char *reason)
+{
+    if (strcmp(reason, "ttl_expiry") == 0)
+        return "its expiration time passed";
+    if (strcmp(reason, "user_delete") == 0)
+        return "it was deleted";
+    if (strcmp(reason, "oom") == 0)
+        return "the OOM killer ended it at its memory limit";
+    return "it had failed";
+}
+
+/* ---- the registry ---- */
 
 static int registry_add(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
 {
@@ -343,6 +470,31 @@ static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     done(NULL, why, arg);
 }
 
+/* The agent ran but the entrypoint did not start (not found, not executable): what is left
+ * of the runtime goes and the sandbox stays, Failed with the reason, so that the create
+ * answers with it and a get tells the same until it is deleted. */
+static void entrypoint_failed(struct sandbox_manager *mgr, struct sandbox *sb,
+                              const struct cove_error *why)
+{
+    log_warn("sandbox %s: %s", sb->id, why->message);
+    struct cove_error *err = NULL;
+    destroy_runtime(mgr, sb, &err);
+    cove_error_free(err);
+    err = NULL;
+    sb->proc.pid = 0;
+    set_state(sb, SANDBOX_FAILED, "entrypoint_failed", why->message);
+    if (save_record(mgr, sb, &err) < 0) {
+        create_failed(mgr, sb, err);
+        cove_error_free(err);
+        return;
+    }
+    sandbox_created_fn done = sb->on_created;
+    void *done_arg = sb->created_arg;
+    sb->on_created = NULL;
+    sb->created_arg = NULL;
+    done(sb, NULL, done_arg);
+}
+
 static void on_start_progress(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -362,6 +514,11 @@ static void on_start_progress(evutil_socket_t fd, short what, void *arg)
     sb->starting = NULL; /* over and freed, either way */
     event_free(sb->start_event);
     sb->start_event = NULL;
+    if (rc < 0 && err != NULL && strcmp(err->code, RUNTIME_ENTRYPOINT_FAILED) == 0) {
+        entrypoint_failed(mgr, sb, err);
+        cove_error_free(err);
+        return;
+    }
     if (rc == 0) {
         set_state(sb, SANDBOX_RUNNING, "started", "sandbox is running");
         watch_agent_log(mgr, sb);
@@ -478,6 +635,18 @@ struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const 
         if (strcmp(sb->id, id) == 0 && (owner == NULL || strcmp(sb->owner, owner) == 0))
             return sb;
     }
+    /* Only for a caller that shows the answer (not the gateway's token check, which must
+     * tell nothing of a sandbox its token does not open). */
+    const struct sandbox_ended *e = err != NULL ? ended_find(mgr, id, owner) : NULL;
+    if (e != NULL) {
+        /* Still a 404 (clients rely on it), but one that does not look like a typo. */
+        char when[COVE_RFC3339_SIZE];
+        cove_rfc3339_ms(e->ended_ms, when);
+        cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND",
+                       "sandbox %s not found: it ended at %s (%s: %s)%s%s", e->id, when, e->reason,
+                       sandbox_end_explained(e->reason), e->message[0] ? ": " : "", e->message);
+        return NULL;
+    }
     cove_error_set(err, 0, 404, "SANDBOX::NOT_FOUND", "sandbox %.64s not found", id);
     return NULL;
 }
@@ -545,6 +714,7 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
     sb->deleted_arg = NULL;
     struct cove_error *err = NULL;
     if (destroy_runtime(mgr, sb, &err) < 0) {
+        sb->end_reason[0] = '\0'; /* it did not end: a later delete says why it does */
         set_state(sb, SANDBOX_FAILED, "teardown_failed", err->message);
         sb->expires_ms = 0; /* expiry would only try again */
         save_or_log(mgr, sb);
@@ -553,6 +723,7 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
         log_error("sandbox %s: %s", sb->id, err->message);
     } else {
         log_info("sandbox %s: terminated (%s)", sb->id, sb->reason);
+        remember_end(mgr, sb);
         registry_remove(mgr, sb);
         id_range_pool_release(&mgr->id_ranges, sb->id_slot);
         sandbox_free(sb);
@@ -568,7 +739,9 @@ int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *
 {
     if (sandbox_check(sb, SANDBOX_ACTION_DELETE, err) < 0)
         return -1;
+    note_end(sb, reason);
     if (sb->starting != NULL) {
+        remember_end(mgr, sb);
         struct cove_error *why = NULL;
         cove_error_set(&why, 0, 409, "SANDBOX::DELETED",
                        "sandbox %s was deleted (%s) while it was being created", sb->id, reason);
@@ -635,13 +808,14 @@ void sandbox_agent_socket(const struct sandbox *sb, char *out, size_t size)
 }
 
 /* A sandbox whose PID 1 is gone keeps its record, Failed, so that its owner learns why. */
-static void mark_gone(struct sandbox_manager *mgr, struct sandbox *sb, const char *message)
+static void mark_gone(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
+                      const char *message)
 {
     struct cove_error *ignored = NULL;
     destroy_runtime(mgr, sb, &ignored);
     cove_error_free(ignored);
     sb->proc.pid = 0;
-    set_state(sb, SANDBOX_FAILED, "process_exited", message);
+    set_state(sb, SANDBOX_FAILED, reason, message);
     save_or_log(mgr, sb);
     log_warn("sandbox %s: %s", sb->id, message);
 }
@@ -659,9 +833,20 @@ static void on_exit_event(evutil_socket_t fd, short what, void *arg)
         return;
     }
     char message[128];
-    if (runtime_process_reap(&sb->proc, false, message, sizeof(message)) <= 0)
+    int reaped = runtime_process_reap(&sb->proc, false, message, sizeof(message));
+    if (reaped <= 0)
         snprintf(message, sizeof(message), "sandbox init exited"); /* re-adopted: not our child */
-    mark_gone(sb->manager, sb, message);
+    /* Killed (or, re-adopted, gone for a reason unknown) while its cgroup's OOM killer was at
+     * work: the memory limit ended it. Read before the teardown removes the cgroup. */
+    bool killed = reaped <= 0 || strncmp(message, "sandbox init was killed", 23) == 0;
+    if (killed && cgroup_oom_kills(&sb->manager->rt->cgroups, sb->id) > 0) {
+        snprintf(message, sizeof(message),
+                 "sandbox init was killed by the OOM killer: the "
+                 "sandbox reached its memory limit");
+        mark_gone(sb->manager, sb, "oom", message);
+        return;
+    }
+    mark_gone(sb->manager, sb, "process_exited", message);
 }
 
 /* The one watcher of PID 1 (there is no SIGCHLD handler): without a pidfd (a re-adopted
@@ -717,6 +902,7 @@ int sandbox_manager_new(struct event_base *base, struct store *store, struct run
     mgr->store = store;
     mgr->rt = rt;
     id_range_pool_init(&mgr->id_ranges);
+    sandbox_manager_set_retention(mgr, SANDBOX_ENDED_RETENTION_S, SANDBOX_ENDED_MAX);
     snprintf(mgr->run_root, sizeof(mgr->run_root), "%s/run", state_dir);
     if (mkdir(mgr->run_root, 0700) < 0 && errno != EEXIST) {
         cove_error_sys(err, "mkdir %s", mgr->run_root);
@@ -739,6 +925,7 @@ void sandbox_manager_free(struct sandbox_manager *mgr)
         return;
     if (mgr->ttl_timer)
         event_free(mgr->ttl_timer);
+    sandbox_manager_set_retention(mgr, 0, 0);
     /* Sandboxes outlive the daemon: free the records, leave the processes running. Those
      * still being set up cannot be re-adopted (their set-up needs this daemon): they go. */
     for (size_t i = 0; i < mgr->count;) {
@@ -826,7 +1013,7 @@ static void adopt(struct sandbox *sb, void *arg)
         return;
     /* Not coved's child any more: watched through a pidfd of its own from here on. */
     if (runtime_process_adopt(&sb->proc) < 0) {
-        mark_gone(mgr, sb, "sandbox processes were gone when coved restarted");
+        mark_gone(mgr, sb, "process_exited", "sandbox processes were gone when coved restarted");
         return;
     }
     watch_exit(mgr, sb); /* logged if it fails: the sandbox is then checked when used */

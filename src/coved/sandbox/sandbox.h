@@ -65,7 +65,30 @@ struct sandbox {
     json_t *network_policy;
     bool credential_proxy;
     struct egress_sandbox *egress;
+    /* Why and when it ended, once a delete began (struct sandbox_ended): the delete's reason,
+     * or "failed" / "oom" and the time of the failure when it was Failed by then. */
+    char end_reason[16];
+    char end_message[256]; /* a failure's own words */
+    int64_t end_ms;
 };
+
+/* A sandbox that ended (deleted, expired, or deleted after it failed), remembered for a
+ * while (sandbox_manager_set_retention) so that a client asking for it learns when and why,
+ * and a list of Terminated sandboxes shows it. Kept in memory only: a restart forgets them. */
+struct sandbox_ended {
+    char id[SANDBOX_ID_SIZE];
+    char owner[65];
+    char template_name[TEMPLATE_NAME_SIZE];
+    char reason[16]; /* ttl_expiry, user_delete, oom or failed */
+    char message[256];
+    int64_t created_ms, ended_ms, expires_ms;
+    json_t *entrypoint, *metadata, *limits;
+};
+
+/* Ended sandboxes remembered at most, the oldest forgotten first. */
+#define SANDBOX_ENDED_MAX 10000
+/* The default of --ended-retention: an hour. */
+#define SANDBOX_ENDED_RETENTION_S 3600
 
 /* Called once a create ends: with the Running sandbox, or with sb NULL and why it failed. */
 typedef void (*sandbox_created_fn)(struct sandbox *sb, const struct cove_error *err, void *arg);
@@ -97,6 +120,13 @@ void sandbox_manager_set_egress(struct sandbox_manager *mgr, struct egress *egre
  * next connection on. */
 int sandbox_set_network_policy(struct sandbox_manager *mgr, struct sandbox *sb,
                                const struct egress_policy *policy, struct cove_error **err);
+/* How long ended sandboxes are remembered (0: not at all) and how many at most. */
+void sandbox_manager_set_retention(struct sandbox_manager *mgr, int64_t seconds, size_t max);
+/* Calls fn for every remembered ended sandbox owner may see, oldest end first. */
+void sandbox_foreach_ended(struct sandbox_manager *mgr, const char *owner,
+                           void (*fn)(const struct sandbox_ended *ended, void *arg), void *arg);
+/* Why a sandbox ended (struct sandbox_ended's reason) in words: "its expiration time passed". */
+const char *sandbox_end_explained(const char *reason);
 /* Re-adopts the sandboxes the store knows: running ones keep running, gone ones are Failed. */
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err);
 
@@ -105,7 +135,8 @@ int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err
  * called. Sandboxes are set up concurrently, each in its own process. */
 int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
                    sandbox_created_fn done, void *arg, struct cove_error **err);
-/* NULL (and a SANDBOX::NOT_FOUND error) unless the sandbox exists and owner may see it. */
+/* NULL (and a SANDBOX::NOT_FOUND error) unless the sandbox exists and owner may see it; the
+ * error says when and why when it is a remembered ended one. */
 struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const char *owner,
                              struct cove_error **err);
 /* Called once a delete ends: err NULL when everything of the sandbox is gone. */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "coved/runtime/runtime.h"
+#include "coved/sandbox/image_alias.h"
 #include "coved/sandbox/template_import.h"
 #include "lib/log.h"
 
@@ -23,6 +24,7 @@ struct template_registry {
     size_t count;
     char (*reserved)[TEMPLATE_NAME_SIZE]; /* names of imports under way */
     size_t reserved_count;
+    struct image_aliases aliases; /* image names clients send, to template names */
 };
 
 /* Host /etc entries a sandbox on the host's OS needs to work, and nothing secret: never
@@ -39,21 +41,6 @@ static const char *const etc_whitelist[] = {
     "terminfo",       "vim",        "gai.conf",        "locale.alias",
     "default",        "fonts",
 };
-
-bool template_name_valid(const char *name)
-{
-    size_t len = strlen(name);
-    if (len == 0 || len >= TEMPLATE_NAME_SIZE)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = name[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                  (i > 0 && (c == '.' || c == '_' || c == '-'));
-        if (!ok)
-            return false;
-    }
-    return true;
-}
 
 /* Moves every owner into the sandbox's id range, so that root inside owns what the template's
  * root owned. Ids past the range become the range's last id. */
@@ -418,7 +405,8 @@ int template_registry_open(const char *state_dir, struct template_registry **out
         return -1;
     }
     remove_leftovers(reg);
-    if (load_templates(reg, err) < 0 || ensure_builtin(reg, TEMPLATE_BASE, NULL, err) < 0 ||
+    if (image_aliases_parse(IMAGE_ALIASES_DEFAULT, &reg->aliases, err) < 0 ||
+        load_templates(reg, err) < 0 || ensure_builtin(reg, TEMPLATE_BASE, NULL, err) < 0 ||
         ensure_builtin(reg, TEMPLATE_CODE_INTERPRETER, TEMPLATE_BASE, err) < 0) {
         if (err && *err == NULL)
             cove_error_sys(err, "templates in %s", reg->dir);
@@ -437,14 +425,25 @@ void template_registry_free(struct template_registry *reg)
         template_unref(reg->items[i]);
     free(reg->items);
     free(reg->reserved);
+    image_aliases_free(&reg->aliases);
     free(reg);
 }
 
+int template_registry_set_aliases(struct template_registry *reg, const char *spec,
+                                  struct cove_error **err)
+{
+    return image_aliases_parse(spec, &reg->aliases, err);
+}
+
+/* "base, code-interpreter (image aliases: opensandbox/code-interpreter, ...)": the aliases
+ * of templates that exist. */
 static char *known_names(struct template_registry *reg)
 {
-    size_t size = 1;
+    size_t size = 32;
     for (size_t i = 0; i < reg->count; i++)
         size += strlen(reg->items[i]->name) + 2;
+    for (size_t i = 0; i < reg->aliases.count; i++)
+        size += strlen(reg->aliases.items[i].image) + 2;
     char *s = calloc(1, size);
     if (s == NULL)
         return NULL;
@@ -453,6 +452,16 @@ static char *known_names(struct template_registry *reg)
             strcat(s, ", ");
         strcat(s, reg->items[i]->name);
     }
+    bool any = false;
+    for (size_t i = 0; i < reg->aliases.count; i++) {
+        if (registry_find(reg, reg->aliases.items[i].template_name) == NULL)
+            continue;
+        strcat(s, any ? ", " : " (image aliases: ");
+        strcat(s, reg->aliases.items[i].image);
+        any = true;
+    }
+    if (any)
+        strcat(s, ")");
     return s;
 }
 
@@ -478,6 +487,12 @@ const struct template *template_resolve(struct template_registry *reg, const cha
     if (t == NULL && template_name_valid(name)) {
         registry_reload(reg);
         t = registry_find(reg, name);
+    }
+    /* A template's own name wins over an alias of the same spelling. */
+    const char *aliased = t == NULL ? image_aliases_lookup(&reg->aliases, uri) : NULL;
+    if (aliased != NULL && (t = registry_find(reg, aliased)) == NULL) {
+        registry_reload(reg);
+        t = registry_find(reg, aliased);
     }
     if (t == NULL) {
         char *names = known_names(reg);
@@ -540,7 +555,14 @@ json_t *template_list_json(struct template_registry *reg)
 {
     registry_reload(reg);
     json_t *items = json_array();
-    for (size_t i = 0; i < reg->count; i++)
-        json_array_append_new(items, template_to_json(reg->items[i]));
+    for (size_t i = 0; i < reg->count; i++) {
+        json_t *t = template_to_json(reg->items[i]);
+        json_t *aliases = json_array();
+        for (size_t a = 0; a < reg->aliases.count; a++)
+            if (strcmp(reg->aliases.items[a].template_name, reg->items[i]->name) == 0)
+                json_array_append_new(aliases, json_string(reg->aliases.items[a].image));
+        json_object_set_new(t, "aliases", aliases);
+        json_array_append_new(items, t);
+    }
     return json_pack("{s:o}", "items", items);
 }

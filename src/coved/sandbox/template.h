@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "lib/error.h"
 
@@ -35,13 +36,18 @@ struct template_registry;
  * removes what an import or a removal cut short by a crash left. */
 int template_registry_open(const char *state_dir, struct template_registry **out,
                            struct cove_error **err);
+/* Replaces the image aliases (image_alias.h's syntax; IMAGE_ALIASES_DEFAULT at first): on
+ * error the old ones stay. */
+int template_registry_set_aliases(struct template_registry *reg, const char *spec,
+                                  struct cove_error **err);
 /* Drops the registry's references; templates others still hold live on until released. */
 void template_registry_free(struct template_registry *reg);
 /* STATE/templates. */
 const char *template_registry_dir(const struct template_registry *reg);
-/* Resolves an image uri ("base", "base:latest", "code-interpreter") to a template, with a
- * reference the caller releases with template_unref; NULL with a 400 that lists the known
- * templates otherwise. */
+/* Resolves an image uri ("base", "base:latest", "code-interpreter", or an image alias such
+ * as "opensandbox/code-interpreter:v1.0.1") to a template, with a reference the caller
+ * releases with template_unref; NULL with a 400 that lists the known templates and aliases
+ * otherwise. */
 const struct template *template_resolve(struct template_registry *reg, const char *uri,
                                         struct cove_error **err);
 const struct template *template_ref(const struct template *t);
@@ -59,10 +65,25 @@ void template_registry_release(struct template_registry *reg, const char *name);
 /* Unregisters a template and deletes its files: 404 if unknown, 409 for a built-in one or
  * while anyone else holds a reference. */
 int template_remove(struct template_registry *reg, const char *name, struct cove_error **err);
+/* {"items": [template_to_json + "aliases": [the image aliases naming it]]} */
 json_t *template_list_json(struct template_registry *reg);
 json_t *template_to_json(const struct template *t);
-/* Names are [a-z0-9][a-z0-9._-]{0,62}. */
-bool template_name_valid(const char *name);
+/* Names are [a-z0-9][a-z0-9._-]{0,62}. Inline: the image aliases' parser (image_alias.h)
+ * checks names with it without the registry. */
+static inline bool template_name_valid(const char *name)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len >= TEMPLATE_NAME_SIZE)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  (i > 0 && (c == '.' || c == '_' || c == '-'));
+        if (!ok)
+            return false;
+    }
+    return true;
+}
 bool template_is_builtin(const char *name);
 /* Writes DIR/template.json for t. */
 int template_save(const char *dir, const struct template *t, struct cove_error **err);

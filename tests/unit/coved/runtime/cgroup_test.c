@@ -124,6 +124,10 @@ static void test_v2_no_limits(void)
     struct cove_error *err = NULL;
     /* Unlimited: no limit file is touched (none exists here, so a write would fail). */
     CHECK(cgroup_create(&sys, "sb2", &none, &err) == 0);
+    touch(dir, "memory.events", "low 0\nhigh 0\nmax 12\noom 2\noom_kill 0\n");
+    CHECK_EQ_INT(cgroup_oom_kills(&sys, "sb2"), 0);
+    touch(dir, "memory.events", "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n");
+    CHECK_EQ_INT(cgroup_oom_kills(&sys, "sb2"), 1);
     cove_error_free(err);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
@@ -167,6 +171,13 @@ static void test_v1(void)
     CHECK_EQ_INT(strcmp(read_text(dir, "memory.memsw.limit_in_bytes"), "1073741824"), 0);
     snprintf(dir, sizeof(dir), "%s/cove/sb3", sys.v1_mount[CGROUP_V1_PIDS]);
     CHECK_EQ_INT(strcmp(read_text(dir, "pids.max"), "100"), 0);
+    /* The OOM killer's count, after oom_kill_disable (whose name starts the same). */
+    snprintf(dir, sizeof(dir), "%s/cove/sb3", sys.v1_mount[CGROUP_V1_MEMORY]);
+    CHECK_EQ_INT(cgroup_oom_kills(&sys, "sb3"), -1); /* no such file: the kernel does not say */
+    touch(dir, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\n");
+    CHECK_EQ_INT(cgroup_oom_kills(&sys, "sb3"), -1); /* before Linux 4.13: no count */
+    touch(dir, "memory.oom_control", "oom_kill_disable 7\nunder_oom 0\noom_kill 3\n");
+    CHECK_EQ_INT(cgroup_oom_kills(&sys, "sb3"), 3);
     snprintf(dir, sizeof(dir), "%s/cove/sb3", sys.v1_mount[CGROUP_V1_FREEZER]);
     touch(dir, "freezer.state", "FROZEN\n");
     CHECK(cgroup_freeze(&sys, "sb3", true, &err) == 0);
