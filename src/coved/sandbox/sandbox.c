@@ -157,6 +157,7 @@ static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
     sb->proc.start_time = rec->start_time;
     sb->proc.log_fd = -1; /* the pipe died with the coved that made it */
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", rec->run_dir);
+    sb->layer = runtime_layer_of(sb->run_dir);
     snprintf(sb->access_token, sizeof(sb->access_token), "%s", rec->access_token);
     sb->renew_on_access_s = rec->renew_on_access_s;
     sb->id_slot = rec->id_slot;
@@ -412,6 +413,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->env = req->env ? json_incref(req->env) : json_object();
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
+    sb->layer = runtime_layer_resolve(mgr->rt, req->layer);
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
     cove_random_hex(sb->access_token, 32);
     const struct egress_policy *policy = req->policy != NULL ? req->policy : mgr->default_policy;
@@ -431,6 +433,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         .env = env,
         .limits = req->cgroup,
         .disk_bytes = req->disk_bytes,
+        .layer = req->layer,
         .host_id_base = id_range_host_base(sb->id_slot),
         .nofile_soft = nofile_soft,
         .nofile_hard = nofile_hard,
