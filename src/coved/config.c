@@ -371,8 +371,7 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         cfg->health_interval_s = v;
     } else if (strcmp(key, "layer") == 0) {
         if (strcmp(value, "disk") != 0 && strcmp(value, "tmpfs") != 0)
-            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: layer is disk or tmpfs",
-                                  from);
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: layer is disk or tmpfs", from);
         cfg->layer_tmpfs = strcmp(value, "tmpfs") == 0;
     } else if (strcmp(key, "sandbox_file_share") == 0) {
         long long v = strtoll(value, &end, 10);

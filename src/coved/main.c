@@ -174,7 +174,8 @@ int main(int argc, char **argv)
         file_budget_read(&rt.files, o.sandbox_file_share, &err) < 0)
         goto out;
     file_budget_log(&rt.files, CGROUP_DEFAULT_PIDS);
-    if (runtime_layer_setup(&rt, o.state_dir, o.layer_tmpfs ? RUNTIME_LAYER_TMPFS : RUNTIME_LAYER_DISK,
+    if (runtime_layer_setup(&rt, o.state_dir,
+                            o.layer_tmpfs ? RUNTIME_LAYER_TMPFS : RUNTIME_LAYER_DISK,
                             API_DEFAULT_DISK_LAYER_BYTES, &err) < 0)
         goto out;
     if (o.session_idle_timeout_s >= 0) /* for the agents' command line (native.c) */

@@ -275,7 +275,8 @@ static int parse_layer(struct api *api, json_t *extensions, struct sandbox_reque
                        struct cove_error **err)
 {
     req->layer = api->config.layer_disk ? RUNTIME_LAYER_DISK : RUNTIME_LAYER_TMPFS;
-    json_t *value = json_is_object(extensions) ? json_object_get(extensions, EXTENSION_LAYER) : NULL;
+    json_t *value =
+        json_is_object(extensions) ? json_object_get(extensions, EXTENSION_LAYER) : NULL;
     if (value != NULL &&
         (!json_is_string(value) || runtime_layer_parse(json_string_value(value), &req->layer) < 0))
         return invalid(err, "%s must be \"disk\" or \"tmpfs\"", "extensions." EXTENSION_LAYER);

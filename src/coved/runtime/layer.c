@@ -149,8 +149,8 @@ static int template_path(const char *layer_dir, int64_t bytes, char *out, size_t
     /* Random, not the pid: every set-up child is pid 1 of a namespace of its own. */
     char making[4200], tag[17];
     cove_random_hex(tag, 8);
-    snprintf(making, sizeof(making), "%s/" MAKING_PREFIX "%lld-%s.img", layer_dir,
-             (long long)bytes, tag);
+    snprintf(making, sizeof(making), "%s/" MAKING_PREFIX "%lld-%s.img", layer_dir, (long long)bytes,
+             tag);
     if (format_ext4(making, bytes) < 0 || rename(making, out) < 0) {
         int saved = errno;
         unlink(making);

@@ -69,11 +69,11 @@ struct runtime_spec {
     char *const *env;        /* NULL-terminated KEY=VALUE list */
     const char *prestart;    /* language whose kernel the agent starts at once, or NULL */
     struct cgroup_limits limits;
-    int64_t disk_bytes;    /* cap of the writable layer */
+    int64_t disk_bytes;       /* cap of the writable layer */
     enum runtime_layer layer; /* resolved by runtime_start_begin (runtime_layer_resolve) */
     const char *layer_dir;    /* set by runtime_start_begin: the runtime's layer_dir */
-    uint32_t host_id_base; /* host id of root inside: the sandbox's id range */
-    uint64_t nofile_soft;  /* RLIMIT_NOFILE of the sandbox's processes (file_budget.h) */
+    uint32_t host_id_base;    /* host id of root inside: the sandbox's id range */
+    uint64_t nofile_soft;     /* RLIMIT_NOFILE of the sandbox's processes (file_budget.h) */
     uint64_t nofile_hard;
     const char *ca_bundle; /* host file over the system trust bundle (credential proxy), or NULL */
 };

@@ -1,5 +1,6 @@
 #include "coved/sandbox/sandbox.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -887,7 +888,39 @@ int sandbox_set_network_policy(struct sandbox_manager *mgr, struct sandbox *sb,
     return 0;
 }
 
+/* Run dirs no record knows: a sandbox whose coved died while it was being made (its record
+ * is saved once it runs). Its set-up child died with the handshake, and with it the layer's
+ * loop device; its cgroups, its run dir and a disk layer's image are removed here. */
+static void remove_orphans(struct sandbox_manager *mgr)
+{
+    DIR *d = opendir(mgr->run_root);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char run_dir[sizeof(mgr->run_root) + 300];
+        snprintf(run_dir, sizeof(run_dir), "%s/%s", mgr->run_root, e->d_name);
+        bool known = false;
+        for (size_t i = 0; i < mgr->count && !known; i++)
+            known = strcmp(mgr->items[i]->run_dir, run_dir) == 0;
+        if (known)
+            continue;
+        log_warn("sandbox %s: no record of it (coved stopped while making it): removing %s",
+                 e->d_name, run_dir);
+        struct runtime_process none = {.pidfd = -1, .log_fd = -1};
+        struct cove_error *ignored = NULL;
+        runtime_destroy(mgr->rt, e->d_name, run_dir, &none, &ignored);
+        cove_error_free(ignored);
+    }
+    closedir(d);
+}
+
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err)
 {
-    return store_sandbox_load_all(mgr->store, adopt_record, mgr, err);
+    if (store_sandbox_load_all(mgr->store, adopt_record, mgr, err) < 0)
+        return -1;
+    remove_orphans(mgr);
+    return 0;
 }

@@ -80,8 +80,8 @@ struct sandbox_request {
     struct cgroup_limits cgroup;
     int64_t disk_bytes;
     enum runtime_layer layer; /* resolved: DISK or TMPFS */
-    int64_t nofile;    /* RLIMIT_NOFILE asked for; 0: the default within the file budget */
-    int64_t timeout_s; /* 0: none */
+    int64_t nofile;           /* RLIMIT_NOFILE asked for; 0: the default within the file budget */
+    int64_t timeout_s;        /* 0: none */
     int64_t renew_on_access_s;
     struct egress_policy *policy; /* borrowed; NULL: coved's default_network_policy */
     bool credential_proxy;
