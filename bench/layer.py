@@ -7,7 +7,7 @@ both kinds interleaved so that drift hits both alike. Per iteration, for each la
   first    the same, plus `echo hi` through the agent until its output is back
   delete   DELETE until its 204 (the loop device and the image are gone with it)
 
-Then the same creates, --concurrency at once; the first create of a size no sandbox had
+Then the same create, echo and delete cycles, --concurrency at once; the first create of a size no sandbox had
 before (the template is formatted by mke2fs then: once per size); and sequential write
 throughput inside (dd of --write-mib MiB, then sync) on each layer.
 Usage: bench/layer.py [--iterations N] [--concurrency N] [--write-mib N] [--json FILE]
@@ -109,14 +109,17 @@ def main():
                              for layer, m in seq.items()}
         conc = {}
         for layer in layers:
+            def cycle(_):  # at most --concurrency live at once
+                made = create(d, layer)
+                delete(d, made[0])
+                return made
             with concurrent.futures.ThreadPoolExecutor(args.concurrency) as ex:
                 t0 = time.perf_counter()
-                made = list(ex.map(lambda _: create(d, layer), range(args.iterations)))
+                made = list(ex.map(cycle, range(args.iterations)))
                 wall = time.perf_counter() - t0
-                list(ex.map(lambda m: delete(d, m[0]), made))
             conc[layer] = {"create": stats([m[1] for m in made]),
                            "first": stats([m[2] for m in made]),
-                           "per_s": len(made) / wall}
+                           "cycles_per_s": len(made) / wall}
         res["concurrent"] = conc
         # A size no sandbox had: its template is formatted first (mke2fs), once.
         cold = []
@@ -152,11 +155,11 @@ def print_report(res, args):
         print(f"-- {title}")
         print(f"{'layer':6} | {'create p50':>10} {'p90':>7} | {'first p50':>9} {'p90':>7}"
               + (f" | {'delete p50':>10} {'p90':>7}" if mode == "sequential" else
-                 f" | {'creates/s':>9}"))
+                 f" | {'cycles/s':>9}"))
         for layer in ("disk", "tmpfs"):
             x = r[layer]
             tail = (f" | {x['delete']['p50']:>10.1f} {x['delete']['p90']:>7.1f}"
-                    if mode == "sequential" else f" | {x['per_s']:>9.1f}")
+                    if mode == "sequential" else f" | {x['cycles_per_s']:>9.1f}")
             print(f"{layer:6} | {x['create']['p50']:>10.1f} {x['create']['p90']:>7.1f} | "
                   f"{x['first']['p50']:>9.1f} {x['first']['p90']:>7.1f}" + tail)
         d, t = r["disk"], r["tmpfs"]

@@ -77,6 +77,18 @@ def test_gigabyte_file_in_a_512mi_sandbox(coved):
     assert sandbox_leftovers(coved, sid) == []
 
 
+def test_300mb_upload_into_a_default_sandbox(coved):
+    """The issue's example: with a tmpfs layer a default sandbox (512Mi memory, so a 256 MiB
+    cap) could not take it; a default disk layer (1 GiB) does, and keeps it on disk."""
+    sid = coved.create()  # memory 512Mi, no ephemeral-storage
+    content = os.urandom(300 * 1000 * 1000)
+    status, body = upload(coved, sid, "/home/user/big.bin", content)
+    assert status == 200, (status, body)
+    assert coved.sh(sid, "stat -c %s /home/user/big.bin && sync") == f"{len(content)}\n"
+    assert allocated(image_of(coved, sid)) >= len(content)
+    coved.delete(sid)
+
+
 def test_cap_enforced_for_that_sandbox_only(coved):
     sid = coved.create(limits={"cpu": "1", "memory": "256Mi", "ephemeral-storage": "64Mi"})
     other = coved.create(limits={"cpu": "1", "memory": "256Mi", "ephemeral-storage": "64Mi"})
