@@ -8,11 +8,12 @@ import json
 import os
 import secrets
 import signal
+import subprocess
 import time
 
 import pytest
 
-from covetest import AGENT_PORT, cgroup_file, loop_devices_of, sandbox_leftovers, serve
+from covetest import AGENT_PORT, CLI, cgroup_file, loop_devices_of, sandbox_leftovers, serve
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -213,3 +214,28 @@ def test_orphan_run_dir_is_cleaned_at_start(fresh_coved):
         f.truncate(64 * MiB)
     d.start()
     assert not os.path.exists(run)
+
+
+def cove_cli(coved, *args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COVE_", "OPEN_SANDBOX_"))}
+    env.update(COVE_SERVER=f"http://127.0.0.1:{coved.port}", COVE_API_KEY=coved.key,
+               COVE_CONFIG_FILE=os.path.join(coved.state_dir, "no-such-config.ini"))
+    return subprocess.run([CLI, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_cli_layer_flag(coved):
+    r = cove_cli(coved, "create", "--layer", "tmpfs", "--memory", "256Mi", "--disk", "32Mi")
+    assert r.returncode == 0, r.stderr
+    sid = r.stdout.strip()
+    assert not os.path.exists(image_of(coved, sid))
+    r = cove_cli(coved, "create", "--layer", "disk", "--memory", "64Mi", "--disk", "1Gi")
+    assert r.returncode == 0, r.stderr
+    sid2 = r.stdout.strip()
+    assert os.path.exists(image_of(coved, sid2))
+    # tmpfs keeps its rule; a layer that is neither is refused before any request
+    r = cove_cli(coved, "create", "--layer", "tmpfs", "--memory", "64Mi", "--disk", "1Gi")
+    assert r.returncode == 1 and "cannot exceed memory" in r.stderr, r.stderr
+    r = cove_cli(coved, "create", "--layer", "ram")
+    assert r.returncode == 2 and "--layer is disk or tmpfs" in r.stderr, r.stderr
+    for s in (sid, sid2):
+        coved.delete(s)
