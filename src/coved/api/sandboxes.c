@@ -287,7 +287,7 @@ static int parse_layer(struct api *api, json_t *extensions, struct sandbox_reque
 
 /* A disk layer's image is sparse: it takes the host's disk as the sandbox writes. A cap beyond
  * what the state dir's filesystem has free now is refused; caps that together exceed it are
- * not (docs/architecture.md), as memory limits may be overcommitted. */
+ * not (docs/security.md, Resources), as memory limits may be overcommitted. */
 static int check_disk_space(struct api *api, const struct sandbox_request *req,
                             struct cove_error **err)
 {

@@ -1,7 +1,7 @@
 /* The native runtime: clone into new pid, mount, net, uts, ipc namespaces; build the root as
- * real root (overlay of the template over a size-capped writable layer, /proc with masks, read-only
- * /sys, a minimal /dev); pivot into it; then enter the cgroup namespace and a user namespace
- * in which root maps to an unprivileged host id, drop privileges and exec the agent.
+ * real root (overlay of the template over a size-capped writable layer, /proc with masks,
+ * read-only /sys, a minimal /dev); pivot into it; then enter the cgroup namespace and a user
+ * namespace in which root maps to an unprivileged host id, drop privileges and exec the agent.
  *
  * Doing the mounts before the user namespace exists means the mount, pid, net and uts
  * namespaces belong to the host's user namespace: root inside the sandbox holds no capability
@@ -506,8 +506,8 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 /* The run dir holds only what coved made (the agent socket, its log, empty mount points) and
  * a disk layer's image (its loop device is gone with the sandbox's mount namespace): the
- * sandbox's own files lived in the layer. FTW_PHYS and
- * FTW_MOUNT keep the walk from following a link or entering a mount. */
+ * sandbox's own files lived in the layer. FTW_PHYS and FTW_MOUNT keep the walk from following
+ * a link or entering a mount. */
 static void remove_tree(const char *path)
 {
     nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);

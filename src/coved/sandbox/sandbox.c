@@ -898,15 +898,19 @@ static void remove_orphans(struct sandbox_manager *mgr)
         return;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
+        /* Only what could be a sandbox's id (new_id), and by id: a record keeps the run dir's
+         * path as it was, which a moved state dir would not match. */
+        if (e->d_type != DT_DIR || e->d_name[0] == '\0' ||
+            strspn(e->d_name, "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(e->d_name) ||
+            strlen(e->d_name) >= SANDBOX_ID_SIZE)
+            continue;
+        bool known = false;
+        for (size_t i = 0; i < mgr->count && !known; i++)
+            known = strcmp(mgr->items[i]->id, e->d_name) == 0;
+        if (known)
             continue;
         char run_dir[sizeof(mgr->run_root) + 300];
         snprintf(run_dir, sizeof(run_dir), "%s/%s", mgr->run_root, e->d_name);
-        bool known = false;
-        for (size_t i = 0; i < mgr->count && !known; i++)
-            known = strcmp(mgr->items[i]->run_dir, run_dir) == 0;
-        if (known)
-            continue;
         log_warn("sandbox %s: no record of it (coved stopped while making it): removing %s",
                  e->d_name, run_dir);
         struct runtime_process none = {.pidfd = -1, .log_fd = -1};
