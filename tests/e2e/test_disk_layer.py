@@ -187,6 +187,22 @@ def test_coved_layer_tmpfs_flag():
             assert sandbox_leftovers(d, s) == []
 
 
+@pytest.mark.parametrize("how", ["flag", "env", "ini"])
+def test_coved_refuses_a_layer_that_is_neither(tmp_path, how):
+    from covetest import COVED
+    args, env = [COVED, "--state-dir", str(tmp_path / "state")], dict(os.environ)
+    if how == "flag":
+        args += ["--layer", "ram"]
+    elif how == "env":
+        env["COVE_LAYER"] = "ram"
+    else:
+        ini = tmp_path / "coved.ini"
+        ini.write_text("[server]\nlayer = ram\n")
+        args += ["--config", str(ini)]
+    r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 2 and "layer is disk or tmpfs" in r.stderr, (r.returncode, r.stderr)
+
+
 def test_restart_keeps_files_then_delete_cleans(fresh_coved):
     d = fresh_coved.start()
     sid = d.create(limits={"cpu": "1", "memory": "256Mi", "ephemeral-storage": "512Mi"})
