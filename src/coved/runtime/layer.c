@@ -161,7 +161,10 @@ static int template_path(const char *layer_dir, int64_t bytes, char *out, size_t
 }
 
 /* Copies the template to dst, its holes kept: a reflink where the filesystem has them,
- * otherwise each data extent with copy_file_range (in the kernel, no bytes through here). */
+ * otherwise each data extent with copy_file_range (in the kernel, no bytes through here),
+ * then on disk. The loop device reads it with direct I/O: dirty pages of the image would make
+ * it write them back first, inside LOOP_CONFIGURE and the mount, which then take 5-30 ms
+ * instead of well under one; an fdatasync of a few hundred KiB costs about 0.8 ms. */
 static int copy_sparse(const char *src, const char *dst, int64_t bytes)
 {
     cleanup_fd int in = open(src, O_RDONLY | O_CLOEXEC);
@@ -177,8 +180,10 @@ static int copy_sparse(const char *src, const char *dst, int64_t bytes)
     off_t data = 0;
     for (;;) {
         data = lseek(in, data, SEEK_DATA);
+        if (data < 0 && errno == ENXIO)
+            return fdatasync(out); /* no data after the last hole */
         if (data < 0)
-            return errno == ENXIO ? 0 : -1; /* no data after the last hole */
+            return -1;
         off_t hole = lseek(in, data, SEEK_HOLE);
         if (hole < 0)
             return -1;
