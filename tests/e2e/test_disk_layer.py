@@ -187,6 +187,26 @@ def test_coved_layer_tmpfs_flag():
             assert sandbox_leftovers(d, s) == []
 
 
+def test_without_loop_devices_every_layer_is_a_tmpfs():
+    """coved in a mount namespace where /dev/loop-control is /dev/null (a container without
+    loop devices): a warning at start, and sandboxes get a tmpfs with its rule, whatever they
+    ask for."""
+    hide = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount --bind /dev/null /dev/loop-control && exec "$@"', "sh"]
+    with serve(wrapper=hide) as d:
+        assert "writable layers on disk are unavailable" in d.log(), d.log()
+        for ext in ({}, {"extensions": {"cove.layer": "disk"}}):
+            sid = d.create(limits={"cpu": "1", "memory": "256Mi", "ephemeral-storage": "32Mi"},
+                           **ext)
+            assert not os.path.exists(image_of(d, sid))
+            assert d.sh(sid, "echo ok > /tmp/ok && cat /tmp/ok") == "ok\n"
+            d.delete(sid)
+        status, body, _ = d.request("POST", "/v1/sandboxes", {
+            "image": {"uri": "base"}, "entrypoint": ["sleep", "infinity"],
+            "resourceLimits": {"memory": "64Mi", "ephemeral-storage": "1Gi"}})
+        assert status == 400 and "cannot exceed memory" in body["message"], body
+
+
 @pytest.mark.parametrize("how", ["flag", "env", "ini"])
 def test_coved_refuses_a_layer_that_is_neither(tmp_path, how):
     from covetest import COVED
