@@ -7,9 +7,9 @@ both kinds interleaved so that drift hits both alike. Per iteration, for each la
   first    the same, plus `echo hi` through the agent until its output is back
   delete   DELETE until its 204 (the loop device and the image are gone with it)
 
-Then the same create, echo and delete cycles, --concurrency at once; the first create of a size no sandbox had
-before (the template is formatted by mke2fs then: once per size); and sequential write
-throughput inside (dd of --write-mib MiB, then sync) on each layer.
+Then the same create, echo and delete cycles, --concurrency at once; the first create of a
+size no sandbox had before (the template is formatted by mke2fs then: once per size); and
+sequential write throughput inside (dd of --write-mib MiB, then sync) on each layer.
 Usage: bench/layer.py [--iterations N] [--concurrency N] [--write-mib N] [--json FILE]
 (as root, on a built tree: ninja -C build)"""
 import argparse
