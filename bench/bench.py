@@ -183,6 +183,9 @@ def main():
     ap.add_argument("--slow-iterations", type=int, default=20)
     ap.add_argument("--coved", default=os.path.join(BUILD, "src", "coved", "coved"))
     ap.add_argument("--agent", default=os.path.join(BUILD, "src", "agent", "cove-agent"))
+    ap.add_argument("--cove-layer", choices=("disk", "tmpfs"),
+                    help="coved's --layer: the sandboxes' writable layer (default coved's, "
+                         "disk; bench/layer.py compares the two)")
     ap.add_argument("--cove-state-parent",
                     help="make coved's state dir under this directory instead of the bench's "
                          "temp dir (e.g. /dev/shm to take the disk out of the picture)")
@@ -242,10 +245,11 @@ def main():
     try:
         if "cove" in tools:
             log("cove: starting coved ...")
-            cove = Cove(tmp, args.coved, args.agent, args.cove_state_parent)
+            cove = Cove(tmp, args.coved, args.agent, args.cove_state_parent, args.cove_layer)
             cove.start()
             if args.cove_state_parent:
                 cove.note += f"; state dir under {args.cove_state_parent}"
+            cove.note += f"; writable layer: {args.cove_layer or 'coved default (disk)'}"
             # Memory first, while few pages freed by this run itself sit on per-CPU free lists
             # (see the note printed with the result).
             if "memory" in parts:

@@ -266,11 +266,12 @@ class Cove:
     (covetest.Coved) from copies of the build's binaries, with its own port, key and state
     dir: keep-alive connections to the API, one per client thread, and the gateway."""
 
-    def __init__(self, tmp, coved_path, agent_path, state_parent=None):
+    def __init__(self, tmp, coved_path, agent_path, state_parent=None, layer=None):
         self.dir = os.path.join(tmp, "cove")
         # The state dir (database and run dirs) lives in the bench's temp dir unless asked
         # to live elsewhere (e.g. on a tmpfs, to see what the disk costs).
         self.state_parent = state_parent
+        self.layer = layer  # coved's --layer (disk, its default, or tmpfs)
         self.key = secrets.token_hex(16)
         self.coved_src, self.agent_src = coved_path, agent_path
         self.daemon = None  # covetest.Coved
@@ -303,7 +304,8 @@ class Cove:
             state = os.path.join(self.dir, "state")
             os.makedirs(state)
         self.daemon = covetest.Coved(api_keys=(self.key,), state_dir=state, coved=coved,
-                                     agent=agent, extra_args=["--log-level", log_level])
+                                     agent=agent, extra_args=["--log-level", log_level] +
+                                     (["--layer", self.layer] if self.layer else []))
         # Its own session: a Ctrl-C on the terminal must reach the bench only, which then
         # deletes the sandboxes through the API before stopping coved.
         self.daemon.start(new_session=True)

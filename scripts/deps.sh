@@ -23,6 +23,9 @@ packages=(
   # installed: Debian's matplotlib pulls fonttools, which pulls scipy and sympy.
   python3-numpy python3-pandas python3-matplotlib
   busybox-static iproute2 procps tar
+  # writable layers on disk: mke2fs formats each size's template image (runtime/layer.c);
+  # util-linux's losetup is what tests read loop devices with
+  e2fsprogs util-linux
   # egress: nftables rules in each sandbox's netns, c-ares for the proxy's own lookups
   libnftables-dev libc-ares-dev
   # egress tests: a DNS server for test names, clients inside sandboxes, a headless browser

@@ -313,7 +313,25 @@ def sandbox_leftovers(coved, sandbox_id):
         for line in f:
             if sandbox_id in line:
                 left.append(f"mount {line.split()[4]}")
+    left += [f"loop device {dev}" for dev in loop_devices_of(coved.run_dir(sandbox_id))]
     return left
+
+
+def loop_devices_of(run_dir, wait_s=2.0):
+    """Loop devices whose backing file (a disk layer's image) is in run_dir. The kernel clears
+    one when the sandbox's mount namespace lets go of it: given a moment to."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for f in glob.glob("/sys/block/loop*/loop/backing_file"):
+            try:
+                if open(f).read().strip().startswith(run_dir.rstrip("/") + "/"):
+                    found.append("/dev/" + f.split("/")[3])
+            except OSError:
+                pass
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 # ---- host-side views of a sandbox ----

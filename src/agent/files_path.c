@@ -476,11 +476,33 @@ void files_path_printable(const char *path, char *out, size_t size)
     out[o] = '\0';
 }
 
+static long long disk_cap;
+
+void files_path_set_disk_cap(long long bytes)
+{
+    disk_cap = bytes;
+}
+
 int files_path_error(struct cove_error **err, int errnum, const char *what, const char *path)
 {
     char shown[512];
     files_path_printable(path, shown, sizeof(shown));
     switch (errnum) {
+    case ENOSPC:
+    case EDQUOT:
+        /* 507 Insufficient Storage (RFC 4918): the server cannot store what was sent. */
+        if (disk_cap > 0)
+            return cove_error_set(err, errnum, 507, "INSUFFICIENT_STORAGE",
+                                  "cannot %s %s: no space left on the sandbox's writable layer, "
+                                  "whose cap is %lld bytes (%.1f MiB); free some, or create the "
+                                  "sandbox with more: resourceLimits \"ephemeral-storage\" "
+                                  "(cove create --disk)",
+                                  what, shown, disk_cap, (double)disk_cap / (1 << 20));
+        return cove_error_set(err, errnum, 507, "INSUFFICIENT_STORAGE",
+                              "cannot %s %s: no space left on the sandbox's writable layer; free "
+                              "some, or create the sandbox with more: resourceLimits "
+                              "\"ephemeral-storage\" (cove create --disk)",
+                              what, shown);
     case PROC_GUARD_REFUSED:
         return cove_error_set(err, 0, 403, "PERMISSION_DENIED",
                               "cannot %s %s: it is in /proc of the sandbox's agent or of a helper "

@@ -57,9 +57,13 @@ int files_path_chown_fd(int fd, uid_t uid, gid_t gid);
 
 /* Fills *err from errno for an operation on path, with the execd codes: ENOENT and ENOTDIR
  * 404 FILE_NOT_FOUND; a refused magic link, a directory where a file was wanted and the like
- * 400 INVALID_REQUEST_BODY; the rest 500 RUNTIME_ERROR. The path is quoted with control and
- * non-UTF-8 bytes escaped. Returns -1. */
+ * 400 INVALID_REQUEST_BODY; a full writable layer (ENOSPC, EDQUOT) 507 INSUFFICIENT_STORAGE,
+ * naming its cap and how to raise it; the rest 500 RUNTIME_ERROR. The path is quoted with
+ * control and non-UTF-8 bytes escaped. Returns -1. */
 int files_path_error(struct cove_error **err, int errnum, const char *what, const char *path);
+/* The cap of the sandbox's writable layer in bytes (the agent's --disk-cap), for that 507;
+ * 0 (the default): unknown. */
+void files_path_set_disk_cap(long long bytes);
 
 /* path, printable: control characters and bytes that are not UTF-8 as \xNN. */
 void files_path_printable(const char *path, char *out, size_t size);

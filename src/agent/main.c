@@ -5,6 +5,7 @@
  *   cove-agent [--listen-fd N] [--listen HOST:PORT | --listen unix:PATH]... [--debug]
  *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--child-nofile SOFT:HARD]
  *              [--session-idle-timeout SECONDS] [--session-max N] [--ready-fd N]
+ *              [--disk-cap BYTES]
  *              [--] [entrypoint argv...]
  *
  * --ready-fd: closed once the entrypoint started, after "P" and why when it could not be
@@ -13,7 +14,8 @@
  * kernels for code contexts (code.h); --prestart starts LANGUAGE's default context at once;
  * --child-nofile is the RLIMIT_NOFILE of every process the agent starts;
  * --session-idle-timeout (0: never; default 1800) and --session-max (default 64) bound the
- * bash and PTY sessions clients leave open (idle.h). */
+ * bash and PTY sessions clients leave open (idle.h); --disk-cap, the cap of the sandbox's
+ * writable layer, is named when a file operation finds it full (files_path.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -36,6 +38,7 @@
 #include "agent/api.h"
 #include "agent/code.h"
 #include "agent/command.h"
+#include "agent/files_path.h"
 #include "agent/health.h"
 #include "agent/idle.h"
 #include "agent/proc_guard.h"
@@ -68,7 +71,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
                  "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
                  "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
-                 "[--ready-fd N] [--] "
+                 "[--ready-fd N] [--disk-cap BYTES] [--] "
                  "[entrypoint argv...]\n");
 }
 
@@ -373,6 +376,14 @@ int main(int argc, char **argv)
         } else if (strcmp(arg, "--session-idle-timeout") == 0 && i + 1 < argc &&
                    parse_count(argv[i + 1], 0, INT32_MAX) >= 0) {
             idle.timeout_ms = parse_count(argv[++i], 0, INT32_MAX) * 1000;
+        } else if (strcmp(arg, "--disk-cap") == 0 && i + 1 < argc) {
+            char *end;
+            long long cap = strtoll(argv[++i], &end, 10);
+            if (*argv[i] == '\0' || *end != '\0' || cap < 0) {
+                usage(stderr);
+                return 2;
+            }
+            files_path_set_disk_cap(cap);
         } else if (strcmp(arg, "--session-max") == 0 && i + 1 < argc &&
                    parse_count(argv[i + 1], 1, 100000) >= 0) {
             idle.max = (size_t)parse_count(argv[++i], 1, 100000);

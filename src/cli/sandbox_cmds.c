@@ -132,6 +132,7 @@ enum {
     CREATE_OPTION_DENY,
     CREATE_OPTION_NETWORK,
     CREATE_OPTION_CREDENTIAL_PROXY,
+    CREATE_OPTION_LAYER,
 };
 
 /* Appends {"action", "target"} to rules, in the order the options came (NetworkPolicy). */
@@ -233,10 +234,11 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         {"deny", required_argument, NULL, CREATE_OPTION_DENY},
         {"network", required_argument, NULL, CREATE_OPTION_NETWORK},
         {"credential-proxy", no_argument, NULL, CREATE_OPTION_CREDENTIAL_PROXY},
+        {"layer", required_argument, NULL, CREATE_OPTION_LAYER},
         {0},
     };
     const char *template_name = SANDBOX_DEFAULT_TEMPLATE;
-    const char *network = NULL;
+    const char *network = NULL, *layer = NULL;
     bool credential_proxy = false;
     cleanup_json json_t *request = json_object();
     cleanup_json json_t *limits =
@@ -299,6 +301,11 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         case CREATE_OPTION_CREDENTIAL_PROXY:
             credential_proxy = true;
             break;
+        case CREATE_OPTION_LAYER:
+            if (strcmp(optarg, "disk") != 0 && strcmp(optarg, "tmpfs") != 0)
+                return cli_usage_error(err, "--layer is disk or tmpfs, got '%s'", optarg);
+            layer = optarg;
+            break;
         default:
             if (cli_common_option(cli, option, optarg, err) < 0)
                 return -1;
@@ -311,6 +318,9 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         return cove_error_sys(err, "cannot build the request");
     if (credential_proxy &&
         json_object_set_new(request, "credentialProxy", json_pack("{s:b}", "enabled", 1)) < 0)
+        return cove_error_sys(err, "cannot build the request");
+    if (layer != NULL &&
+        json_object_set_new(request, "extensions", json_pack("{s:s}", "cove.layer", layer)) < 0)
         return cove_error_sys(err, "cannot build the request");
 
     json_t *entrypoint;
@@ -362,6 +372,10 @@ const struct cli_command sandbox_create_command = {
             "                        k K M G T (powers of 1000), none for bytes\n"
             "      --pids N          limit on the number of processes\n"
             "      --disk SIZE       size cap of the sandbox's writable layer, e.g. 1Gi\n"
+            "      --layer disk|tmpfs\n"
+            "                        its writable layer: an image on the host's disk (the\n"
+            "                        server's default), or a tmpfs in its memory (--disk\n"
+            "                        then at most --memory)\n"
             "      --timeout SECONDS|DURATION|0\n"
             "                        kill the sandbox after this long: 600, 90s, 30m, 2h, 1d\n"
             "                        (default: " SANDBOX_DEFAULT_TIMEOUT_TEXT

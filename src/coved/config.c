@@ -67,7 +67,7 @@ static const char usage[] =
     "      beyond the quota gets a 429 QUOTA::EXCEEDED\n"
     "  --memory-overcommit R  memory_overcommit           COVE_MEMORY_OVERCOMMIT\n"
     "      the memory limits of all live sandboxes may add up to R x the host's RAM\n"
-    "      (default 1.5; the writable layer is in that memory)\n"
+    "      (default 1.5; a tmpfs writable layer is in that memory)\n"
     "  --cpu-overcommit R     cpu_overcommit              COVE_CPU_OVERCOMMIT\n"
     "      their cpu limits may add up to R x the host's CPUs (default 16). A create\n"
     "      beyond either gets a 409 HOST::OVERCOMMITTED\n"
@@ -92,6 +92,11 @@ static const char usage[] =
     "  --kernel-helper PATH   kernel_helper               COVE_KERNEL_HELPER\n"
     "      cove-kernel, which runs Jupyter kernels for code contexts (default: next to\n"
     "      coved; without it code contexts are refused)\n"
+    "  --layer disk|tmpfs     layer                       COVE_LAYER\n"
+    "      each sandbox's writable layer, unless it asks (extensions {\"cove.layer\"}):\n"
+    "      disk (the default) is an ext4 image on a loop device in the state dir, capped\n"
+    "      at its ephemeral-storage; tmpfs is in the sandbox's memory, and its cap may not\n"
+    "      exceed its memory. Without loop devices or mke2fs every layer is a tmpfs\n"
     "  --sandbox-file-share N sandbox_file_share          COVE_SANDBOX_FILE_SHARE\n"
     "      each sandbox may hold 1/N of the host's open files (fs.file-max): its\n"
     "      RLIMIT_NOFILE x pids stays within that (default 16)\n"
@@ -388,6 +393,10 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
                                   "%s: health_interval must be seconds from 0 to 86400", from);
         cfg->health_interval_s = v;
+    } else if (strcmp(key, "layer") == 0) {
+        if (strcmp(value, "disk") != 0 && strcmp(value, "tmpfs") != 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: layer is disk or tmpfs", from);
+        cfg->layer_tmpfs = strcmp(value, "tmpfs") == 0;
     } else if (strcmp(key, "sandbox_file_share") == 0) {
         long long v = strtoll(value, &end, 10);
         if (*value == '\0' || *end != '\0' || v < 1 || v > 65536)
@@ -494,6 +503,7 @@ static const struct {
     {"COVE_CPU_OVERCOMMIT", "cpu_overcommit"},
     {"COVE_HEALTH_INTERVAL", "health_interval"},
     {"COVE_SANDBOX_FILE_SHARE", "sandbox_file_share"},
+    {"COVE_LAYER", "layer"},
     {"COVE_SESSION_IDLE_TIMEOUT", "session_idle_timeout_seconds"},
     {"COVE_DEFAULT_NETWORK_POLICY", "default_network_policy"},
     {"COVE_DNS_SERVERS", "dns_servers"},
@@ -591,6 +601,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"mcp-command", required_argument, NULL, 1104},
         {"image-aliases", required_argument, NULL, 1105},
         {"ended-retention", required_argument, NULL, 1106},
+        {"layer", required_argument, NULL, 1107},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -711,6 +722,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 1106:
             key = "ended_retention_seconds";
+            break;
+        case 1107:
+            key = "layer";
             break;
         case 'I':
             key = "health_interval";

@@ -174,6 +174,10 @@ int main(int argc, char **argv)
         file_budget_read(&rt.files, o.sandbox_file_share, &err) < 0)
         goto out;
     file_budget_log(&rt.files, CGROUP_DEFAULT_PIDS);
+    if (runtime_layer_setup(&rt, o.state_dir,
+                            o.layer_tmpfs ? RUNTIME_LAYER_TMPFS : RUNTIME_LAYER_DISK,
+                            API_DEFAULT_DISK_LAYER_BYTES, &err) < 0)
+        goto out;
     if (o.session_idle_timeout_s >= 0) /* for the agents' command line (native.c) */
         snprintf(rt.session_idle_timeout, sizeof(rt.session_idle_timeout), "%lld",
                  (long long)o.session_idle_timeout_s);
@@ -215,6 +219,8 @@ int main(int argc, char **argv)
         .cpu_overcommit = o.cpu_overcommit,
         .state_dir = o.state_dir,
         .mcp_command = o.mcp_command,
+        .layer_disk = rt.layer == RUNTIME_LAYER_DISK,
+        .disk_layers = rt.disk_layers,
     };
     api.store = store;
     memcpy(api.config.default_quota.v, o.quota, sizeof(api.config.default_quota.v));

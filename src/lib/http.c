@@ -227,6 +227,8 @@ const char *http_status_reason(int status)
         return "Service Unavailable";
     case 504:
         return "Gateway Timeout";
+    case 507:
+        return "Insufficient Storage";
     default:
         return "Unknown";
     }

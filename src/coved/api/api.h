@@ -38,7 +38,15 @@ struct api_config {
     int64_t max_template_bytes; /* an uploaded archive, and the file data of any import */
     const char *state_dir;      /* the egress API's socket lives there */
     const char *mcp_command;    /* `cove`, run as `cove mcp serve` for /mcp (api/mcp.h) */
+    /* Writable layers (runtime_layer_setup): disk by default, and whether disk layers work
+     * here at all (without them every layer is a tmpfs, whatever a sandbox asks). */
+    bool layer_disk;
+    bool disk_layers;
 };
+
+/* A sandbox's disk cap when it asks for none and its layer is on disk (a tmpfs layer gets
+ * half its memory, at most 512 MiB). */
+#define API_DEFAULT_DISK_LAYER_BYTES (1LL << 30)
 
 struct api_quotas;
 struct store;
@@ -147,9 +155,10 @@ void api_quotas_close(struct api *api);
  * 429 QUOTA::EXCEEDED or a 409 HOST::OVERCOMMITTED, and nothing changed. */
 int api_quota_admit(struct api *api, const struct api_caller *c, const struct sandbox_request *req,
                     struct cove_error **err);
-/* What a live sandbox with these resourceLimits counts (api/sandboxes.c: what create
- * enforced for them). */
-void api_limits_charge(json_t *limits, int64_t host_cpu_millicores, struct quota_amounts *out);
+/* What a live sandbox with these resourceLimits and this (resolved) layer counts
+ * (api/sandboxes.c: what create enforced for them). */
+void api_limits_charge(json_t *limits, enum runtime_layer layer, int64_t host_cpu_millicores,
+                       struct quota_amounts *out);
 void api_quota_get(struct api *api, struct http_request *req, const struct api_caller *c);
 void api_admin_quotas_list(struct api *api, struct http_request *req, const struct api_caller *c);
 void api_admin_quota_get(struct api *api, struct http_request *req, const struct api_caller *c,

@@ -149,7 +149,7 @@ static void add_usage(struct sandbox *sb, void *arg)
     if (!is_live(sb->state))
         return;
     struct quota_amounts charge;
-    api_limits_charge(sb->limits, w->api->quotas->host.cpu_total, &charge);
+    api_limits_charge(sb->limits, sb->layer, w->api->quotas->host.cpu_total, &charge);
     struct quota_amounts *mine =
         w->only == NULL || strcmp(sb->owner, w->only) == 0 ? owner_usage(w, sb->owner) : NULL;
     for (int r = 0; r < QUOTA_RESOURCES; r++) {

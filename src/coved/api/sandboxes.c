@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #define DEFAULT_PIDS CGROUP_DEFAULT_PIDS
 #define MIN_MEMORY (6LL << 20) /* below this not even the agent fits */
 #define MIN_DISK (1LL << 20)
+#define MAX_DISK (16LL << 40) /* an ext4 image's largest size with 4 KiB blocks */
 #define MAX_PIDS 4194304
 #define MIN_TIMEOUT_S 60
 #define MAX_ENTRYPOINT_ARGS 1024
@@ -31,6 +33,8 @@
 
 /* Gateway traffic pushes the expiry to now + this many seconds. */
 #define EXTENSION_RENEW_ON_ACCESS "access.renew.extend.seconds"
+/* The sandbox's writable layer: "disk" or "tmpfs" (coved's --layer by default). */
+#define EXTENSION_LAYER "cove.layer"
 
 static const char *const create_fields[] = {
     "image",        "snapshotId", "platform",   "timeout",          "resourceLimits",
@@ -151,8 +155,10 @@ static int max_pids(void)
     return pid_max / 2;
 }
 
+/* out->layer says what the disk cap is a cap of: a tmpfs layer is in the sandbox's memory. */
 static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove_error **err)
 {
+    bool tmpfs = out->layer == RUNTIME_LAYER_TMPFS;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     struct sysinfo si;
     int64_t ram = sysinfo(&si) == 0 ? (int64_t)si.totalram * si.mem_unit : INT64_MAX;
@@ -208,10 +214,13 @@ static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove
                                           s);
             } else if (strcmp(key, "ephemeral-storage") == 0 || strcmp(key, "disk") == 0) {
                 int64_t b = quantity_parse_bytes(s);
-                if (b < MIN_DISK || b > ram)
+                if (b < MIN_DISK || b > (tmpfs ? ram : MAX_DISK))
                     return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
-                                          "resourceLimits.%s '%.32s' is out of range: from 1Mi "
-                                          "to the host's memory (the writable layer is in RAM)",
+                                          tmpfs ? "resourceLimits.%s '%.32s' is out of range: "
+                                                  "from 1Mi to the host's memory (the writable "
+                                                  "layer is a tmpfs, in RAM)"
+                                                : "resourceLimits.%s '%.32s' is out of range: "
+                                                  "from 1Mi to 16Ti",
                                           key, s);
                 out->disk_bytes = b;
             } else {
@@ -222,25 +231,30 @@ static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove
             }
         }
     }
-    /* The writable layer is a tmpfs charged to the sandbox's memory: a larger cap could only
-     * end in an OOM kill instead of ENOSPC. */
-    if (out->disk_bytes > out->cgroup.memory_bytes)
+    /* A tmpfs layer is charged to the sandbox's memory: a larger cap could only end in an OOM
+     * kill instead of ENOSPC. A disk layer's cap is the size of its filesystem. */
+    if (tmpfs && out->disk_bytes > out->cgroup.memory_bytes)
         return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
                               "ephemeral-storage (%lld bytes) cannot exceed memory (%lld bytes): "
-                              "the writable layer is kept in the sandbox's memory",
+                              "the writable layer is a tmpfs, kept in the sandbox's memory (a "
+                              "disk layer, extensions {\"" EXTENSION_LAYER "\": \"disk\"}, "
+                              "has no such rule)",
                               (long long)out->disk_bytes, (long long)out->cgroup.memory_bytes);
-    if (out->disk_bytes == 0) {
-        /* The writable layer lives in memory charged to the sandbox: by default it may take
-         * half of it, so a full disk is an ENOSPC, not an OOM kill. */
+    if (out->disk_bytes == 0 && !tmpfs) {
+        out->disk_bytes = API_DEFAULT_DISK_LAYER_BYTES;
+    } else if (out->disk_bytes == 0) {
+        /* A tmpfs layer lives in memory charged to the sandbox: by default it may take half of
+         * it, so a full disk is an ENOSPC, not an OOM kill. */
         out->disk_bytes = out->cgroup.memory_bytes / 2 < DEFAULT_DISK ? out->cgroup.memory_bytes / 2
                                                                       : DEFAULT_DISK;
     }
     return 0;
 }
 
-void api_limits_charge(json_t *limits, int64_t host_cpu_millicores, struct quota_amounts *out)
+void api_limits_charge(json_t *limits, enum runtime_layer layer, int64_t host_cpu_millicores,
+                       struct quota_amounts *out)
 {
-    struct sandbox_request r = {0};
+    struct sandbox_request r = {.layer = layer};
     struct cove_error *err = NULL;
     if (parse_limits(limits, &r, &err) < 0) {
         /* Valid when the sandbox was made, so the host shrank since: a limit beyond the
@@ -253,6 +267,40 @@ void api_limits_charge(json_t *limits, int64_t host_cpu_millicores, struct quota
     }
     quota_charge(r.cgroup.cpu_millicores, r.cgroup.memory_bytes, r.disk_bytes, host_cpu_millicores,
                  out);
+}
+
+/* extensions {"cove.layer": "disk" | "tmpfs"}, else coved's --layer; a disk layer where
+ * there are none (no loop devices, no mke2fs: logged when coved started) is a tmpfs. */
+static int parse_layer(struct api *api, json_t *extensions, struct sandbox_request *req,
+                       struct cove_error **err)
+{
+    req->layer = api->config.layer_disk ? RUNTIME_LAYER_DISK : RUNTIME_LAYER_TMPFS;
+    json_t *value =
+        json_is_object(extensions) ? json_object_get(extensions, EXTENSION_LAYER) : NULL;
+    if (value != NULL &&
+        (!json_is_string(value) || runtime_layer_parse(json_string_value(value), &req->layer) < 0))
+        return invalid(err, "%s must be \"disk\" or \"tmpfs\"", "extensions." EXTENSION_LAYER);
+    if (req->layer == RUNTIME_LAYER_DISK && !api->config.disk_layers)
+        req->layer = RUNTIME_LAYER_TMPFS;
+    return 0;
+}
+
+/* A disk layer's image is sparse: it takes the host's disk as the sandbox writes. A cap beyond
+ * what the state dir's filesystem has free now is refused; caps that together exceed it are
+ * not (docs/security.md, Resources), as memory limits may be overcommitted. */
+static int check_disk_space(struct api *api, const struct sandbox_request *req,
+                            struct cove_error **err)
+{
+    struct statvfs st;
+    if (req->layer != RUNTIME_LAYER_DISK || statvfs(api->config.state_dir, &st) < 0)
+        return 0;
+    int64_t free_bytes = (int64_t)st.f_bavail * (int64_t)st.f_frsize;
+    if (req->disk_bytes > free_bytes)
+        return cove_error_set(err, 0, 409, "HOST::OVERCOMMITTED",
+                              "ephemeral-storage (%lld bytes) is more than the %lld bytes free "
+                              "on the disk of coved's state dir",
+                              (long long)req->disk_bytes, (long long)free_bytes);
+    return 0;
 }
 
 static int parse_create(struct api *api, json_t *body, struct sandbox_request *req,
@@ -316,8 +364,10 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
         req->env = NULL;
     if (json_is_null(req->metadata))
         req->metadata = NULL;
+    if (parse_layer(api, json_object_get(body, "extensions"), req, err) < 0)
+        return -1;
     req->limits = json_object_get(body, "resourceLimits");
-    if (parse_limits(req->limits, req, err) < 0)
+    if (parse_limits(req->limits, req, err) < 0 || check_disk_space(api, req, err) < 0)
         return -1;
     if (json_is_null(req->limits))
         req->limits = NULL;
@@ -361,11 +411,13 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
             return invalid(err, "%s must be an object", "extensions");
         json_object_foreach(extensions, key, value)
         {
+            if (strcmp(key, EXTENSION_LAYER) == 0)
+                continue; /* parse_layer's */
             if (strcmp(key, EXTENSION_RENEW_ON_ACCESS) != 0)
-                return cove_error_set(
-                    err, 0, 400, "SANDBOX::EXTENSION_UNSUPPORTED",
-                    "unsupported extension '%.64s' (supported: " EXTENSION_RENEW_ON_ACCESS ")",
-                    key);
+                return cove_error_set(err, 0, 400, "SANDBOX::EXTENSION_UNSUPPORTED",
+                                      "unsupported extension '%.64s' (supported: " EXTENSION_LAYER
+                                      ", " EXTENSION_RENEW_ON_ACCESS ")",
+                                      key);
             int64_t secs = json_is_string(value)    ? quantity_parse_count(json_string_value(value))
                            : json_is_integer(value) ? json_integer_value(value)
                                                     : -1;

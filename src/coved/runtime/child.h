@@ -26,6 +26,9 @@ int id_map_write(const char *path, uint32_t inside, uint32_t host_base);
  * layer, the template seen through an idmapped mount, /usr, /proc, /sys, /dev), pivoted into;
  * its hostname and loopback. owner: the host uid that owns the sandbox's user namespace. */
 void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner);
+/* layer.c: the writable layer (spec->layer: an ext4 image on a loop device, or a tmpfs) of
+ * spec->disk_bytes, mounted over the run dir. */
+void child_mount_layer(int status_fd, const struct runtime_spec *spec);
 /* rootfs.c: the sandbox's own cgroups, read-only at /sys/fs/cgroup (in its cgroup namespace). */
 void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg);
 /* network.c: loopback, a default route on lo and the egress rules (nftables) in the new

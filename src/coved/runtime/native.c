@@ -1,7 +1,7 @@
 /* The native runtime: clone into new pid, mount, net, uts, ipc namespaces; build the root as
- * real root (overlay of the template over a size-capped tmpfs, /proc with masks, read-only
- * /sys, a minimal /dev); pivot into it; then enter the cgroup namespace and a user namespace
- * in which root maps to an unprivileged host id, drop privileges and exec the agent.
+ * real root (overlay of the template over a size-capped writable layer, /proc with masks,
+ * read-only /sys, a minimal /dev); pivot into it; then enter the cgroup namespace and a user
+ * namespace in which root maps to an unprivileged host id, drop privileges and exec the agent.
  *
  * Doing the mounts before the user namespace exists means the mount, pid, net and uts
  * namespaces belong to the host's user namespace: root inside the sandbox holds no capability
@@ -214,6 +214,11 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         argv[i++] = "--prestart";
         argv[i++] = (char *)a->spec->prestart;
     }
+    /* The agent names the cap when an upload finds the layer full. */
+    char disk_cap[24];
+    snprintf(disk_cap, sizeof(disk_cap), "%lld", (long long)a->spec->disk_bytes);
+    argv[i++] = "--disk-cap";
+    argv[i++] = disk_cap;
     char child_nofile[48];
     snprintf(child_nofile, sizeof(child_nofile), "%llu:%llu",
              (unsigned long long)a->spec->nofile_soft, (unsigned long long)a->spec->nofile_hard);
@@ -344,8 +349,12 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
     if (cgroup_create(&rt->cgroups, spec->id, &spec->limits, err) < 0)
         goto fail;
 
+    /* The child's copy, its layer settled. */
+    struct runtime_spec child_spec = *spec;
+    child_spec.layer = runtime_layer_resolve(rt, spec->layer);
+    child_spec.layer_dir = rt->layer_dir;
     struct child_args args = {
-        .spec = spec,
+        .spec = &child_spec,
         .cgroups = &rt->cgroups,
         .agent_fd = rt->agent_fd,
         .kernel_fd = rt->kernel_fd,
@@ -504,9 +513,10 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
     return 0;
 }
 
-/* The run dir holds only what coved made (the agent socket, its log, empty mount points):
- * the sandbox's own files lived in its tmpfs, gone with its mount namespace. FTW_PHYS and
- * FTW_MOUNT keep the walk from following a link or entering a mount. */
+/* The run dir holds only what coved made (the agent socket, its log, empty mount points) and
+ * a disk layer's image (its loop device is gone with the sandbox's mount namespace): the
+ * sandbox's own files lived in the layer. FTW_PHYS and FTW_MOUNT keep the walk from following
+ * a link or entering a mount. */
 static void remove_tree(const char *path)
 {
     nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);

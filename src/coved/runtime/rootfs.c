@@ -202,13 +202,11 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     /* Nothing mounted from here on may propagate back to the host. */
     child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 
-    /* The writable layer: a tmpfs whose size is the disk cap, mounted over the run dir in
-     * this namespace only (the host keeps seeing the agent's socket there). Its pages are
-     * charged to the sandbox's memory cgroup, so the cap can never exceed what the sandbox
-     * may use anyway. The mount points live in it too: nothing per sandbox is made on the
-     * host's disk but the run dir and the socket. */
-    snprintf(opts, sizeof(opts), "size=%lld,mode=0755", (long long)spec->disk_bytes);
-    child_mount(status_fd, "cove-layer", spec->run_dir, "tmpfs", MS_NOSUID | MS_NODEV, opts);
+    /* The writable layer (layer.c), mounted over the run dir in this namespace only (the host
+     * keeps seeing the agent's socket there). The mount points live in it too: nothing per
+     * sandbox is made on the host's disk but the run dir, the socket and a disk layer's image
+     * (which the pivot below leaves out of the sandbox's reach). */
+    child_mount_layer(status_fd, spec);
     if (chdir(spec->run_dir) < 0)
         child_fail(status_fd, "chdir %s", spec->run_dir);
     child_mkdir(status_fd, "lower", 0755);

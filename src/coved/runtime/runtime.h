@@ -1,5 +1,6 @@
 /* How a sandbox is made. The native runtime: a process tree in fresh Linux namespaces, its root
- * an overlay of a template over a size-capped tmpfs, limited by cgroups, PID 1 the agent. */
+ * an overlay of a template over a size-capped writable layer (layer.c), limited by cgroups,
+ * PID 1 the agent. */
 #pragma once
 
 #include <stdbool.h>
@@ -34,6 +35,15 @@
  * not contain it, but must contain its shared libraries (the host-OS templates do). */
 #define RUNTIME_KERNEL_HELPER_FD 7
 
+/* What a sandbox's writable layer is (layer.c): an ext4 image on a loop device, capped by its
+ * size and kept on the host's disk, or a tmpfs charged to the sandbox's memory (small, fast,
+ * and the only kind where there are no loop devices). */
+enum runtime_layer {
+    RUNTIME_LAYER_DEFAULT = 0, /* the runtime's (struct runtime.layer) */
+    RUNTIME_LAYER_DISK,
+    RUNTIME_LAYER_TMPFS,
+};
+
 struct runtime {
     struct cgroup_system cgroups;
     int agent_fd;  /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
@@ -43,6 +53,11 @@ struct runtime {
     /* No idmapped mounts here (a kernel before 5.12, or coved run under valgrind): every
      * sandbox gets the one shared id range, and its template is its lower layer as it is. */
     bool shared_ids;
+    /* Writable layers (runtime_layer_setup): the default kind, whether disk layers work here
+     * at all, and where their formatted templates are kept (STATE/layers). */
+    enum runtime_layer layer;
+    bool disk_layers;
+    char layer_dir[512];
 };
 
 struct runtime_spec {
@@ -54,9 +69,11 @@ struct runtime_spec {
     char *const *env;        /* NULL-terminated KEY=VALUE list */
     const char *prestart;    /* language whose kernel the agent starts at once, or NULL */
     struct cgroup_limits limits;
-    int64_t disk_bytes;    /* cap of the writable layer */
-    uint32_t host_id_base; /* host id of root inside: the sandbox's id range */
-    uint64_t nofile_soft;  /* RLIMIT_NOFILE of the sandbox's processes (file_budget.h) */
+    int64_t disk_bytes;       /* cap of the writable layer */
+    enum runtime_layer layer; /* resolved by runtime_start_begin (runtime_layer_resolve) */
+    const char *layer_dir;    /* set by runtime_start_begin: the runtime's layer_dir */
+    uint32_t host_id_base;    /* host id of root inside: the sandbox's id range */
+    uint64_t nofile_soft;     /* RLIMIT_NOFILE of the sandbox's processes (file_budget.h) */
     uint64_t nofile_hard;
     const char *ca_bundle; /* host file over the system trust bundle (credential proxy), or NULL */
 };
@@ -76,6 +93,20 @@ struct runtime_process {
 int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_path,
                  struct cove_error **err);
 void runtime_fini(struct runtime *rt);
+/* layer.c: the default layer (wanted, unless disk layers do not work here: then a warning is
+ * logged and every layer is a tmpfs), found out by making a real layer of probe_bytes (its
+ * template, kept in STATE/layers, serves the sandboxes of that size). Leftovers of templates
+ * being made when coved stopped are removed. */
+int runtime_layer_setup(struct runtime *rt, const char *state_dir, enum runtime_layer wanted,
+                        int64_t probe_bytes, struct cove_error **err);
+/* "disk" or "tmpfs": 0, or -1 for anything else. */
+int runtime_layer_parse(const char *s, enum runtime_layer *out);
+const char *runtime_layer_name(enum runtime_layer layer);
+/* The layer a sandbox gets when it asks for this one (DEFAULT: the runtime's; DISK where disk
+ * layers do not work: TMPFS). */
+enum runtime_layer runtime_layer_resolve(const struct runtime *rt, enum runtime_layer asked);
+/* The layer of the sandbox with this run dir, as its files tell (a disk layer's image). */
+enum runtime_layer runtime_layer_of(const char *run_dir);
 
 /* Starting a sandbox, without waiting: runtime_start_begin makes its cgroups and its process
  * (spec is not needed after it returns); the caller then waits for runtime_start_fd to be

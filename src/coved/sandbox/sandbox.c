@@ -1,5 +1,6 @@
 #include "coved/sandbox/sandbox.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,6 +285,7 @@ static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
     sb->proc.start_time = rec->start_time;
     sb->proc.log_fd = -1; /* the pipe died with the coved that made it */
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", rec->run_dir);
+    sb->layer = runtime_layer_of(sb->run_dir);
     snprintf(sb->access_token, sizeof(sb->access_token), "%s", rec->access_token);
     sb->renew_on_access_s = rec->renew_on_access_s;
     sb->id_slot = rec->id_slot;
@@ -569,6 +571,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->env = req->env ? json_incref(req->env) : json_object();
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
+    sb->layer = runtime_layer_resolve(mgr->rt, req->layer);
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
     cove_random_hex(sb->access_token, 32);
     const struct egress_policy *policy = req->policy != NULL ? req->policy : mgr->default_policy;
@@ -588,6 +591,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         .env = env,
         .limits = req->cgroup,
         .disk_bytes = req->disk_bytes,
+        .layer = req->layer,
         .host_id_base = id_range_host_base(sb->id_slot),
         .nofile_soft = nofile_soft,
         .nofile_hard = nofile_hard,
@@ -1071,7 +1075,43 @@ int sandbox_set_network_policy(struct sandbox_manager *mgr, struct sandbox *sb,
     return 0;
 }
 
+/* Run dirs no record knows: a sandbox whose coved died while it was being made (its record
+ * is saved once it runs). Its set-up child died with the handshake, and with it the layer's
+ * loop device; its cgroups, its run dir and a disk layer's image are removed here. */
+static void remove_orphans(struct sandbox_manager *mgr)
+{
+    DIR *d = opendir(mgr->run_root);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        /* Only what could be a sandbox's id (new_id), and by id: a record keeps the run dir's
+         * path as it was, which a moved state dir would not match. */
+        if (e->d_type != DT_DIR || e->d_name[0] == '\0' ||
+            strspn(e->d_name, "abcdefghijklmnopqrstuvwxyz0123456789") != strlen(e->d_name) ||
+            strlen(e->d_name) >= SANDBOX_ID_SIZE)
+            continue;
+        bool known = false;
+        for (size_t i = 0; i < mgr->count && !known; i++)
+            known = strcmp(mgr->items[i]->id, e->d_name) == 0;
+        if (known)
+            continue;
+        char run_dir[sizeof(mgr->run_root) + 300];
+        snprintf(run_dir, sizeof(run_dir), "%s/%s", mgr->run_root, e->d_name);
+        log_warn("sandbox %s: no record of it (coved stopped while making it): removing %s",
+                 e->d_name, run_dir);
+        struct runtime_process none = {.pidfd = -1, .log_fd = -1};
+        struct cove_error *ignored = NULL;
+        runtime_destroy(mgr->rt, e->d_name, run_dir, &none, &ignored);
+        cove_error_free(ignored);
+    }
+    closedir(d);
+}
+
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err)
 {
-    return store_sandbox_load_all(mgr->store, adopt_record, mgr, err);
+    if (store_sandbox_load_all(mgr->store, adopt_record, mgr, err) < 0)
+        return -1;
+    remove_orphans(mgr);
+    return 0;
 }

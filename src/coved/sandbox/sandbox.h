@@ -34,6 +34,8 @@ struct sandbox {
     json_t *env;        /* object of strings */
     json_t *metadata;   /* object of strings */
     json_t *limits;     /* resourceLimits as requested */
+    /* Its writable layer (runtime.h); after a restart, DISK if its run dir has an image. */
+    enum runtime_layer layer;
     struct runtime_process proc;
     int id_slot; /* its host id range (id_range.h), held while the record exists */
     char run_dir[512];
@@ -100,8 +102,9 @@ struct sandbox_request {
     json_t *entrypoint, *env, *metadata, *limits; /* borrowed */
     struct cgroup_limits cgroup;
     int64_t disk_bytes;
-    int64_t nofile;    /* RLIMIT_NOFILE asked for; 0: the default within the file budget */
-    int64_t timeout_s; /* 0: none */
+    enum runtime_layer layer; /* resolved: DISK or TMPFS */
+    int64_t nofile;           /* RLIMIT_NOFILE asked for; 0: the default within the file budget */
+    int64_t timeout_s;        /* 0: none */
     int64_t renew_on_access_s;
     struct egress_policy *policy; /* borrowed; NULL: coved's default_network_policy */
     bool credential_proxy;

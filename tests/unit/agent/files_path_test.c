@@ -215,6 +215,32 @@ static void test_printable(void)
     CHECK(strcmp(out, "/a\\x0ab\\xff/\xc3\xa9\\") == 0);
 }
 
+/* A full layer is a 507 that names the cap (when the agent was told it) and how to raise it;
+ * a quota is the same; other errors keep their codes. */
+static void test_disk_full(void)
+{
+    for (int cap_known = 0; cap_known < 2; cap_known++) {
+        files_path_set_disk_cap(cap_known ? 2147483648LL : 0);
+        const int full[] = {ENOSPC, EDQUOT};
+        for (size_t i = 0; i < sizeof(full) / sizeof(full[0]); i++) {
+            struct cove_error *err = NULL;
+            CHECK_EQ_INT(files_path_error(&err, full[i], "write", "/tmp/big"), -1);
+            CHECK_EQ_INT(err->http_status, 507);
+            CHECK(strcmp(err->code, "INSUFFICIENT_STORAGE") == 0);
+            CHECK(strstr(err->message, "/tmp/big") != NULL);
+            CHECK((strstr(err->message, "2147483648 bytes (2048.0 MiB)") != NULL) == cap_known);
+            CHECK(strstr(err->message, "ephemeral-storage") != NULL);
+            CHECK(strstr(err->message, "cove create --disk") != NULL);
+            cove_error_free(err);
+        }
+    }
+    struct cove_error *err = NULL;
+    files_path_error(&err, EIO, "write", "/tmp/big");
+    CHECK_EQ_INT(err->http_status, 500);
+    cove_error_free(err);
+    files_path_set_disk_cap(0);
+}
+
 int main(void)
 {
     snprintf(root, sizeof(root), "/tmp/cove-files-path-XXXXXX");
@@ -250,6 +276,7 @@ int main(void)
     test_proc_guard();
     files_path_force_walk(false);
     test_printable();
+    test_disk_full();
 
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
