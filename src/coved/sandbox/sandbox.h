@@ -16,6 +16,8 @@ struct store;
 struct egress;
 struct egress_policy;
 struct egress_sandbox;
+struct volume_spec;
+struct volume_registry;
 
 #define SANDBOX_ID_SIZE 24
 
@@ -65,6 +67,9 @@ struct sandbox {
     json_t *network_policy;
     bool credential_proxy;
     struct egress_sandbox *egress;
+    /* The create request's volumes (kept in the store: a restart knows who uses which named
+     * volume), or NULL. */
+    json_t *volumes;
 };
 
 /* Called once a create ends: with the Running sandbox, or with sb NULL and why it failed. */
@@ -82,6 +87,9 @@ struct sandbox_request {
     int64_t renew_on_access_s;
     struct egress_policy *policy; /* borrowed; NULL: coved's default_network_policy */
     bool credential_proxy;
+    json_t *volumes;                        /* borrowed: the request's, or NULL */
+    const struct volume_spec *volume_specs; /* volumes checked (volume.h), volume_count of them */
+    size_t volume_count;
 };
 
 struct sandbox_manager;
@@ -97,6 +105,8 @@ void sandbox_manager_set_egress(struct sandbox_manager *mgr, struct egress *egre
  * next connection on. */
 int sandbox_set_network_policy(struct sandbox_manager *mgr, struct sandbox *sb,
                                const struct egress_policy *policy, struct cove_error **err);
+/* Volumes for every sandbox from here on (before restore); NULL: every volume is refused. */
+void sandbox_manager_set_volumes(struct sandbox_manager *mgr, struct volume_registry *volumes);
 /* Re-adopts the sandboxes the store knows: running ones keep running, gone ones are Failed. */
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err);
 
