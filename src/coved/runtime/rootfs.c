@@ -327,6 +327,13 @@ static int volume_mount_point(int status_fd, const char *path, bool directory, u
                 child_fail(status_fd, "chown the volume mount point %s", path);
             next = syscall(SYS_openat2, dir, name, &how, sizeof(how));
         }
+        struct stat st;
+        /* O_PATH|O_NOFOLLOW opens a last component that is a link as the link itself. */
+        if (next >= 0 && (fstat((int)next, &st) < 0 || S_ISLNK(st.st_mode))) {
+            close((int)next);
+            next = -1;
+            errno = ELOOP;
+        }
         if (next < 0)
             child_fail(status_fd, "volume mount point %s (no symbolic links, %s)", path,
                        directory ? "a directory" : "a file");

@@ -210,6 +210,13 @@ static int open_beneath(int dir, const char *rel, bool create, uid_t uid, gid_t 
     if (rel[0] == '\0')
         rel = ".";
     long fd = syscall(SYS_openat2, dir, rel, &how, sizeof(how));
+    struct stat st;
+    /* O_PATH|O_NOFOLLOW opens a last component that is a link as the link itself. */
+    if (fd >= 0 && (fstat((int)fd, &st) < 0 || S_ISLNK(st.st_mode))) {
+        close((int)fd);
+        errno = ELOOP;
+        return -1;
+    }
     if (fd >= 0 || errno != ENOENT || !create)
         return (int)fd;
     cleanup_fd int at = fcntl(dir, F_DUPFD_CLOEXEC, 0);
