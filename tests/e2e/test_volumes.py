@@ -183,6 +183,25 @@ def test_delete_on_termination_waits_for_the_last_user(coved):
     assert "scratch" not in volumes_of(coved)
 
 
+def test_named_volume_beyond_the_hosts_disk(coved):
+    """An image's blocks are reserved at creation: one larger than the free space is refused
+    rather than promised (it would fail with I/O errors once the disk filled)."""
+    st = os.statvfs(os.path.join(coved.state_dir, "volumes"))
+    too_big = (st.f_bavail * st.f_frsize + (64 << 30)) >> 30
+    status, body = create_error(coved, [pvc_volume("huge", "/h", storage=f"{too_big}Gi")])
+    assert status == 409 and body["code"] == "VOLUME::NO_SPACE", body
+    assert "huge" not in volumes_of(coved)
+    assert not os.path.exists(os.path.join(coved.state_dir, "volumes", "huge.img"))
+    # A volume that fits has its blocks allocated, not a sparse promise.
+    sid = coved.create(volumes=[pvc_volume("reserved", "/r", storage="64Mi",
+                                           deleteOnSandboxTermination=True)])
+    try:
+        img = os.stat(os.path.join(coved.state_dir, "volumes", "reserved.img"))
+        assert img.st_blocks * 512 >= 64 << 20, img
+    finally:
+        coved.delete(sid)
+
+
 def test_named_volume_missing_when_not_created(coved):
     status, body = create_error(coved, [pvc_volume("never-made", "/x", createIfNotExists=False)])
     assert status == 404 and body["code"] == "VOLUME::PVC_NOT_FOUND", body

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <limits.h>
 #include <linux/loop.h>
 #include <linux/openat2.h>
@@ -413,8 +414,9 @@ static int ensure_mounted(struct volume_registry *reg, const struct volume *v,
 /* mkfs.ext4 on the image, its root owned by the sandboxes' root (RUNTIME_HOST_ID_BASE). */
 static int make_filesystem(const char *img, struct cove_error **err)
 {
-    char owner[64];
-    snprintf(owner, sizeof(owner), "lazy_itable_init=1,lazy_journal_init=1,root_owner=%u:%u",
+    char owner[128];
+    snprintf(owner, sizeof(owner),
+             "lazy_itable_init=1,lazy_journal_init=1,nodiscard,root_owner=%u:%u",
              RUNTIME_HOST_ID_BASE, RUNTIME_HOST_ID_BASE);
     static const char *const tools[] = {"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4", "mkfs.ext4"};
     pid_t pid = fork();
@@ -472,10 +474,22 @@ static struct volume *create_volume(struct volume_registry *reg, const char *own
         cove_error_sys(err, "create %s", img);
         return NULL;
     }
-    int rc = ftruncate(fd, rec.size_bytes);
+    /* Its blocks reserved on the host's disk (unwritten extents: no time spent): a sparse
+     * image could promise more than the disk holds, and the volume would then fail with I/O
+     * errors instead of ENOSPC. A filesystem without fallocate gets a sparse one. */
+    int rc = fallocate(fd, 0, 0, rec.size_bytes);
+    if (rc < 0 && (errno == EOPNOTSUPP || errno == ENOSYS))
+        rc = ftruncate(fd, rec.size_bytes);
+    int saved = errno;
     close(fd);
     if (rc < 0) {
-        cove_error_sys(err, "size %s", img);
+        errno = saved;
+        if (saved == ENOSPC)
+            cove_error_set(err, ENOSPC, 409, "VOLUME::NO_SPACE",
+                           "volume %s: the host has not %lld bytes free for it", s->claim,
+                           (long long)rec.size_bytes);
+        else
+            cove_error_sys(err, "size %s", img);
         remove_files(reg, s->claim);
         return NULL;
     }
