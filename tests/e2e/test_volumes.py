@@ -235,7 +235,7 @@ def test_volumes_are_scoped_by_key(coved):
      "VOLUME::INVALID_BACKEND"),
     ({"name": "Bad_Name", "pvc": {"claimName": "x"}, "mountPath": "/n"}, "VOLUME::INVALID_NAME"),
     ({"name": "n", "pvc": {"claimName": "Bad_Claim"}, "mountPath": "/n"},
-     "VOLUME::INVALID_CLAIM_NAME"),
+     "VOLUME::INVALID_PVC_NAME"),
     ({"name": "n", "pvc": {"claimName": "x"}, "mountPath": "relative"},
      "VOLUME::INVALID_MOUNT_PATH"),
     ({"name": "n", "pvc": {"claimName": "x"}, "mountPath": "/a/../b"},

@@ -122,7 +122,7 @@ static int parse_pvc(json_t *pvc, size_t i, struct volume_spec *v, struct cove_e
                               "deleteOnSandboxTermination, storage, storageClass, accessModes");
     v->claim = plain_string(json_object_get(pvc, "claimName"));
     if (v->claim == NULL || !volume_name_valid(v->claim, VOLUME_CLAIM_MAX))
-        return volume_invalid(err, "VOLUME::INVALID_CLAIM_NAME", i,
+        return volume_invalid(err, "VOLUME::INVALID_PVC_NAME", i,
                               "pvc.claimName must be a DNS label (a-z, 0-9, '-', at most 63)");
     if (!optional_bool(pvc, "createIfNotExists", true, &v->create_if_missing) ||
         !optional_bool(pvc, "deleteOnSandboxTermination", false, &v->delete_on_termination))

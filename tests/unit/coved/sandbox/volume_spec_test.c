@@ -100,7 +100,7 @@ static const struct {
      "VOLUME::INVALID_STORAGE"},
     {"[{\"name\":\"o\",\"pvc\":{\"claimName\":\"c\",\"size\":\"1Gi\"},\"mountPath\":\"/x\"}]",
      "VOLUME::INVALID_BACKEND"},
-    {"[{\"name\":\"o\",\"pvc\":{},\"mountPath\":\"/x\"}]", "VOLUME::INVALID_CLAIM_NAME"},
+    {"[{\"name\":\"o\",\"pvc\":{},\"mountPath\":\"/x\"}]", "VOLUME::INVALID_PVC_NAME"},
     {"[{\"name\":\"a\",\"pvc\":{\"claimName\":\"c\"},\"mountPath\":\"/x\"},"
      "{\"name\":\"a\",\"pvc\":{\"claimName\":\"c\"},\"mountPath\":\"/y\"}]",
      "VOLUME::DUPLICATE_NAME"},
