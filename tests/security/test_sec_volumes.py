@@ -278,3 +278,47 @@ def test_no_host_root_files_through_a_bind(coved, host_root):
         st = os.lstat(os.path.join(path, name))
         assert (st.st_uid, st.st_gid) == (OWNER, OWNER), (name, st)
     assert sorted(os.listdir(path)) == ["f", "sh"]
+
+
+def test_no_escape_through_dot_dot_after_a_rename(coved, host_root):
+    """The bind-mount escape: sandbox A binds P/inner and sits in P/inner/d; sandbox B, which
+    binds P, moves d out of inner. A's `..` must not climb past its mount into P, nor on to
+    the host's root."""
+    p = owned_dir(host_root, "renamed", {"p-only.txt": "cove-canary-p\n"})
+    inner = owned_dir(p, "inner")
+    owned_dir(inner, "d")
+    marker = tempfile.NamedTemporaryFile(prefix="cove-secvol-marker-", dir="/tmp", delete=False)
+    marker.write(b"cove-canary-host\n")
+    marker.close()
+    status, body = attempt(coved, [host(p, "/a", subPath="inner")])
+    assert status == 202, body
+    a = body["id"]
+    status, body = attempt(coved, [host(p, "/b")])
+    assert status == 202, body
+    b = body["id"]
+    seen = {}
+
+    def in_a():
+        seen["out"] = coved.exec(a, (
+            "cd /a/d || exit 9; touch ready; "
+            "for i in $(seq 200); do [ -e moved ] && break; sleep 0.05; done; "
+            "[ -e moved ] || echo not-moved; "
+            "for i in 1 2 3 4 5 6 7 8; do cd .. 2>&1 || break; pwd; ls -a 2>&1; done; "
+            "cat ../p-only.txt ../../p-only.txt 2>&1; "
+            f"ls /tmp/ ../../../../../../tmp 2>&1; true"), http_timeout=60).stdout
+
+    t = threading.Thread(target=in_a)
+    t.start()
+    try:
+        coved.sh(b, "for i in $(seq 200); do [ -e /b/inner/d/ready ] && break; sleep 0.05; done;"
+                    " mv /b/inner/d /b/d && touch /b/d/moved")
+    finally:
+        t.join()
+        coved.delete(a)
+        coved.delete(b)
+        os.unlink(marker.name)
+    out = seen.get("out", "")
+    assert "not-moved" not in out, out
+    lines = [line.strip() for line in out.splitlines()]
+    assert "cove-canary-p" not in out and "p-only.txt" not in lines, out
+    assert os.path.basename(marker.name) not in out, out
