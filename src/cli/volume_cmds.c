@@ -1,6 +1,7 @@
 /* `cove volume ls|rm`: the named volumes coved keeps (GET and DELETE /v1/volumes), made by
  * `cove create --volume pvc:NAME:/mnt` on first use. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -21,7 +22,58 @@ static int volume_ls_run(struct cli *cli, int argc, char **argv, struct cove_err
     json_t *items = json_object_get(response, "items");
     if (!json_is_array(items))
         return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE, "the volume list has no items");
-    return output_objects_table(items, err);
+    static const char *const headers[] = {"NAME", "SIZE", "SANDBOXES", "CREATED", "AUTO_DELETE"};
+    struct output_table table;
+    if (output_table_init(&table, 5, headers, err) < 0)
+        return -1;
+    size_t i;
+    json_t *v;
+    int rc = 0;
+    json_array_foreach(items, i, v)
+    {
+        char name[80], size[32], created[64], *users = NULL;
+        json_int_t bytes = json_integer_value(json_object_get(v, "sizeBytes"));
+        static const char *const units[] = {"", "Ki", "Mi", "Gi", "Ti"};
+        int u = 0;
+        while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) {
+            bytes /= 1024;
+            u++;
+        }
+        snprintf(size, sizeof(size), "%lld%s", (long long)bytes, units[u]);
+        /* Its users, comma-separated ("-": none). */
+        json_t *ids = json_object_get(v, "sandboxes");
+        size_t k, len = 2;
+        json_t *id;
+        json_array_foreach(ids, k, id) len += json_string_length(id) + 1;
+        users = calloc(1, len);
+        if (users == NULL) {
+            rc = cove_error_sys(err, "calloc");
+            break;
+        }
+        json_array_foreach(ids, k, id)
+        {
+            if (k > 0)
+                strcat(users, ",");
+            strcat(users, json_string_value(id) ? json_string_value(id) : "");
+        }
+        if (users[0] == '\0')
+            strcpy(users, "-");
+        const char *cells[] = {
+            output_cell_text(json_object_get(v, "name"), name, sizeof(name)),
+            size,
+            users,
+            output_cell_text(json_object_get(v, "createdAt"), created, sizeof(created)),
+            json_is_true(json_object_get(v, "deleteOnSandboxTermination")) ? "yes" : "no",
+        };
+        rc = output_table_add_row(&table, cells, err);
+        free(users);
+        if (rc < 0)
+            break;
+    }
+    if (rc == 0)
+        output_table_print(&table, stdout);
+    output_table_release(&table);
+    return rc;
 }
 
 static int volume_rm_run(struct cli *cli, int argc, char **argv, struct cove_error **err)

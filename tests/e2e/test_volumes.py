@@ -344,7 +344,9 @@ def test_cli_volume_commands(coved, host_root):
         listed = json.loads(cove("volume", "ls", "-o", "json").stdout)["items"]
         assert [v["name"] for v in listed] == ["cli-vol"]
         assert listed[0]["sizeBytes"] == 32 << 20 and listed[0]["sandboxes"] == [sid]
-        assert "cli-vol" in cove("volume", "ls").stdout
+        table = cove("volume", "ls").stdout.splitlines()
+        assert table[0].split() == ["NAME", "SIZE", "SANDBOXES", "CREATED", "AUTO_DELETE"]
+        assert table[1].split()[:3] == ["cli-vol", "32Mi", sid], table
         r = cove("volume", "rm", "cli-vol", check=False)
         assert r.returncode != 0 and "VOLUME::IN_USE" in r.stderr
     finally:
