@@ -192,6 +192,15 @@ def test_named_volume_beyond_the_hosts_disk(coved):
     assert status == 409 and body["code"] == "VOLUME::NO_SPACE", body
     assert "huge" not in volumes_of(coved)
     assert not os.path.exists(os.path.join(coved.state_dir, "volumes", "huge.img"))
+    # A create that fails leaves none of the volumes it made behind.
+    status, body = create_error(coved, [pvc_volume("first", "/f"),
+                                        pvc_volume("huge", "/h", name="q", storage=f"{too_big}Gi")])
+    assert status == 409 and body["code"] == "VOLUME::NO_SPACE", body
+    assert "first" not in volumes_of(coved)
+    assert not os.path.exists(os.path.join(coved.state_dir, "volumes", "first.img"))
+    status, body = create_error(coved, [pvc_volume("second", "/s", sub_path="x"),
+                                        host_volume("/etc", "/e")])
+    assert status == 400 and "second" not in volumes_of(coved), body
     # A volume that fits has its blocks allocated, not a sparse promise.
     sid = coved.create(volumes=[pvc_volume("reserved", "/r", storage="64Mi",
                                            deleteOnSandboxTermination=True)])

@@ -128,6 +128,8 @@ static void volume_paths(const struct volume_registry *reg, const char *name, ch
                          size_t size);
 static bool is_mount_root(const char *path);
 
+static int delete_volume(struct volume_registry *reg, struct volume *v, struct cove_error **err);
+
 static void on_stored(const struct store_volume *rec, void *arg)
 {
     if (add(arg, rec) == NULL)
@@ -511,7 +513,8 @@ static struct volume *create_volume(struct volume_registry *reg, const char *own
 
 /* A named volume (made on first use), mounted; subPath beneath its root, made if missing. */
 static int open_named(struct volume_registry *reg, const char *owner, const struct volume_spec *s,
-                      struct volume **used, struct runtime_volume *out, struct cove_error **err)
+                      struct volume **used, bool *created, struct runtime_volume *out,
+                      struct cove_error **err)
 {
     struct volume *v = find(reg, s->claim);
     if (v != NULL && strcmp(v->owner, owner) != 0)
@@ -520,8 +523,12 @@ static int open_named(struct volume_registry *reg, const char *owner, const stru
     if (v == NULL && !s->create_if_missing)
         return cove_error_set(err, 0, 404, "VOLUME::PVC_NOT_FOUND",
                               "volume %s does not exist (createIfNotExists is false)", s->claim);
-    if (v == NULL && (v = create_volume(reg, owner, s, err)) == NULL)
-        return -1;
+    if (v == NULL) {
+        if ((v = create_volume(reg, owner, s, err)) == NULL)
+            return -1;
+        *created = true;
+    }
+    *used = v;
     if (ensure_mounted(reg, v, err) < 0)
         return -1;
     char mnt[PATH_MAX], img[PATH_MAX];
@@ -539,7 +546,6 @@ static int open_named(struct volume_registry *reg, const char *owner, const stru
     }
     out->disk_uid = out->disk_gid = RUNTIME_HOST_ID_BASE;
     out->id_count = RUNTIME_ID_COUNT;
-    *used = v;
     return clone_tree(fd, s->claim, out, err);
 }
 
@@ -548,6 +554,7 @@ int volume_registry_attach(struct volume_registry *reg, const char *owner, const
                            struct runtime_volume *out, struct cove_error **err)
 {
     struct volume *used[RUNTIME_MAX_VOLUMES] = {0};
+    bool created[RUNTIME_MAX_VOLUMES] = {0};
     if (count > RUNTIME_MAX_VOLUMES)
         return cove_error_set(err, 0, 400, "VOLUME::INVALID", "too many volumes");
     for (size_t i = 0; i < count; i++)
@@ -557,10 +564,19 @@ int volume_registry_attach(struct volume_registry *reg, const char *owner, const
         out[i].read_only = specs[i].read_only;
         int rc = specs[i].backend == VOLUME_HOST
                      ? open_host(reg, &specs[i], &out[i], err)
-                     : open_named(reg, owner, &specs[i], &used[i], &out[i], err);
+                     : open_named(reg, owner, &specs[i], &used[i], &created[i], &out[i], err);
         if (rc < 0) {
             cove_error_wrap(err, "volume %s", specs[i].name);
             volume_mounts_close(out, count);
+            /* A create that failed leaves no volume it made behind. */
+            for (size_t k = 0; k <= i; k++) {
+                struct cove_error *ignored = NULL;
+                if (created[k] && used[k] != NULL && used[k]->user_count == 0 &&
+                    delete_volume(reg, used[k], &ignored) < 0) {
+                    log_error("volume %s: %s", used[k]->name, ignored->message);
+                    cove_error_free(ignored);
+                }
+            }
             return -1;
         }
     }
