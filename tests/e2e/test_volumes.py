@@ -211,6 +211,20 @@ def test_named_volume_beyond_the_hosts_disk(coved):
         coved.delete(sid)
 
 
+def test_failed_set_up_leaves_no_volume_it_made(coved):
+    """The set-up fails (a mount point on the read-only /usr): the volume this create made goes
+    with it; one that existed before stays."""
+    keep = coved.create(volumes=[pvc_volume("existing", "/e")])
+    coved.delete(keep)
+    status, body = create_error(coved, [pvc_volume("made-now", "/usr/cove-x"),
+                                        pvc_volume("existing", "/e", name="q")])
+    assert status == 500 and body["code"] == "SANDBOX::START_FAILED", body
+    names = volumes_of(coved)
+    assert "made-now" not in names and names["existing"]["sandboxes"] == []
+    assert not os.path.exists(os.path.join(coved.state_dir, "volumes", "made-now.img"))
+    coved.ok("DELETE", "/v1/volumes/existing", expect=(204,))
+
+
 def test_named_volume_missing_when_not_created(coved):
     status, body = create_error(coved, [pvc_volume("never-made", "/x", createIfNotExists=False)])
     assert status == 404 and body["code"] == "VOLUME::PVC_NOT_FOUND", body

@@ -345,7 +345,7 @@ static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     registry_remove(mgr, sb);
     id_range_pool_release(&mgr->id_ranges, sb->id_slot);
     if (mgr->volumes != NULL)
-        volume_registry_detach(mgr->volumes, sb->id);
+        volume_registry_detach(mgr->volumes, sb->id, true);
     sandbox_free(sb);
     /* Last: answering may run the waiter's connection's next request at once. */
     done(NULL, why, arg);
@@ -382,6 +382,8 @@ static void on_start_progress(evutil_socket_t fd, short what, void *arg)
             sb->created_arg = NULL;
             log_info("sandbox %s: created from %s (pid %d)", sb->id, sb->template_name,
                      sb->proc.pid);
+            if (mgr->volumes != NULL)
+                volume_registry_created(mgr->volumes, sb->id);
             done(sb, NULL, done_arg);
             return;
         }
@@ -489,7 +491,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         cove_error_free(ignored);
         id_range_pool_release(&mgr->id_ranges, sb->id_slot);
         if (mgr->volumes != NULL)
-            volume_registry_detach(mgr->volumes, sb->id);
+            volume_registry_detach(mgr->volumes, sb->id, true);
         sandbox_free(sb);
         return -1;
     }
@@ -582,7 +584,7 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
         registry_remove(mgr, sb);
         id_range_pool_release(&mgr->id_ranges, sb->id_slot);
         if (mgr->volumes != NULL)
-            volume_registry_detach(mgr->volumes, sb->id);
+            volume_registry_detach(mgr->volumes, sb->id, false);
         sandbox_free(sb);
     }
     /* Last: answering may run the waiter's connection's next request at once. */

@@ -32,6 +32,7 @@ struct volume {
     int64_t created_ms;
     bool auto_created, delete_on_termination;
     char (*users)[USER_ID_SIZE]; /* sandboxes whose record names it */
+    char made_by[USER_ID_SIZE];  /* the create that made it, while that create is under way */
     size_t user_count, user_cap;
 };
 
@@ -581,6 +582,8 @@ int volume_registry_attach(struct volume_registry *reg, const char *owner, const
         }
     }
     for (size_t i = 0; i < count; i++) {
+        if (created[i])
+            snprintf(used[i]->made_by, sizeof(used[i]->made_by), "%s", sandbox_id);
         if (used[i] != NULL && add_user(used[i], sandbox_id) < 0) {
             volume_mounts_close(out, count);
             for (size_t k = 0; k < reg->count; k++)
@@ -602,13 +605,16 @@ static int delete_volume(struct volume_registry *reg, struct volume *v, struct c
     return 0;
 }
 
-void volume_registry_detach(struct volume_registry *reg, const char *sandbox_id)
+void volume_registry_detach(struct volume_registry *reg, const char *sandbox_id, bool failed)
 {
     for (size_t k = 0; k < reg->count;) {
         struct volume *v = reg->items[k];
         struct cove_error *err = NULL;
-        if (remove_user(v, sandbox_id) && v->user_count == 0 && v->auto_created &&
-            v->delete_on_termination) {
+        bool made_here = strcmp(v->made_by, sandbox_id) == 0;
+        if (made_here && !failed)
+            v->made_by[0] = '\0'; /* it ran: the volume is kept as asked */
+        if (remove_user(v, sandbox_id) && v->user_count == 0 &&
+            ((v->auto_created && v->delete_on_termination) || (failed && made_here))) {
             if (delete_volume(reg, v, &err) == 0)
                 continue; /* items[k] is now the next one */
             log_error("volume %s: %s", v->name, err->message);
@@ -616,6 +622,13 @@ void volume_registry_detach(struct volume_registry *reg, const char *sandbox_id)
         }
         k++;
     }
+}
+
+void volume_registry_created(struct volume_registry *reg, const char *sandbox_id)
+{
+    for (size_t k = 0; k < reg->count; k++)
+        if (strcmp(reg->items[k]->made_by, sandbox_id) == 0)
+            reg->items[k]->made_by[0] = '\0';
 }
 
 void volume_registry_claim(struct volume_registry *reg, const char *sandbox_id,

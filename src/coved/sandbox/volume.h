@@ -77,8 +77,12 @@ int volume_registry_attach(struct volume_registry *reg, const char *owner, const
                            struct runtime_volume *out, struct cove_error **err);
 void volume_mounts_close(struct runtime_volume *mounts, size_t count);
 /* The sandbox's record is gone: it no longer uses its named volumes; an auto-created one that
- * asked for deleteOnSandboxTermination is removed once nobody uses it. */
-void volume_registry_detach(struct volume_registry *reg, const char *sandbox_id);
+ * asked for deleteOnSandboxTermination is removed once nobody uses it, and so is one its
+ * create made when that create failed (failed: it never ran). */
+void volume_registry_detach(struct volume_registry *reg, const char *sandbox_id, bool failed);
+/* The create of sandbox_id succeeded: what it made is kept (deleteOnSandboxTermination
+ * aside) whatever happens to the sandbox later. */
+void volume_registry_created(struct volume_registry *reg, const char *sandbox_id);
 /* A sandbox re-adopted after a restart, with the volumes its create asked for, uses its named
  * volumes again (its mounts live on in its mount namespace). */
 void volume_registry_claim(struct volume_registry *reg, const char *sandbox_id,
