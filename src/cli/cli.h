@@ -65,6 +65,7 @@ extern const struct cli_command sandbox_create_command, sandbox_get_command, san
 extern const struct cli_command exec_command;           /* exec_cmd.c */
 extern const struct cli_command run_code_command;       /* code_cmd.c */
 extern const struct cli_command template_command;       /* template_cmds.c */
+extern const struct cli_command volume_command;         /* volume_cmds.c */
 extern const struct cli_command config_command;         /* config_cmds.c */
 /* OpenSandbox's `osb` spellings: groups of the commands above and of their own */
 extern const struct cli_command sandbox_command; /* sandbox_cmds.c */

@@ -133,7 +133,57 @@ enum {
     CREATE_OPTION_NETWORK,
     CREATE_OPTION_CREDENTIAL_PROXY,
     CREATE_OPTION_LAYER,
+    CREATE_OPTION_VOLUME,
 };
+
+/* --volume host:PATH:MOUNT[:OPTS] or pvc:NAME[/SUBPATH]:MOUNT[:OPTS], OPTS comma-separated
+ * from ro, rm (deleteOnSandboxTermination) and size=SIZE: one Volume of the request, named
+ * v0, v1, ... in the order given. */
+static int create_add_volume(json_t *volumes, const char *arg, struct cove_error **err)
+{
+    cleanup_free char *copy = strdup(arg);
+    if (copy == NULL)
+        return cove_error_sys(err, "cannot build the request");
+    char *save = NULL;
+    char *type = strtok_r(copy, ":", &save), *source = strtok_r(NULL, ":", &save);
+    char *mount = strtok_r(NULL, ":", &save), *opts = strtok_r(NULL, "", &save);
+    bool host = type && strcmp(type, "host") == 0, pvc = type && strcmp(type, "pvc") == 0;
+    if ((!host && !pvc) || source == NULL || mount == NULL)
+        return cli_usage_error(err,
+                               "--volume expects host:PATH:MOUNT[:ro] or pvc:NAME:MOUNT[:ro], "
+                               "got '%s'",
+                               arg);
+    char name[16];
+    snprintf(name, sizeof(name), "v%zu", json_array_size(volumes));
+    json_t *v = json_pack("{s:s, s:s}", "name", name, "mountPath", mount);
+    json_t *backend = json_object();
+    if (v == NULL || backend == NULL || json_array_append_new(volumes, v) < 0)
+        return cove_error_sys(err, "cannot build the request");
+    if (host) {
+        json_object_set_new(backend, "path", json_string(source));
+        json_object_set_new(v, "host", backend);
+    } else {
+        char *slash = strchr(source, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            json_object_set_new(v, "subPath", json_string(slash + 1));
+        }
+        json_object_set_new(backend, "claimName", json_string(source));
+        json_object_set_new(v, "pvc", backend);
+    }
+    for (char *o = opts ? strtok_r(opts, ",", &save) : NULL; o; o = strtok_r(NULL, ",", &save)) {
+        if (strcmp(o, "ro") == 0)
+            json_object_set_new(v, "readOnly", json_true());
+        else if (pvc && strcmp(o, "rm") == 0)
+            json_object_set_new(backend, "deleteOnSandboxTermination", json_true());
+        else if (pvc && strncmp(o, "size=", 5) == 0)
+            json_object_set_new(backend, "storage", json_string(o + 5));
+        else
+            return cli_usage_error(err, "--volume: unknown option '%s' (ro%s)", o,
+                                   pvc ? ", rm, size=SIZE" : "");
+    }
+    return 0;
+}
 
 /* Appends {"action", "target"} to rules, in the order the options came (NetworkPolicy). */
 static int create_add_rule(json_t *rules, const char *action, const char *target,
@@ -235,6 +285,7 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         {"network", required_argument, NULL, CREATE_OPTION_NETWORK},
         {"credential-proxy", no_argument, NULL, CREATE_OPTION_CREDENTIAL_PROXY},
         {"layer", required_argument, NULL, CREATE_OPTION_LAYER},
+        {"volume", required_argument, NULL, CREATE_OPTION_VOLUME},
         {0},
     };
     const char *template_name = SANDBOX_DEFAULT_TEMPLATE;
@@ -246,7 +297,9 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
     cleanup_json json_t *env = json_object();
     cleanup_json json_t *metadata = json_object();
     cleanup_json json_t *rules = json_array();
-    if (request == NULL || limits == NULL || env == NULL || metadata == NULL || rules == NULL)
+    cleanup_json json_t *volumes = json_array();
+    if (request == NULL || limits == NULL || env == NULL || metadata == NULL || rules == NULL ||
+        volumes == NULL)
         return cove_error_sys(err, "cannot build the request");
 
     /* '+': the entrypoint starts at the first word that is not an option */
@@ -306,6 +359,10 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
                 return cli_usage_error(err, "--layer is disk or tmpfs, got '%s'", optarg);
             layer = optarg;
             break;
+        case CREATE_OPTION_VOLUME:
+            if (create_add_volume(volumes, optarg, err) < 0)
+                return -1;
+            break;
         default:
             if (cli_common_option(cli, option, optarg, err) < 0)
                 return -1;
@@ -341,6 +398,8 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         json_object_set(request, "env", env);
     if (json_object_size(metadata) > 0)
         json_object_set(request, "metadata", metadata);
+    if (json_array_size(volumes) > 0)
+        json_object_set(request, "volumes", volumes);
 
     cleanup_json json_t *sandbox = NULL;
     if (cli_connect(cli, err) < 0 ||
@@ -393,7 +452,14 @@ const struct cli_command sandbox_create_command = {
             "                        applies (out of the box: deny-all)\n"
             "      --credential-proxy\n"
             "                        let coved put credentials into requests on the way out\n"
-            "                        ('cove credential-vault --help')\n",
+            "                        ('cove credential-vault --help')\n"
+            "      --volume host:PATH:MOUNT[:ro]\n"
+            "                        bind host directory PATH (under coved's\n"
+            "                        --volume-host-root) at MOUNT, read-only with :ro\n"
+            "      --volume pvc:NAME[/SUBPATH]:MOUNT[:ro,rm,size=SIZE]\n"
+            "                        mount named volume NAME (made on first use, SIZE or\n"
+            "                        coved's default; rm: removed with the last sandbox\n"
+            "                        using it); repeatable. 'cove volume ls'\n",
 };
 
 /* --- get ------------------------------------------------------------------------------- */

@@ -143,6 +143,12 @@ static const char usage[] =
     "  --egress-log LEVEL               egress_log        COVE_EGRESS_LOG\n"
     "      egress decisions written to the log: none, denied (default) or all; every\n"
     "      decision is kept per sandbox (GET /v1/sandboxes/ID/egress/events)\n"
+    "  --volume-host-root DIR           volume_host_roots (comma-separated)\n"
+    "                                   COVE_VOLUME_HOST_ROOTS\n"
+    "      `host` volumes may bind directories under DIR (repeatable; default none: host\n"
+    "      volumes get a 400). A bound directory must not be owned by host root\n"
+    "  --volume-size-default BYTES      volume_size_default COVE_VOLUME_SIZE_DEFAULT\n"
+    "      size of a named (pvc) volume made without `storage` (default 1Gi)\n"
     "  --mcp-command PATH               mcp_command       COVE_MCP_COMMAND\n"
     "      the cove CLI, run as 'cove mcp serve' for the MCP endpoint /mcp (default: next\n"
     "      to coved; none: no /mcp)\n"
@@ -381,6 +387,15 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
                                   "%s: max_template_bytes takes bytes like 16Gi or 512Mi", from);
         cfg->max_template_bytes = v;
+    } else if (strcmp(key, "volume_host_roots") == 0) {
+        return set_key_list(cfg->volume_host_roots, &cfg->volume_host_root_count, value, err);
+    } else if (strcmp(key, "volume_size_default") == 0) {
+        int64_t v = quantity_parse_bytes(value);
+        if (v < (16LL << 20))
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: volume_size_default takes bytes of at least 16Mi, like 1Gi",
+                                  from);
+        cfg->volume_size_default = v;
     } else if (strcmp(key, "max_sandbox_timeout_seconds") == 0) {
         long long v = strtoll(value, &end, 10);
         if (*value == '\0' || *end != '\0' || v < 60)
@@ -465,6 +480,8 @@ enum {
     OPTION_MEMORY_OVERCOMMIT,
     OPTION_CPU_OVERCOMMIT,
     OPTION_ADMIN_API_KEY,
+    OPTION_VOLUME_HOST_ROOT,
+    OPTION_VOLUME_SIZE_DEFAULT,
 };
 static const char *const admission_keys[] = {
     "quota_sandboxes", "quota_cpu",         "quota_memory",
@@ -512,6 +529,8 @@ static const struct {
     {"COVE_MCP_COMMAND", "mcp_command"},
     {"COVE_IMAGE_ALIASES", "image_aliases"},
     {"COVE_ENDED_RETENTION", "ended_retention_seconds"},
+    {"COVE_VOLUME_HOST_ROOTS", "volume_host_roots"},
+    {"COVE_VOLUME_SIZE_DEFAULT", "volume_size_default"},
 };
 
 /* One key per line; blank lines and lines starting with '#' are skipped. */
@@ -602,6 +621,8 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"image-aliases", required_argument, NULL, 1105},
         {"ended-retention", required_argument, NULL, 1106},
         {"layer", required_argument, NULL, 1107},
+        {"volume-host-root", required_argument, NULL, OPTION_VOLUME_HOST_ROOT},
+        {"volume-size-default", required_argument, NULL, OPTION_VOLUME_SIZE_DEFAULT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -642,7 +663,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
      * only if given; then it replaces them. */
     optind = 1;
     opterr = 1;
-    bool flag_keys = false, flag_admin_keys = false;
+    bool flag_keys = false, flag_admin_keys = false, flag_roots = false;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         const char *key = NULL;
         switch (c) {
@@ -756,6 +777,20 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             cfg->admin_keys[cfg->admin_key_count++] = strdup(optarg);
             cfg->admin_keys[cfg->admin_key_count] = NULL;
             continue;
+        case OPTION_VOLUME_HOST_ROOT:
+            /* As --api-key: the flags replace the file's and environment's roots. */
+            if (!flag_roots) {
+                set_key_list(cfg->volume_host_roots, &cfg->volume_host_root_count, "", err);
+                flag_roots = true;
+            }
+            if (cfg->volume_host_root_count == CONFIG_MAX_KEYS)
+                return cove_error_set(err, 0, 2, "CONFIG::INVALID", "too many --volume-host-root");
+            cfg->volume_host_roots[cfg->volume_host_root_count++] = strdup(optarg);
+            cfg->volume_host_roots[cfg->volume_host_root_count] = NULL;
+            continue;
+        case OPTION_VOLUME_SIZE_DEFAULT:
+            key = "volume_size_default";
+            break;
         case OPTION_QUOTA_SANDBOXES:
         case OPTION_QUOTA_CPU:
         case OPTION_QUOTA_MEMORY:
@@ -790,6 +825,9 @@ void config_free(struct coved_config *cfg)
     for (size_t i = 0; i < cfg->admin_key_count; i++)
         free(cfg->admin_keys[i]);
     cfg->admin_key_count = 0;
+    for (size_t i = 0; i < cfg->volume_host_root_count; i++)
+        free(cfg->volume_host_roots[i]);
+    cfg->volume_host_root_count = 0;
 }
 
 static int on_ini_state_dir(void *user, const char *section, const char *name, const char *value)

@@ -53,6 +53,12 @@ struct coved_config {
     char mcp_command[PATH_MAX]; /* the `cove` binary coved runs for /mcp; "none": no /mcp */
     char image_aliases[4096];   /* image_alias.h's IMAGE=TEMPLATE,... */
     int64_t ended_retention_s;  /* how long ended sandboxes are remembered (0: not) */
+    /* Volumes (sandbox/volume.h): host directories under which `host` volumes may be bound
+     * (none: host volumes are refused), and the size of a named volume made without
+     * `storage`. */
+    char *volume_host_roots[CONFIG_MAX_KEYS + 1];
+    size_t volume_host_root_count;
+    int64_t volume_size_default;
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

@@ -18,6 +18,7 @@
 #include "coved/runtime/runtime.h"
 #include "coved/sandbox/sandbox.h"
 #include "coved/sandbox/template.h"
+#include "coved/sandbox/volume.h"
 #include "coved/store/store.h"
 #include "lib/log.h"
 
@@ -148,6 +149,7 @@ int main(int argc, char **argv)
     struct template_registry *templates = NULL;
     struct sandbox_manager *sandboxes = NULL;
     struct sandbox_health *health = NULL;
+    struct volume_registry *volumes = NULL;
     struct egress *egress = NULL;
     struct egress_policy *default_policy = NULL;
     struct runtime rt = {.agent_fd = -1, .kernel_fd = -1};
@@ -190,6 +192,10 @@ int main(int argc, char **argv)
     sandbox_manager_set_retention(sandboxes, o.ended_retention_s, SANDBOX_ENDED_MAX);
     if (template_registry_set_aliases(templates, o.image_aliases, &err) < 0)
         goto out;
+    if (volume_registry_open(o.state_dir, store, o.volume_host_roots, o.volume_size_default,
+                             &volumes, &err) < 0)
+        goto out;
+    sandbox_manager_set_volumes(sandboxes, volumes);
     if (sandbox_manager_restore(sandboxes, &err) < 0 ||
         sandbox_health_start(base, sandboxes, o.health_interval_s, &health, &err) < 0)
         goto out;
@@ -198,6 +204,7 @@ int main(int argc, char **argv)
     api.sandboxes = sandboxes;
     api.health = health;
     api.templates = templates;
+    api.volumes = volumes;
     api.config = (struct api_config){
         .listen_host = host,
         .listen_port = port,
@@ -250,7 +257,8 @@ out:
     api_stop(&api);
     route_signer_close(&api.signer);
     sandbox_manager_free(sandboxes);
-    sandbox_health_free(health); /* after the sandboxes, which drop their probes */
+    volume_registry_free(volumes); /* after the sandboxes, which stop using theirs */
+    sandbox_health_free(health);   /* after the sandboxes, which drop their probes */
     egress_policy_unref(default_policy);
     egress_free(egress); /* after the sandboxes, whose egress it serves */
     template_registry_free(templates);

@@ -80,7 +80,7 @@ def parse_endpoint(stdout):
 # ---- help -------------------------------------------------------------------------------
 
 COMMANDS = ("create", "get", "list", "kill", "pause", "resume", "renew", "endpoint", "metadata",
-            "exec", "run-code", "template", "config", "mcp")
+            "exec", "run-code", "template", "volume", "config", "mcp")
 
 
 def test_help_lists_every_command_and_each_has_help(coved):
@@ -90,7 +90,8 @@ def test_help_lists_every_command_and_each_has_help(coved):
     for command in COMMANDS:
         r = cli(coved, command, "--help")
         assert r.stdout.startswith(f"Usage: cove {command}"), (command, r.stdout)
-    for group, subs in (("config", ("set", "get", "unset", "path")), ("template", ("list", "add"))):
+    for group, subs in (("config", ("set", "get", "unset", "path")), ("template", ("list", "add")),
+                        ("volume", ("ls", "rm"))):
         for sub in subs:
             r = cli(coved, group, sub, "--help")
             assert r.stdout.startswith(f"Usage: cove {group} {sub}"), (group, sub, r.stdout)
@@ -116,8 +117,8 @@ def test_renew_with_timeout_and_expires_at(coved):
         assert set(body) == {"expiresAt"} and abs(parse_time(body["expiresAt"]) - later) < 0.01
         assert abs(parse_time(coved.get(sid)["expiresAt"]) - later) < 0.01
 
-        # in the past: the server's 400, exit 1, expiry unchanged
-        r = cli(coved, "renew", sid, "--expires-at", iso(time.time() - 30), check=False)
+        # not later than the current expiry: the server's 400, exit 1, expiry unchanged
+        r = cli(coved, "renew", sid, "--timeout", "30", check=False)
         assert r.returncode == 1 and r.stdout == "" and "cove: " in r.stderr
         assert abs(parse_time(coved.get(sid)["expiresAt"]) - later) < 0.01
     finally:

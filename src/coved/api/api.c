@@ -139,6 +139,12 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
         return api_admin_quota_put(api, req, c, p0);
     case API_ROUTE_ADMIN_QUOTA_DELETE:
         return api_admin_quota_delete(api, req, c, p0);
+    case API_ROUTE_VOLUMES_LIST:
+        return api_volumes_list(api, req, c);
+    case API_ROUTE_VOLUME_GET:
+        return api_volume_get(api, req, c, p0);
+    case API_ROUTE_VOLUME_DELETE:
+        return api_volume_delete(api, req, c, p0);
     }
     not_found(req);
 }

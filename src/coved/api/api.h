@@ -50,6 +50,7 @@ struct api_config {
 
 struct api_quotas;
 struct store;
+struct volume_registry;
 
 struct api {
     struct event_base *base;
@@ -66,6 +67,7 @@ struct api {
     struct http_server *egress_http;
     char egress_api_socket[108];
     struct api_mcp *mcp; /* the /mcp server's child (api/mcp.c), NULL when there is none */
+    struct volume_registry *volumes; /* named volumes (sandbox/volume.h) */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint): the
@@ -147,6 +149,13 @@ void api_template_delete(struct api *api, struct http_request *req, const struct
 bool api_templates_head(struct api *api, struct http_request *req);
 /* Echoes a sane X-Request-ID or makes one (on_request does it for every other route). */
 void api_add_request_id(struct http_request *req);
+
+/* Named volumes (api/volumes.c): Cove's own routes. A key sees its own; an admin key all. */
+void api_volumes_list(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_volume_get(struct api *api, struct http_request *req, const struct api_caller *c,
+                    const char *name);
+void api_volume_delete(struct api *api, struct http_request *req, const struct api_caller *c,
+                       const char *name);
 
 /* Admission control (api/quota.c). Loads the overrides; called by api_start. */
 int api_quotas_open(struct api *api, struct cove_error **err);

@@ -36,6 +36,9 @@ static const struct {
     {"GET", "admin/quotas/*", API_ROUTE_ADMIN_QUOTA_GET, API_ACCESS_ADMIN},
     {"PUT", "admin/quotas/*", API_ROUTE_ADMIN_QUOTA_PUT, API_ACCESS_ADMIN},
     {"DELETE", "admin/quotas/*", API_ROUTE_ADMIN_QUOTA_DELETE, API_ACCESS_ADMIN},
+    {"GET", "volumes", API_ROUTE_VOLUMES_LIST, API_ACCESS_KEY},
+    {"GET", "volumes/*", API_ROUTE_VOLUME_GET, API_ACCESS_KEY},
+    {"DELETE", "volumes/*", API_ROUTE_VOLUME_DELETE, API_ACCESS_KEY},
 };
 
 /* The path's segments, an optional leading "v1" dropped; -1 if a segment is too long or

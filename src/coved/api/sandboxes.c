@@ -17,6 +17,7 @@
 #include "coved/api/quantity.h"
 #include "lib/clock.h"
 #include "coved/api/sandbox_json.h"
+#include "coved/sandbox/volume.h"
 #include "coved/egress/policy.h"
 
 #define DEFAULT_MEMORY (1024LL << 20)
@@ -429,10 +430,6 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
             req->renew_on_access_s = secs;
         }
     }
-    json_t *volumes = json_object_get(body, "volumes");
-    if (json_array_size(volumes) > 0)
-        return cove_error_set(err, 0, 400, "SANDBOX::VOLUMES_UNSUPPORTED",
-                              "volumes are not supported yet");
     return 0;
 }
 
@@ -504,7 +501,12 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
     struct cove_error *err = NULL;
     struct sandbox_request sreq = {.owner = c->owner};
     struct reply_wait *w = NULL;
-    if (parse_create(api, body, &sreq, &err) < 0 || api_quota_admit(api, c, &sreq, &err) < 0) {
+    struct volume_spec volumes[RUNTIME_MAX_VOLUMES];
+    sreq.volumes = json_object_get(body, "volumes");
+    sreq.volume_specs = volumes;
+    if (parse_create(api, body, &sreq, &err) < 0 ||
+        volume_specs_parse(sreq.volumes, volumes, &sreq.volume_count, &err) < 0 ||
+        api_quota_admit(api, c, &sreq, &err) < 0) {
         api_respond_error(req, err);
     } else if ((w = reply_wait_new(req)) != NULL &&
                sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0) {

@@ -119,8 +119,13 @@ void child_touch(int status_fd, const char *path)
 
 int id_map_write(const char *path, uint32_t inside, uint32_t host_base)
 {
+    return id_map_write_count(path, inside, host_base, RUNTIME_ID_COUNT);
+}
+
+int id_map_write_count(const char *path, uint32_t inside, uint32_t host_base, uint32_t count)
+{
     char map[64];
-    int len = snprintf(map, sizeof(map), "%u %u %u\n", inside, host_base, RUNTIME_ID_COUNT);
+    int len = snprintf(map, sizeof(map), "%u %u %u\n", inside, host_base, count);
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;

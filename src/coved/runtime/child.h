@@ -21,6 +21,8 @@ void child_touch(int status_fd, const char *path);
 /* Writes "inside host_base 65536" to a uid_map or gid_map: 0 or -1 with errno. Used by coved
  * too, for the sandbox's own maps. */
 int id_map_write(const char *path, uint32_t inside, uint32_t host_base);
+/* The same with count ids instead of the whole range. */
+int id_map_write_count(const char *path, uint32_t inside, uint32_t host_base, uint32_t count);
 
 /* rootfs.c: the sandbox's root, built as real root in the new mount namespace (the writable
  * layer, the template seen through an idmapped mount, /usr, /proc, /sys, /dev), pivoted into;
@@ -29,6 +31,12 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
 /* layer.c: the writable layer (spec->layer: an ext4 image on a loop device, or a tmpfs) of
  * spec->disk_bytes, mounted over the run dir. */
 void child_mount_layer(int status_fd, const struct runtime_spec *spec);
+/* rootfs.c: the sandbox's volumes (runtime.h's runtime_volume), after the root is built and
+ * pivoted into: each detached tree coved cloned, idmapped onto the sandbox's ids, made
+ * read-only if asked, moved onto its mount point (made beneath /, never through a symlink).
+ * trees[i] is the descriptor of spec->volumes[i] in this process; each is closed. */
+void child_mount_volumes(int status_fd, const struct runtime_spec *spec, const int *trees,
+                         uint32_t owner);
 /* rootfs.c: the sandbox's own cgroups, read-only at /sys/fs/cgroup (in its cgroup namespace). */
 void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg);
 /* network.c: loopback, a default route on lo and the egress rules (nftables) in the new

@@ -81,6 +81,7 @@ struct child_args {
     /* child -> parent: the set-up's complaints, then the agent's (--ready-fd); EOF means the
      * agent runs and has started the entrypoint */
     int status_fd;
+    int volume_fds[RUNTIME_MAX_VOLUMES]; /* the child's copies of the volumes' trees */
 };
 
 static __attribute__((noreturn)) void child_main(struct child_args *a)
@@ -102,6 +103,11 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         if (fds[i] < 0)
             child_fail(status_fd, "dup");
     }
+    for (size_t i = 0; i < a->spec->volume_count && i < RUNTIME_MAX_VOLUMES; i++) {
+        a->volume_fds[i] = fcntl(a->spec->volumes[i].tree, F_DUPFD_CLOEXEC, 100);
+        if (a->volume_fds[i] < 0)
+            child_fail(status_fd, "dup");
+    }
     status_fd = fds[3];
     /* 3 listener, 4 agent, 5 go, 6 status, 7 kernel helper: the listener, the status pipe
      * (the agent's --ready-fd) and the helper stay open across the agent's exec. */
@@ -112,6 +118,16 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     }
     status_fd = AGENT_LISTEN_FD + 3;
     int agent_fd = AGENT_LISTEN_FD + 1, go_fd = AGENT_LISTEN_FD + 2;
+    /* The volumes' detached trees follow, close-on-exec: the child mounts and closes them. */
+    int volume_fds[RUNTIME_MAX_VOLUMES];
+    size_t volume_count = a->spec->volume_count;
+    if (volume_count > RUNTIME_MAX_VOLUMES)
+        child_fail(status_fd, "too many volumes");
+    for (size_t i = 0; i < volume_count; i++) {
+        volume_fds[i] = AGENT_LISTEN_FD + nfds + (int)i;
+        if (dup3(a->volume_fds[i], volume_fds[i], O_CLOEXEC) < 0)
+            child_fail(status_fd, "dup3");
+    }
     int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0)
         child_fail(status_fd, "stdio");
@@ -120,7 +136,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
      * reader costs the agent log lines, never progress. */
     if (dup2(log_w, 2) < 0 || fcntl(2, F_SETFL, O_NONBLOCK) < 0)
         child_fail(status_fd, "agent log pipe");
-    if (syscall(SYS_close_range, AGENT_LISTEN_FD + nfds, ~0U, 0) < 0)
+    if (syscall(SYS_close_range, AGENT_LISTEN_FD + nfds + (int)volume_count, ~0U, 0) < 0)
         child_fail(status_fd, "close_range");
 
     sigset_t all;
@@ -136,6 +152,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     if (a->cgroups->mode == CGROUP_V1)
         join_cgroups_v1(status_fd, a->cgroups, a->spec->id);
     child_build_root(status_fd, a->spec, owner);
+    child_mount_volumes(status_fd, a->spec, volume_fds, owner);
     /* Lowered as host root; root inside cannot raise it again (that takes CAP_SYS_RESOURCE
      * in the host's namespace). The agent keeps a few more for the connections it serves
      * (coved caps them per sandbox) and gives every process it starts the sandbox's limit
@@ -325,7 +342,8 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
     char path[4096];
     *out = NULL;
 
-    if (spec->host_id_base == 0 || spec->nofile_soft == 0 || spec->nofile_hard < spec->nofile_soft)
+    if (spec->host_id_base == 0 || spec->nofile_soft == 0 ||
+        spec->nofile_hard < spec->nofile_soft || spec->volume_count > RUNTIME_MAX_VOLUMES)
         return cove_error_set(err, EINVAL, 500, "COVE::INTERNAL",
                               "sandbox %s: no id range or RLIMIT_NOFILE given", spec->id);
     if (mkdir(spec->run_dir, 0700) < 0 && errno != EEXIST)

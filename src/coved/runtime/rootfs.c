@@ -15,17 +15,19 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/openat2.h>
 #include <unistd.h>
 
 #include "coved/runtime/child.h"
 #include "coved/runtime/id_range.h"
 
-/* A user namespace whose map takes the templates' owners on disk (RUNTIME_HOST_ID_BASE...)
- * to the sandbox's range, for the idmapped mount of its template. A short-lived child of
- * this process makes it and is killed once its namespace is open: the descriptor, then the
+/* A user namespace whose map takes count owners on disk (the templates' RUNTIME_HOST_ID_BASE...,
+ * or a host volume's one owner) to the sandbox's range, for an idmapped mount. A short-lived child
+ * of this process makes it and is killed once its namespace is open: the descriptor, then the
  * mount, keep the namespace. The child runs as the sandbox's namespace owner (see
  * child_main), so the namespace counts against that uid's budget, not host root's. */
-static int child_idmap_userns(int status_fd, uint32_t host_base, uint32_t owner)
+static int child_idmap_userns(int status_fd, uint32_t disk_uid, uint32_t disk_gid, uint32_t count,
+                              uint32_t host_base, uint32_t owner)
 {
     int sync[2];
     if (pipe2(sync, O_CLOEXEC) < 0)
@@ -59,9 +61,9 @@ static int child_idmap_userns(int status_fd, uint32_t host_base, uint32_t owner)
     if (n > 0) {
         host_pid[n] = '\0';
         snprintf(path, sizeof(path), "/proc/%s/uid_map", host_pid);
-        if (id_map_write(path, RUNTIME_HOST_ID_BASE, host_base) == 0) {
+        if (id_map_write_count(path, disk_uid, host_base, count) == 0) {
             snprintf(path, sizeof(path), "/proc/%s/gid_map", host_pid);
-            if (id_map_write(path, RUNTIME_HOST_ID_BASE, host_base) == 0) {
+            if (id_map_write_count(path, disk_gid, host_base, count) == 0) {
                 snprintf(path, sizeof(path), "/proc/%s/ns/user", host_pid);
                 ns = open(path, O_RDONLY | O_CLOEXEC);
             }
@@ -86,7 +88,8 @@ static void mount_template(int status_fd, const struct runtime_spec *spec, uint3
         open_tree(AT_FDCWD, spec->rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
     if (tree < 0)
         child_fail(status_fd, "clone the template %s", spec->rootfs);
-    int userns = child_idmap_userns(status_fd, spec->host_id_base, owner);
+    int userns = child_idmap_userns(status_fd, RUNTIME_HOST_ID_BASE, RUNTIME_HOST_ID_BASE,
+                                    RUNTIME_ID_COUNT, spec->host_id_base, owner);
     struct mount_attr attr = {
         .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
         .userns_fd = (uint64_t)userns,
@@ -283,4 +286,94 @@ void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg)
     }
     child_mount(status_fd, NULL, "/sys/fs/cgroup", NULL,
                 MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=65536");
+}
+
+/* The mount point of a volume at path (absolute, clean: coved checked it) in the root, made
+ * where missing: one component at a time beneath /, refusing symbolic links (the template's
+ * files are not coved's to trust), each new one owned by the sandbox's root. */
+static int volume_mount_point(int status_fd, const char *path, bool directory, uint32_t host_base)
+{
+    int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        child_fail(status_fd, "open /");
+    char name[256];
+    const char *p = path;
+    while (*p == '/')
+        p++;
+    while (*p != '\0') {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        bool last = slash == NULL;
+        if (len == 0 || len >= sizeof(name))
+            child_fail(status_fd, "volume mount point %s", path);
+        memcpy(name, p, len);
+        name[len] = '\0';
+        struct open_how how = {
+            .flags = O_PATH | O_CLOEXEC | O_NOFOLLOW | (last && !directory ? 0 : O_DIRECTORY),
+            .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        };
+        long next = syscall(SYS_openat2, dir, name, &how, sizeof(how));
+        if (next < 0 && errno == ENOENT) {
+            int made = last && !directory
+                           ? openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
+                           : mkdirat(dir, name, 0755);
+            if (made < 0)
+                child_fail(status_fd, "make the volume mount point %s", path);
+            if (last && !directory)
+                close(made);
+            if (fchownat(dir, name, host_base, host_base, AT_SYMLINK_NOFOLLOW) < 0)
+                child_fail(status_fd, "chown the volume mount point %s", path);
+            next = syscall(SYS_openat2, dir, name, &how, sizeof(how));
+        }
+        struct stat st;
+        /* O_PATH|O_NOFOLLOW opens a last component that is a link as the link itself. */
+        if (next >= 0 && (fstat((int)next, &st) < 0 || S_ISLNK(st.st_mode))) {
+            close((int)next);
+            next = -1;
+            errno = ELOOP;
+        }
+        if (next < 0)
+            child_fail(status_fd, "volume mount point %s (no symbolic links, %s)", path,
+                       directory ? "a directory" : "a file");
+        close(dir);
+        dir = (int)next;
+        p += len;
+        while (*p == '/')
+            p++;
+    }
+    return dir;
+}
+
+void child_mount_volumes(int status_fd, const struct runtime_spec *spec, const int *trees,
+                         uint32_t owner)
+{
+    for (size_t i = 0; i < spec->volume_count; i++) {
+        const struct runtime_volume *v = &spec->volumes[i];
+        /* Set in the host's user namespace, before the sandbox's exists: its root holds no
+         * capability over this mount namespace, so it cannot clear MOUNT_ATTR_RDONLY, bind
+         * the volume elsewhere or unmount it (and a namespace of its own would get the
+         * mount locked read-only). */
+        struct mount_attr attr = {
+            .attr_set =
+                MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (v->read_only ? MOUNT_ATTR_RDONLY : 0),
+        };
+        int userns = -1;
+        if (spec->host_id_base != ID_RANGE_SHARED_BASE) {
+            userns = child_idmap_userns(status_fd, v->disk_uid, v->disk_gid, v->id_count,
+                                        spec->host_id_base, owner);
+            attr.attr_set |= MOUNT_ATTR_IDMAP;
+            attr.userns_fd = (uint64_t)userns;
+        }
+        if (mount_setattr(trees[i], "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+            child_fail(status_fd, "set up the volume at %s (idmapped mounts need Linux 5.12)",
+                       v->mount_path);
+        if (userns >= 0)
+            close(userns);
+        int target = volume_mount_point(status_fd, v->mount_path, v->directory, spec->host_id_base);
+        if (move_mount(trees[i], "", target, "",
+                       MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+            child_fail(status_fd, "mount the volume at %s", v->mount_path);
+        close(target);
+        close(trees[i]);
+    }
 }

@@ -60,6 +60,21 @@ struct runtime {
     char layer_dir[512];
 };
 
+/* At most this many volumes per sandbox. */
+#define RUNTIME_MAX_VOLUMES 16
+
+/* A volume of a sandbox (sandbox/volume.h makes them): a detached copy of the mount coved
+ * resolved (open_tree OPEN_TREE_CLONE), never a path the set-up child would resolve again. */
+struct runtime_volume {
+    int tree;               /* coved's descriptor; the set-up child inherits a copy */
+    const char *mount_path; /* absolute and clean, checked by coved */
+    bool read_only;
+    bool directory; /* else a regular file, on a file mount point */
+    /* On-disk ids that are the sandbox's 0..id_count-1 through an idmapped mount: a host
+     * bind's owner and group (id_count 1), a named volume's RUNTIME_HOST_ID_BASE (the range). */
+    uint32_t disk_uid, disk_gid, id_count;
+};
+
 struct runtime_spec {
     const char *id;          /* also the hostname; [a-z0-9-], at most 63 characters */
     const char *run_dir;     /* host directory owned by this sandbox alone */
@@ -76,6 +91,8 @@ struct runtime_spec {
     uint64_t nofile_soft;     /* RLIMIT_NOFILE of the sandbox's processes (file_budget.h) */
     uint64_t nofile_hard;
     const char *ca_bundle; /* host file over the system trust bundle (credential proxy), or NULL */
+    const struct runtime_volume *volumes; /* mounted in this order, after the root is built */
+    size_t volume_count;                  /* at most RUNTIME_MAX_VOLUMES */
 };
 
 struct runtime_process {

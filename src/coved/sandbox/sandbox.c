@@ -11,6 +11,7 @@
 
 #include "coved/egress/egress.h"
 #include "coved/sandbox/health.h"
+#include "coved/sandbox/volume.h"
 #include "coved/store/store.h"
 #include "lib/log.h"
 #include "lib/clock.h"
@@ -36,6 +37,7 @@ struct sandbox_manager {
     struct sandbox_ended **ended;
     size_t ended_head, ended_count, ended_max;
     int64_t retention_ms;
+    struct volume_registry *volumes;
 };
 
 int64_t sandbox_now_ms(void)
@@ -82,6 +84,7 @@ static void sandbox_free(struct sandbox *sb)
     json_decref(sb->metadata);
     json_decref(sb->limits);
     json_decref(sb->network_policy);
+    json_decref(sb->volumes);
     template_unref(sb->template);
     free(sb);
 }
@@ -258,6 +261,7 @@ static struct store_sandbox sandbox_record(const struct sandbox *sb)
         .id_slot = sb->id_slot,
         .network_policy = sb->network_policy,
         .credential_proxy = sb->credential_proxy,
+        .volumes = sb->volumes,
     };
 }
 
@@ -292,6 +296,8 @@ static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
     if (rec->network_policy != NULL && json_is_object(rec->network_policy))
         sb->network_policy = json_incref(rec->network_policy);
     sb->credential_proxy = rec->credential_proxy;
+    if (json_is_array(rec->volumes) && json_array_size(rec->volumes) > 0)
+        sb->volumes = json_incref(rec->volumes);
     return sb;
 }
 
@@ -467,6 +473,8 @@ static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     cove_error_free(ignored);
     registry_remove(mgr, sb);
     id_range_pool_release(&mgr->id_ranges, sb->id_slot);
+    if (mgr->volumes != NULL)
+        volume_registry_detach(mgr->volumes, sb->id, true);
     sandbox_free(sb);
     /* Last: answering may run the waiter's connection's next request at once. */
     done(NULL, why, arg);
@@ -533,6 +541,8 @@ static void on_start_progress(evutil_socket_t fd, short what, void *arg)
             sb->created_arg = NULL;
             log_info("sandbox %s: created from %s (pid %d)", sb->id, sb->template_name,
                      sb->proc.pid);
+            if (mgr->volumes != NULL)
+                volume_registry_created(mgr->volumes, sb->id);
             done(sb, NULL, done_arg);
             return;
         }
@@ -579,6 +589,19 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->credential_proxy = req->credential_proxy;
     set_state(sb, SANDBOX_PENDING, "provisioning", "sandbox is being created");
 
+    if (req->volume_count > 0)
+        sb->volumes = json_incref(req->volumes);
+    struct runtime_volume mounts[RUNTIME_MAX_VOLUMES];
+    if (req->volume_count > 0 &&
+        (mgr->volumes == NULL ||
+         volume_registry_attach(mgr->volumes, sb->owner, sb->id, req->volume_specs,
+                                req->volume_count, mounts, err) < 0)) {
+        if (mgr->volumes == NULL)
+            cove_error_set(err, 0, 400, "VOLUME::UNSUPPORTED", "volumes are off in this coved");
+        id_range_pool_release(&mgr->id_ranges, sb->id_slot);
+        sandbox_free(sb);
+        return -1;
+    }
     char **env = build_env(sb);
     char **argv = build_argv(sb->entrypoint);
     struct runtime_spec spec = {
@@ -597,9 +620,12 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         .nofile_hard = nofile_hard,
         .ca_bundle =
             sb->credential_proxy && mgr->egress ? egress_ca_bundle_path(mgr->egress) : NULL,
+        .volumes = mounts,
+        .volume_count = req->volume_count,
     };
     int rc = (env && argv) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
                            : cove_error_sys(err, "calloc");
+    volume_mounts_close(mounts, req->volume_count); /* the set-up child has its copies */
     /* Its sockets exist before anything of the sandbox runs: the child is still being set up. */
     if (rc == 0 && mgr->egress != NULL && policy != NULL &&
         (rc = egress_sandbox_open(mgr->egress, sb->id, runtime_start_pid(sb->starting), policy,
@@ -625,6 +651,8 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &ignored);
         cove_error_free(ignored);
         id_range_pool_release(&mgr->id_ranges, sb->id_slot);
+        if (mgr->volumes != NULL)
+            volume_registry_detach(mgr->volumes, sb->id, true);
         sandbox_free(sb);
         return -1;
     }
@@ -730,6 +758,8 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
         remember_end(mgr, sb);
         registry_remove(mgr, sb);
         id_range_pool_release(&mgr->id_ranges, sb->id_slot);
+        if (mgr->volumes != NULL)
+            volume_registry_detach(mgr->volumes, sb->id, false);
         sandbox_free(sb);
     }
     /* Last: answering may run the waiter's connection's next request at once. */
@@ -1013,6 +1043,8 @@ static void adopt(struct sandbox *sb, void *arg)
         sandbox_free(sb);
         return;
     }
+    if (sb->volumes != NULL && mgr->volumes != NULL)
+        volume_registry_claim(mgr->volumes, sb->id, sb->volumes);
     if (sb->state == SANDBOX_FAILED)
         return;
     /* Not coved's child any more: watched through a pidfd of its own from here on. */
@@ -1106,6 +1138,11 @@ static void remove_orphans(struct sandbox_manager *mgr)
         cove_error_free(ignored);
     }
     closedir(d);
+}
+
+void sandbox_manager_set_volumes(struct sandbox_manager *mgr, struct volume_registry *volumes)
+{
+    mgr->volumes = volumes;
 }
 
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err)

@@ -16,6 +16,8 @@ struct store;
 struct egress;
 struct egress_policy;
 struct egress_sandbox;
+struct volume_spec;
+struct volume_registry;
 
 #define SANDBOX_ID_SIZE 24
 
@@ -72,6 +74,9 @@ struct sandbox {
     char end_reason[16];
     char end_message[256]; /* a failure's own words */
     int64_t end_ms;
+    /* The create request's volumes (kept in the store: a restart knows who uses which named
+     * volume), or NULL. */
+    json_t *volumes;
 };
 
 /* A sandbox that ended (deleted, expired, or deleted after it failed), remembered for a
@@ -108,6 +113,9 @@ struct sandbox_request {
     int64_t renew_on_access_s;
     struct egress_policy *policy; /* borrowed; NULL: coved's default_network_policy */
     bool credential_proxy;
+    json_t *volumes;                        /* borrowed: the request's, or NULL */
+    const struct volume_spec *volume_specs; /* volumes checked (volume.h), volume_count of them */
+    size_t volume_count;
 };
 
 struct sandbox_manager;
@@ -130,6 +138,8 @@ void sandbox_foreach_ended(struct sandbox_manager *mgr, const char *owner,
                            void (*fn)(const struct sandbox_ended *ended, void *arg), void *arg);
 /* Why a sandbox ended (struct sandbox_ended's reason) in words: "its expiration time passed". */
 const char *sandbox_end_explained(const char *reason);
+/* Volumes for every sandbox from here on (before restore); NULL: every volume is refused. */
+void sandbox_manager_set_volumes(struct sandbox_manager *mgr, struct volume_registry *volumes);
 /* Re-adopts the sandboxes the store knows: running ones keep running, gone ones are Failed. */
 int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err);
 

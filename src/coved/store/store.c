@@ -81,6 +81,15 @@ static const struct migration migrations[] = {
     {"credential proxy",
      "ALTER TABLE sandboxes ADD COLUMN credential_proxy INTEGER NOT NULL DEFAULT 0", "sandboxes",
      "credential_proxy"},
+    {"named volumes",
+     "CREATE TABLE IF NOT EXISTS volumes ("
+     " name TEXT PRIMARY KEY, owner TEXT NOT NULL, size_bytes INTEGER NOT NULL,"
+     " created_ms INTEGER NOT NULL, auto_created INTEGER NOT NULL,"
+     " delete_on_termination INTEGER NOT NULL)",
+     NULL, NULL},
+    /* '': none (rows from before volumes). */
+    {"sandbox volumes", "ALTER TABLE sandboxes ADD COLUMN volumes TEXT NOT NULL DEFAULT ''",
+     "sandboxes", "volumes"},
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == STORE_SCHEMA_VERSION,
@@ -216,11 +225,11 @@ int store_open(const char *path, struct store **out, struct cove_error **err)
             "INSERT OR REPLACE INTO sandboxes (id, owner, template, state, reason, message,"
             " transition_ms, created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
             " start_time, run_dir, access_token, renew_on_access_s, id_slot, network_policy,"
-            " credential_proxy)"
+            " credential_proxy, volumes)"
             " VALUES (:id, :owner, :template, :state, :reason, :message, :transition_ms,"
             " :created_ms, :expires_ms, :entrypoint, :env, :metadata, :limits, :pid,"
             " :start_time, :run_dir, :access_token, :renew_on_access_s, :id_slot, :network_policy,"
-            " :credential_proxy)",
+            " :credential_proxy, :volumes)",
             -1, &store->sandbox_save, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(store->db, "DELETE FROM sandboxes WHERE id = :id", -1,
                            &store->sandbox_delete, NULL) != SQLITE_OK) {
@@ -334,6 +343,7 @@ int store_sandbox_save(struct store *store, const struct store_sandbox *rec,
     bind_int(&b, ":id_slot", rec->id_slot);
     bind_json(&b, ":network_policy", rec->network_policy);
     bind_int(&b, ":credential_proxy", rec->credential_proxy ? 1 : 0);
+    bind_json(&b, ":volumes", rec->volumes);
     return run(store, &b, err, "save sandbox");
 }
 
@@ -389,7 +399,7 @@ int store_sandbox_load_all(struct store *store,
                            "SELECT id, owner, template, state, reason, message, transition_ms,"
                            " created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
                            " start_time, run_dir, access_token, renew_on_access_s, id_slot,"
-                           " network_policy, credential_proxy"
+                           " network_policy, credential_proxy, volumes"
                            " FROM sandboxes ORDER BY created_ms, id",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "load sandboxes");
@@ -417,8 +427,10 @@ int store_sandbox_load_all(struct store *store,
             .id_slot = (int)column_int(st, "id_slot"),
             .network_policy = column_json(st, "network_policy"),
             .credential_proxy = column_int(st, "credential_proxy") != 0,
+            .volumes = column_json(st, "volumes"),
         };
         fn(&rec, arg);
+        json_decref(rec.volumes);
         json_decref(rec.entrypoint);
         json_decref(rec.env);
         json_decref(rec.metadata);
@@ -428,6 +440,68 @@ int store_sandbox_load_all(struct store *store,
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return db_error(store, err, "load sandboxes");
+    return 0;
+}
+
+int store_volume_save(struct store *store, const struct store_volume *rec, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db,
+                           "INSERT OR REPLACE INTO volumes (name, owner, size_bytes, created_ms,"
+                           " auto_created, delete_on_termination) VALUES (:name, :owner,"
+                           " :size_bytes, :created_ms, :auto_created, :delete_on_termination)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "save volume");
+    struct binding b = {st, SQLITE_OK, NULL};
+    bind_text(&b, ":name", rec->name);
+    bind_text(&b, ":owner", rec->owner);
+    bind_int(&b, ":size_bytes", rec->size_bytes);
+    bind_int(&b, ":created_ms", rec->created_ms);
+    bind_int(&b, ":auto_created", rec->auto_created ? 1 : 0);
+    bind_int(&b, ":delete_on_termination", rec->delete_on_termination ? 1 : 0);
+    int rc = run(store, &b, err, "save volume");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_volume_delete(struct store *store, const char *name, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db, "DELETE FROM volumes WHERE name = :name", -1, &st, NULL) !=
+        SQLITE_OK)
+        return db_error(store, err, "delete volume");
+    struct binding b = {st, SQLITE_OK, NULL};
+    bind_text(&b, ":name", name);
+    int rc = run(store, &b, err, "delete volume");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_volume_load_all(struct store *store,
+                          void (*fn)(const struct store_volume *rec, void *arg), void *arg,
+                          struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db,
+                           "SELECT name, owner, size_bytes, created_ms, auto_created,"
+                           " delete_on_termination FROM volumes ORDER BY name",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "load volumes");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct store_volume rec = {
+            .name = column_text(st, "name"),
+            .owner = column_text(st, "owner"),
+            .size_bytes = column_int(st, "size_bytes"),
+            .created_ms = column_int(st, "created_ms"),
+            .auto_created = column_int(st, "auto_created") != 0,
+            .delete_on_termination = column_int(st, "delete_on_termination") != 0,
+        };
+        fn(&rec, arg);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "load volumes");
     return 0;
 }
 

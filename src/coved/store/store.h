@@ -14,7 +14,7 @@
 #include "lib/error.h"
 
 /* The schema version this coved writes: the number of migrations in store.c. */
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 9
 
 struct store;
 
@@ -43,6 +43,17 @@ struct store_sandbox {
     int id_slot;            /* -1 in rows from before per-sandbox id ranges */
     json_t *network_policy; /* NetworkPolicy in force; NULL or JSON null: none stored */
     bool credential_proxy;
+    json_t *volumes; /* the create request's volumes; NULL or JSON null: none */
+};
+
+/* One row of the volumes table: a named (pvc) volume, an ext4 image under STATE/volumes. */
+struct store_volume {
+    const char *name;
+    const char *owner;
+    int64_t size_bytes;
+    int64_t created_ms;
+    bool auto_created;          /* made by a sandbox's create, not by hand */
+    bool delete_on_termination; /* auto-created with deleteOnSandboxTermination */
 };
 
 /* Opens (creating) the database at path and migrates it to STORE_SCHEMA_VERSION; fails,
@@ -59,6 +70,14 @@ int store_sandbox_delete(struct store *store, const char *id, struct cove_error 
 int store_sandbox_load_all(struct store *store,
                            void (*fn)(const struct store_sandbox *rec, void *arg), void *arg,
                            struct cove_error **err);
+
+/* Saving replaces the volume of the same name. */
+int store_volume_save(struct store *store, const struct store_volume *rec, struct cove_error **err);
+int store_volume_delete(struct store *store, const char *name, struct cove_error **err);
+/* Calls fn with each volume, by name. */
+int store_volume_load_all(struct store *store,
+                          void (*fn)(const struct store_volume *rec, void *arg), void *arg,
+                          struct cove_error **err);
 
 /* Per-key quota overrides (the admin API), by owner id; QUOTA_INHERIT fields are stored as
  * NULL. Saving replaces the owner's override. */

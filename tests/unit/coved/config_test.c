@@ -27,7 +27,8 @@ int main(void)
     CHECK(fd >= 0);
     const char ini[] = "[server]\nlisten = 127.0.0.1:7001\nstate_dir = /tmp/from-ini\n"
                        "api_keys = ini-key\nhead_timeout_seconds = 11\n"
-                       "max_connections_per_peer = 33\n";
+                       "max_connections_per_peer = 33\n"
+                       "volume_host_roots = /srv/a, /srv/b\nvolume_size_default = 2Gi\n";
     CHECK(write(fd, ini, sizeof(ini) - 1) == (ssize_t)(sizeof(ini) - 1));
     close(fd);
     setenv("COVE_CONFIG", ini_path, 1);
@@ -42,6 +43,9 @@ int main(void)
     CHECK_EQ_INT(cfg.head_timeout_s, 11);
     CHECK_EQ_INT(cfg.max_connections_per_peer, 33);
     CHECK_EQ_INT(cfg.gateway_idle_timeout_s, 0); /* not set: the built-in default applies */
+    CHECK(cfg.volume_host_root_count == 2 && strcmp(cfg.volume_host_roots[0], "/srv/a") == 0 &&
+          strcmp(cfg.volume_host_roots[1], "/srv/b") == 0 && cfg.volume_host_roots[2] == NULL);
+    CHECK(cfg.volume_size_default == 2LL << 30);
     config_free(&cfg);
 
     /* The environment over the file. */
@@ -60,6 +64,26 @@ int main(void)
     CHECK(strcmp(cfg.listen, "127.0.0.1:7003") == 0);
     CHECK_EQ_INT(cfg.head_timeout_s, 13);
     CHECK(cfg.key_count == 1 && strcmp(cfg.keys[0], "flag-key") == 0);
+    CHECK_EQ_INT((int)cfg.volume_host_root_count, 2); /* the file's, no flag given */
+    config_free(&cfg);
+
+    /* --volume-host-root is repeatable and replaces the file's roots. */
+    const char *roots[] = {"--volume-host-root",
+                           "/srv/c",
+                           "--volume-host-root",
+                           "/srv/d",
+                           "--volume-size-default",
+                           "64Mi",
+                           NULL};
+    CHECK(load(roots, &cfg, &err) == 0);
+    CHECK(cfg.volume_host_root_count == 2 && strcmp(cfg.volume_host_roots[0], "/srv/c") == 0 &&
+          strcmp(cfg.volume_host_roots[1], "/srv/d") == 0);
+    CHECK(cfg.volume_size_default == 64LL << 20);
+    config_free(&cfg);
+    const char *tiny[] = {"--volume-size-default", "1Mi", NULL};
+    CHECK(load(tiny, &cfg, &err) < 0 && err != NULL && strstr(err->message, "volume_size"));
+    cove_error_free(err);
+    err = NULL;
     config_free(&cfg);
 
     /* Bad values are usage errors (status 2), whichever layer they come from. */

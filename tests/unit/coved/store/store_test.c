@@ -97,6 +97,7 @@ struct loaded {
     char run_dir[128], access_token[80];
     int64_t renew_on_access_s;
     int id_slot;
+    char volumes[256];
 };
 
 struct loads {
@@ -138,6 +139,7 @@ static void on_sandbox(const struct store_sandbox *rec, void *arg)
     snprintf(l->access_token, sizeof(l->access_token), "%s", rec->access_token);
     l->renew_on_access_s = rec->renew_on_access_s;
     l->id_slot = rec->id_slot;
+    dump(rec->volumes, l->volumes, sizeof(l->volumes));
 }
 
 static struct loads load(struct store *store)
@@ -173,6 +175,8 @@ static void test_records_round_trip(void)
     json_t *env = json_pack("{s:s}", "LANG", "C.UTF-8");
     json_t *metadata = json_pack("{s:s, s:s}", "team", "ü-ops", "quote", "it's \"x\"");
     json_t *limits = json_pack("{s:s, s:s}", "cpu", "1", "memory", "512Mi");
+    json_t *volumes = json_pack("[{s:s, s:{s:s}, s:s}]", "name", "p", "pvc", "claimName", "data",
+                                "mountPath", "/data");
     struct store_sandbox a = {
         .id = "sbx-a",
         .owner = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
@@ -193,6 +197,7 @@ static void test_records_round_trip(void)
         .access_token = "tok-a",
         .renew_on_access_s = 600,
         .id_slot = 17,
+        .volumes = volumes,
     };
     struct store_sandbox b = a;
     b.id = "sbx-b";
@@ -200,6 +205,7 @@ static void test_records_round_trip(void)
     b.state = "Paused";
     b.expires_ms = 1763303999000;
     b.id_slot = -1;
+    b.volumes = NULL;
     save(store, &a);
     save(store, &b);
     store_close(store);
@@ -216,6 +222,7 @@ static void test_records_round_trip(void)
         CHECK_STR(loads.items[0].state, "Paused");
         CHECK_EQ_INT(loads.items[0].expires_ms, 1763303999000);
         CHECK_EQ_INT(loads.items[0].id_slot, -1);
+        CHECK_STR(loads.items[0].volumes, "null");
         CHECK_STR(l->id, "sbx-a");
         CHECK_STR(l->owner, a.owner);
         CHECK_STR(l->template_name, "base");
@@ -235,6 +242,8 @@ static void test_records_round_trip(void)
         CHECK_STR(l->access_token, "tok-a");
         CHECK_EQ_INT(l->renew_on_access_s, 600);
         CHECK_EQ_INT(l->id_slot, 17);
+        CHECK_STR(l->volumes, "[{\"mountPath\":\"/data\",\"name\":\"p\",\"pvc\":{\"claimName\":"
+                              "\"data\"}}]");
     }
 
     /* A save of the same id replaces the row. */
@@ -265,6 +274,65 @@ out:
     json_decref(env);
     json_decref(metadata);
     json_decref(limits);
+    json_decref(volumes);
+}
+
+struct volume_loads {
+    char names[4][80], owners[4][80];
+    int64_t size[4], created[4];
+    bool auto_created[4], delete_on_termination[4];
+    int count;
+};
+
+static void on_volume(const struct store_volume *rec, void *arg)
+{
+    struct volume_loads *v = arg;
+    if (v->count == 4) {
+        check_failures++;
+        return;
+    }
+    int i = v->count++;
+    snprintf(v->names[i], sizeof(v->names[i]), "%s", rec->name);
+    snprintf(v->owners[i], sizeof(v->owners[i]), "%s", rec->owner);
+    v->size[i] = rec->size_bytes;
+    v->created[i] = rec->created_ms;
+    v->auto_created[i] = rec->auto_created;
+    v->delete_on_termination[i] = rec->delete_on_termination;
+}
+
+static void test_volumes(void)
+{
+    remove_db();
+    struct store *store = open_store();
+    if (store == NULL)
+        return;
+    struct cove_error *err = NULL;
+    struct store_volume data = {"data", "owner-a", 1LL << 30, 1763303445000, true, false};
+    struct store_volume scratch = {"scratch", "owner-b", 16LL << 20, 1763303446000, true, true};
+    CHECK_EQ_INT(store_volume_save(store, &scratch, &err), 0);
+    CHECK_EQ_INT(store_volume_save(store, &data, &err), 0);
+    store_close(store);
+    store = open_store();
+    if (store == NULL)
+        return;
+    struct volume_loads v = {0};
+    CHECK_EQ_INT(store_volume_load_all(store, on_volume, &v, &err), 0);
+    CHECK_EQ_INT(v.count, 2);
+    if (v.count == 2) {
+        CHECK_STR(v.names[0], "data"); /* by name */
+        CHECK_STR(v.owners[0], "owner-a");
+        CHECK(v.size[0] == 1LL << 30 && v.created[0] == 1763303445000);
+        CHECK(v.auto_created[0] && !v.delete_on_termination[0]);
+        CHECK_STR(v.names[1], "scratch");
+        CHECK(v.size[1] == 16LL << 20 && v.delete_on_termination[1]);
+    }
+    CHECK_EQ_INT(store_volume_delete(store, "data", &err), 0);
+    CHECK_EQ_INT(store_volume_delete(store, "no-such-volume", &err), 0);
+    CHECK(err == NULL);
+    memset(&v, 0, sizeof(v));
+    CHECK_EQ_INT(store_volume_load_all(store, on_volume, &v, &err), 0);
+    CHECK(v.count == 1 && strcmp(v.names[0], "scratch") == 0);
+    store_close(store);
 }
 
 struct quota_loads {
@@ -511,6 +579,7 @@ int main(void)
     snprintf(db_path, sizeof(db_path), "%s/cove.db", dir);
     test_records_round_trip();
     test_quota_overrides();
+    test_volumes();
     test_old_schemas_migrate();
     test_failed_migration_changes_nothing();
     test_newer_schema_refused();
