@@ -186,3 +186,44 @@ def test_unknown_language_is_still_a_400(coved, ci):
         assert status == 400 and "no kernel for" in body["message"], (language, body)
     status, body, _ = call(coved, ci, "POST", "/code/context", body={"language": "../java"})
     assert status == 400, body
+
+
+# ---- Go ----
+
+@needs_go
+def test_go_declarations_and_variables_carry_over(coved, ci):
+    ctx = new_context(coved, ci, "go")
+    r = ok(run_code(coved, ci, 'import "fmt"\ncount := 40\nname := "go"\nfmt.Println(name, count)',
+                    context={"id": ctx}))
+    assert r.stdout == "go 40\n" and r.results == []
+    assert ok(run_code(coved, ci, "count + 2", context={"id": ctx})).text == ["42"]
+    r = ok(run_code(coved, ci, "type Point struct{ X, Y int }\n"
+                    "func (p Point) Sum() int { return p.X + p.Y }\n"
+                    "p := Point{3, 4}\np.Sum()", context={"id": ctx}))
+    assert r.text == ["7"]
+    # Statements run once: this Println is not repeated by the next cell.
+    r = ok(run_code(coved, ci, 'count *= 2\np.X = 10\nseen := map[string]int{"a": 1}\n'
+                    'fmt.Println("updated")', context={"id": ctx}))
+    assert r.stdout == "updated\n"
+    r = ok(run_code(coved, ci, 'fmt.Println(count, p, seen["a"])\np.Sum()', context={"id": ctx}))
+    assert r.stdout == "80 {10 4} 1\n" and r.text == ["14"]
+    # A function redefined replaces the earlier one.
+    ok(run_code(coved, ci, "func twice(v int) int { return v * 2 }", context={"id": ctx}))
+    ok(run_code(coved, ci, "func twice(v int) int { return v * 3 }", context={"id": ctx}))
+    assert ok(run_code(coved, ci, "twice(count)", context={"id": ctx})).text == ["240"]
+
+
+@needs_go
+def test_go_errors_and_interrupt(coved, ci):
+    ctx = new_context(coved, ci, "go")
+    ok(run_code(coved, ci, 'kept := "before"', context={"id": ctx}))
+    r = run_code(coved, ci, "var values []int\nkept = \"changed\"\n_ = values[5]", context={"id": ctx})
+    assert r.error["ename"] == "panic", r.events
+    assert r.error["evalue"] == "runtime error: index out of range [5] with length 0"
+    r = run_code(coved, ci, "notDefined + 1", context={"id": ctx})
+    assert r.error["ename"] == "CompilationError", r.events
+    assert "line 1: undefined: notDefined" in r.error["evalue"]
+    r = interrupted_run(coved, ci, ctx, "kept = \"lost\"\nfor {\n}", after=2.5)
+    assert r.error["ename"] == "KeyboardInterrupt", r.events
+    # A cell that failed leaves the variables as they were.
+    assert ok(run_code(coved, ci, "kept", context={"id": ctx})).text == ["before"]
