@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,23 +91,21 @@ int kernel_builtin_install(const char *language, char dir_out[PATH_MAX], struct 
     return 0;
 }
 
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
 void kernel_builtin_remove(const char *dir)
 {
     if (dir == NULL || dir[0] == '\0')
         return;
-    char path[PATH_MAX + 256];
-    /* Files first, then their directories, the top one last. */
-    for (size_t i = 0; i < kernel_builtin_file_count; i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, kernel_builtin_files[i].path);
-        unlink(path);
-    }
-    for (size_t i = 0; i < kernel_builtin_file_count; i++) {
-        snprintf(path, sizeof(path), "%s/%s", dir, kernel_builtin_files[i].path);
-        char *slash = strrchr(path, '/');
-        if (slash > path + strlen(dir)) {
-            *slash = '\0';
-            rmdir(path);
-        }
-    }
-    rmdir(dir);
+    /* All of it: the kernels keep their scratch files here too (the Go kernel's programs). */
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

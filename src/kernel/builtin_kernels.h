@@ -30,5 +30,6 @@ bool kernel_builtin_has(const char *language);
 int kernel_builtin_install(const char *language, char dir_out[PATH_MAX], struct kernelspec *out,
                            struct cove_error **err);
 
-/* Removes what kernel_builtin_install wrote; dir "" is nothing. */
+/* Removes the directory kernel_builtin_install made, with whatever the kernel added to it;
+ * dir "" is nothing. */
 void kernel_builtin_remove(const char *dir);

@@ -6,7 +6,7 @@
 // A snippet that throws is an error named EvalException with the exception's message (its
 // class and stack in the traceback); one that does not compile is a CompilationError with
 // javac's diagnostics. The value of a last expression is the result.
-import java.io.ByteArrayOutputStream;
+import java.io.ByteArrayInputStream;
 import java.io.FileOutputStream;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -148,10 +148,13 @@ public class JavaDriver {
 
     public static void main(String[] args) throws Exception {
         control = new FileOutputStream("/proc/self/fd/3");
+        InputStream in = System.in; // the cells: the user's code reads an empty stdin
+        System.setIn(new ByteArrayInputStream(new byte[0]));
         JShell shell = JShell.builder()
             .executionEngine("local")
             .out(System.out)
             .err(System.err)
+            .in(new ByteArrayInputStream(new byte[0]))
             .build();
         Signal.handle(new Signal("INT"), signal -> {
             stopped.set(true);
@@ -160,7 +163,6 @@ public class JavaDriver {
         shell.eval("import java.util.*;");
         shell.eval("import java.util.stream.*;");
         shell.eval("import java.io.*;");
-        InputStream in = System.in;
         String code;
         while ((code = readCell(in)) != null) {
             try {

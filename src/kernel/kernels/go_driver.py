@@ -159,7 +159,8 @@ GO_TYPE_QUALIFIED = re.compile(r"\b([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
 
 class Session:
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="cove-go-")
+        # Next to this file: cove-kernel removes that directory, whatever ends the kernel.
+        self.dir = tempfile.mkdtemp(prefix="go-", dir=os.path.dirname(os.path.abspath(__file__)))
         self.imports = {}  # path -> alias ("" for none)
         self.declarations = {}  # key -> text, in insertion order
         self.variables = {}  # name -> {"type": Go type, "value": JSON}

@@ -53,6 +53,14 @@ static void test_install_and_remove(void)
     struct stat st;
     CHECK(stat(path, &st) == 0 && st.st_size > 0 && (st.st_mode & 077) == 0);
     kernelspec_release(&spec);
+    /* What a kernel adds there goes too (the Go kernel builds its programs in it). */
+    snprintf(path, sizeof(path), "%s/go-scratch", dir);
+    CHECK(mkdir(path, 0700) == 0);
+    snprintf(path, sizeof(path), "%s/go-scratch/main.go", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f != NULL)
+        fclose(f);
     kernel_builtin_remove(dir);
     CHECK(access(dir, F_OK) < 0);
 
