@@ -6,7 +6,9 @@
 // A snippet that throws is an error named EvalException with the exception's message (its
 // class and stack in the traceback); one that does not compile is a CompilationError with
 // javac's diagnostics. The value of a last expression is the result.
+import java.io.BufferedInputStream;
 import java.io.ByteArrayInputStream;
+import java.io.FileInputStream;
 import java.io.FileOutputStream;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -148,8 +150,8 @@ public class JavaDriver {
 
     public static void main(String[] args) throws Exception {
         control = new FileOutputStream("/proc/self/fd/3");
-        InputStream in = System.in; // the cells: the user's code reads an empty stdin
-        System.setIn(new ByteArrayInputStream(new byte[0]));
+        // A buffered stream: FileInputStream.readNBytes seeks, which a pipe cannot (JDK 17).
+        InputStream in = new BufferedInputStream(new FileInputStream("/proc/self/fd/4"));
         JShell shell = JShell.builder()
             .executionEngine("local")
             .out(System.out)

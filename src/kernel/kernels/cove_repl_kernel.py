@@ -2,10 +2,10 @@
 Java, Go): an ipykernel Kernel that hands each cell to a driver process and turns what it says
 into stream / execute_result / error messages, as IPython's kernel does.
 
-The driver protocol: a cell goes to the driver's stdin as "<byte length>\\n<code>"; the driver
-answers with JSON lines on descriptor 3 ({"result": text}, {"error": {ename, evalue,
+The driver protocol: a cell goes to the driver's descriptor 4 as "<byte length>\\n<code>"; the
+driver answers with JSON lines on descriptor 3 ({"result": text}, {"error": {ename, evalue,
 traceback}}, then {"done": true}). What the user's code writes to stdout and stderr goes to the
-driver's own stdout and stderr, which are forwarded as they come. An interrupt is SIGINT to the
+driver's own stdout and stderr, which are forwarded as they come; its stdin is /dev/null. An interrupt is SIGINT to the
 kernel's process group (interrupt_mode "signal"): the driver gets it too, stops the cell and
 says done; the Go kernel has no long-lived driver and runs each cell's program, which SIGINT
 ends. Started as: cove_repl_kernel.py LANGUAGE -f CONNECTION_FILE."""
@@ -42,7 +42,7 @@ def driver_command(language):
         return ["node", "--stack-size=4000", os.path.join(HERE, "node_driver.js"), language]
     if language == "java":
         # A single-file source program: compiled at start, so nothing is built beforehand.
-        return ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+        return ["java", "-XX:+UseSerialGC", "-Xshare:auto",
                 "--add-modules", "jdk.jshell", os.path.join(HERE, "JavaDriver.java")]
     if language == "go":
         return ["python3", os.path.join(HERE, "go_driver.py")]
@@ -54,28 +54,34 @@ class Driver:
 
     def __init__(self, command):
         control_read, control_write = os.pipe()
+        cells_read, cells_write = os.pipe()
         self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            # 3 kept too: the child closes what is not kept after setup put the pipe there.
-            pass_fds=sorted({control_write, 3}), preexec_fn=self._child_setup(control_write),
-            cwd=os.getcwd())
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # 3 and 4 kept too: the child closes what is not kept after setup put the pipes there.
+            pass_fds=sorted({control_write, cells_read, 3, 4}),
+            preexec_fn=self._child_setup(control_write, cells_read), cwd=os.getcwd())
         os.close(control_write)
+        os.close(cells_read)
         self.control = control_read
+        self.cells = os.fdopen(cells_write, "wb")
         self.pending = b""
 
     @staticmethod
-    def _child_setup(control_write):
+    def _child_setup(control_write, cells_read):
         def setup():
             default_signals()
-            if control_write != 3:
-                os.dup2(control_write, 3)
-                os.close(control_write)
+            # Out of the way of 3 and 4 first: either may be the other pipe's number.
+            control, cells = os.dup(control_write), os.dup(cells_read)
+            os.dup2(control, 3)
+            os.dup2(cells, 4)
+            os.close(control)
+            os.close(cells)
         return setup
 
     def send(self, code):
         data = code.encode()
-        self.proc.stdin.write(b"%d\n" % len(data) + data)
-        self.proc.stdin.flush()
+        self.cells.write(b"%d\n" % len(data) + data)
+        self.cells.flush()
 
     def alive(self):
         return self.proc.poll() is None
@@ -112,7 +118,7 @@ class ReplKernel(Kernel):
         done = interrupted = False
         try:
             d.send(code)
-        except BrokenPipeError:
+        except (BrokenPipeError, ValueError):
             done = True
         open_fds = 3
         while not done and open_fds > 0:

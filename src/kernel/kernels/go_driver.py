@@ -402,7 +402,7 @@ def main():
         sys.exit(3)
     signal.signal(signal.SIGINT, on_sigint)
     session = Session()
-    stdin = sys.stdin.buffer
+    stdin = os.fdopen(4, "rb")
     try:
         while (code := read_cell(stdin)) is not None:
             try:

@@ -234,8 +234,10 @@ async function pump() {
   }
   busy = false;
 }
-process.stdin.on('data', (chunk) => {
+// On descriptor 4: stdin is the user's code's (/dev/null).
+const cells = fs.createReadStream(null, { fd: 4 });
+cells.on('data', (chunk) => {
   input = Buffer.concat([input, chunk]);
   pump();
 });
-process.stdin.on('end', () => process.exit(0));
+cells.on('end', () => process.exit(0));
