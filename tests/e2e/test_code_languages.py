@@ -236,3 +236,25 @@ def test_go_errors_and_interrupt(coved, ci):
     assert r.error["ename"] == "KeyboardInterrupt", r.events
     # A cell that failed leaves the variables as they were.
     assert ok(run_code(coved, ci, "kept", context={"id": ctx})).text == ["before"]
+
+
+@needs_go
+def test_kernel_files_go_with_the_context(coved, ci):
+    """Cove's kernels are written to the sandbox's /tmp for their context's life only."""
+    def kernel_dirs():
+        # One line: a command's output events are its lines, without their newlines.
+        r = run_code(coved, ci, "echo $(ls -d /tmp/cove-kernels-* /tmp/cove-kernels-*/go-* "
+                     "2>/dev/null)")
+        assert r.status == 200, r.raw
+        return sorted(r.stdout.split())
+
+    before = kernel_dirs()
+    ctx = new_context(coved, ci, "go")
+    ok(run_code(coved, ci, "x := 1", context={"id": ctx}))
+    during = [d for d in kernel_dirs() if d not in before]
+    assert len(during) == 2 and "/go-" in during[1], during  # the kernel's, Go's scratch in it
+    assert call(coved, ci, "DELETE", f"/code/contexts/{ctx}")[0] == 200
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and kernel_dirs() != before:
+        time.sleep(0.2)
+    assert kernel_dirs() == before
