@@ -179,13 +179,14 @@ class Session:
         self.env.setdefault("CGO_ENABLED", "0")
         self.count = 0
 
-    def declared_type(self, go_type):
-        """The %T of a saved value as this program spells it, or None if it cannot."""
+    @staticmethod
+    def declared_type(go_type, imports):
+        """The %T of a saved value as a program with imports spells it, or None if it cannot."""
         spelled = go_type.replace("main.", "")
         for package, name in GO_TYPE_QUALIFIED.findall(spelled):
             if not name[0].isupper() or not any(
                     path.split("/")[-1] == package or alias == package
-                    for path, alias in self.imports.items()):
+                    for path, alias in imports.items()):
                 return None
         if "func(" in spelled or "chan " in spelled or spelled.startswith("<nil>"):
             return None
@@ -208,7 +209,7 @@ class Session:
             out.append("")
         state_types = {}
         for name, var in self.variables.items():
-            spelled = self.declared_type(var["type"])
+            spelled = self.declared_type(var["type"], imports)
             if spelled is not None:
                 state_types[name] = spelled
                 out.append(f"var {name} {spelled}")
@@ -308,13 +309,8 @@ class Session:
         first_lines = dict(fresh_declarations)
         ordered = [(text, first_lines.get(key)) for key, text in declarations.items()]
         result = bool(statements) and result_candidate(statements[-1][0])
-        saved_imports = self.imports
-        self.imports = imports  # declared_type looks at the imports this program has
-        try:
-            built, errors, binary, line_map = self._build_trying(imports, ordered, statements,
-                                                                 result, saved)
-        finally:
-            self.imports = saved_imports
+        built, errors, binary, line_map = self._build_trying(imports, ordered, statements, result,
+                                                             saved)
         if INTERRUPTED:
             return {"ename": "KeyboardInterrupt", "evalue": "interrupted",
                     "traceback": ["KeyboardInterrupt: the build was interrupted"]}
