@@ -104,6 +104,28 @@ class ReplKernel(Kernel):
             self.send_response(self.iopub_socket, "stream",
                                {"name": name, "text": data.decode(errors="replace")})
 
+    def _take(self, key, sel, d):
+        """Reads what one ready pipe has; 1 when it is at its end, else 0."""
+        fd = key.fileobj if isinstance(key.fileobj, int) else key.fileobj.fileno()
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            sel.unregister(key.fileobj)
+            return 1
+        if key.data != "control":
+            self._stream(key.data, chunk)
+            return 0
+        d.pending += chunk
+        while b"\n" in d.pending:
+            line, d.pending = d.pending.split(b"\n", 1)
+            message = json.loads(line)
+            if "error" in message:
+                d.error = message["error"]
+            elif "result" in message:
+                d.result = message["result"]
+            elif message.get("done"):
+                d.said_done = True
+        return 0
+
     def _run(self, code):
         """Sends code to the driver and forwards what it says until it is done; returns the
         error it reported, or None, and the result text."""
@@ -114,40 +136,23 @@ class ReplKernel(Kernel):
         sel.register(d.proc.stdout, selectors.EVENT_READ, "stdout")
         sel.register(d.proc.stderr, selectors.EVENT_READ, "stderr")
         sel.register(d.control, selectors.EVENT_READ, "control")
-        error = result = None
         done = interrupted = False
+        d.error = d.result = None
+        d.said_done = False
         try:
             d.send(code)
         except (BrokenPipeError, ValueError):
-            done = True
+            pass  # it is gone: its pipes are at their end, and that is reported below
         open_fds = 3
         while not done and open_fds > 0:
             try:
-                ready = sel.select()
+                for key, _ in sel.select():
+                    open_fds -= self._take(key, sel, d)
+                done = d.said_done
             except KeyboardInterrupt:
-                # The driver got the same SIGINT (one process group) and ends the cell itself.
+                # Wherever it lands: the driver got the same SIGINT (one process group) and
+                # ends the cell itself; leaving now would take its answer for the next cell's.
                 interrupted = True
-                continue
-            for key, _ in ready:
-                fd = key.fileobj if isinstance(key.fileobj, int) else key.fileobj.fileno()
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    open_fds -= 1
-                    continue
-                if key.data != "control":
-                    self._stream(key.data, chunk)
-                    continue
-                d.pending += chunk
-                while b"\n" in d.pending:
-                    line, d.pending = d.pending.split(b"\n", 1)
-                    message = json.loads(line)
-                    if "error" in message:
-                        error = message["error"]
-                    elif "result" in message:
-                        result = message["result"]
-                    elif message.get("done"):
-                        done = True
         # What the code wrote before the driver said done is in the pipes already.
         for stream, name in ((d.proc.stdout, "stdout"), (d.proc.stderr, "stderr")):
             os.set_blocking(stream.fileno(), False)
@@ -158,6 +163,7 @@ class ReplKernel(Kernel):
                 pass
             os.set_blocking(stream.fileno(), True)
         sel.close()
+        error, result = d.error, d.result
         if not done:
             d.proc.wait()
             self.driver = None
