@@ -22,6 +22,10 @@ packages=(
   # What the code-interpreter template's kernel offers (and its tests use). About 390 MB
   # installed: Debian's matplotlib pulls fonttools, which pulls scipy and sympy.
   python3-numpy python3-pandas python3-matplotlib
+  # The code interpreter's other languages, on Cove's own kernels (src/kernel/kernels/):
+  # Java on JShell, Go's toolchain, TypeScript's compiler for node (JavaScript runs on node,
+  # installed below).
+  default-jdk-headless golang-go node-typescript
   busybox-static iproute2 procps tar
   # writable layers on disk: mke2fs formats each size's template image (runtime/layer.c);
   # util-linux's losetup is what tests read loop devices with

@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "kernel/builtin_kernels.h"
 #include "kernel/connection.h"
 #include "kernel/events.h"
 #include "kernel/jupyter.h"
@@ -66,6 +67,7 @@ enum phase { STARTING, SERVING, STOPPING };
 struct helper {
     enum phase phase;
     struct kernelspec spec;
+    char builtin_dir[PATH_MAX]; /* Cove's own kernels written out (builtin_kernels.h), or "" */
     struct kernel_connection conn;
     struct jupyter_client client;
     pid_t kernel_pid;
@@ -198,6 +200,24 @@ static void free_strings(char **v)
     for (size_t i = 0; v != NULL && v[i] != NULL; i++)
         free(v[i]);
     free(v);
+}
+
+/* An installed kernelspec for language, else Cove's own kernel for it, else the 400 of the
+ * search. */
+static int find_kernel(struct helper *h, const char *language, struct cove_error **err)
+{
+    struct cove_error *not_found = NULL;
+    if (kernelspec_find(language, &h->spec, &not_found) == 0)
+        return 0;
+    if (not_found->http_status != 400 || !kernel_builtin_has(language)) {
+        if (err != NULL)
+            *err = not_found;
+        else
+            cove_error_free(not_found);
+        return -1;
+    }
+    cove_error_free(not_found);
+    return kernel_builtin_install(language, h->builtin_dir, &h->spec, err);
 }
 
 /* Forks and execs the kernel in a process group of its own (an interrupt reaches what it
@@ -718,7 +738,7 @@ int main(int argc, char **argv)
         emit_failed(&h, 500, err->message);
         goto out;
     }
-    if (kernelspec_find(language, &h.spec, &err) < 0 ||
+    if (find_kernel(&h, language, &err) < 0 ||
         kernel_connection_make(&h.conn, h.spec.name, &err) < 0 || spawn_kernel(&h, &err) < 0 ||
         jupyter_connect(&h.client, &h.conn, &err) < 0) {
         emit_failed(&h, err->http_status == 400 ? 400 : 500, err->message);
@@ -735,6 +755,7 @@ out:
         jupyter_close(&h.client);
     kernel_connection_remove(&h.conn);
     kernelspec_release(&h.spec);
+    kernel_builtin_remove(h.builtin_dir);
     flush_output(&h, true);
     cove_error_free(err);
     free(h.input);

@@ -168,3 +168,64 @@ describe("code contexts through the SDK's execd client and event dispatcher", ()
     assert.deepEqual(list.data, []);
   });
 });
+
+// The other languages OpenSandbox's clients create contexts for, side by side in one sandbox:
+// state between runs, an error folded into the dispatcher's ExecutionError, an interrupt that
+// leaves the state (Cove's own kernels, src/kernel/kernels/).
+describe("javascript, typescript, java and go contexts through the SDK's execd client", () => {
+  let sbx;
+  let execd;
+
+  before(async () => {
+    sbx = await Sandbox.create({
+      connectionConfig: connection(), image: "code-interpreter",
+      resource: { cpu: "2", memory: "2Gi" }, metadata: { suite: "code-languages", run: RUN },
+    });
+    coved.track(sbx.id);
+    closable.push(sbx);
+    execd = await execdOf(sbx);
+  });
+
+  after(async () => {
+    await sbx?.kill().catch(() => {});
+  });
+
+  const languages = [
+    { language: "javascript", set: "let kept = 20;", use: "kept * 2 + 2", value: "42",
+      fail: "throw new RangeError('too far')", ename: "RangeError", evalue: "too far",
+      loop: "while (true) {}" },
+    { language: "typescript", set: "const kept: number = 20;", use: "(kept as number) * 2 + 2",
+      value: "42", fail: "throw new Error('typed')", ename: "Error", evalue: "typed",
+      loop: "for (;;) {}" },
+    { language: "java", set: "int kept = 20;", use: "kept * 2 + 2", value: "42",
+      fail: "throw new IllegalArgumentException(\"bad argument\");", ename: "EvalException",
+      evalue: "bad argument", loop: "while (true) {}" },
+    { language: "go", set: "kept := 20", use: "kept*2 + 2", value: "42",
+      fail: "panic(\"gone wrong\")", ename: "panic", evalue: "gone wrong", loop: "for {\n}" },
+  ];
+
+  for (const l of languages) {
+    test(`${l.language}: state, error and interrupt`, { timeout: TEST_TIMEOUT }, async () => {
+      const { data: ctx, response } = await execd.client.POST("/code/context", { body: { language: l.language } });
+      assert.equal(response.status, 200);
+      assert.equal(ctx.language, l.language);
+      const set = await runCode(execd, l.set, { id: ctx.id, language: l.language });
+      assert.equal(set.execution.error, undefined, JSON.stringify(set.events));
+      const use = await runCode(execd, l.use, { id: ctx.id, language: l.language });
+      assert.deepEqual(use.execution.result.map((x) => x.text), [l.value], JSON.stringify(use.events));
+
+      const fail = await runCode(execd, l.fail, { id: ctx.id, language: l.language });
+      assert.equal(fail.execution.error?.name, l.ename, JSON.stringify(fail.events));
+      assert.equal(fail.execution.error?.value, l.evalue);
+      assert.ok(fail.execution.error.traceback.length > 0);
+
+      const loop = runCode(execd, l.loop, { id: ctx.id, language: l.language });
+      await new Promise((r) => setTimeout(r, 2500));
+      const stop = await execd.client.DELETE("/code", { params: { query: { id: ctx.id } } });
+      assert.equal(stop.response.status, 200);
+      assert.equal((await loop).execution.error?.name, "KeyboardInterrupt");
+      const again = await runCode(execd, l.use, { id: ctx.id, language: l.language });
+      assert.deepEqual(again.execution.result.map((x) => x.text), [l.value]);
+    });
+  }
+});

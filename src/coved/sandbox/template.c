@@ -28,7 +28,8 @@ struct template_registry {
 };
 
 /* Host /etc entries a sandbox on the host's OS needs to work, and nothing secret: never
- * shadow, gshadow, sudoers, ssh host keys or machine credentials. */
+ * shadow, gshadow, sudoers, ssh host keys or machine credentials. The JDK's conf/ links into
+ * /etc/java-N-openjdk (java.security among them: no JVM starts without it). */
 static const char *const etc_whitelist[] = {
     "alternatives",   "ssl",        "ca-certificates", "ca-certificates.conf",
     "ld.so.cache",    "ld.so.conf", "ld.so.conf.d",    "nsswitch.conf",
@@ -39,7 +40,7 @@ static const char *const etc_whitelist[] = {
     "python3",        "python3.11", "matplotlibrc",    "jupyter",
     "ipython",        "shells",     "login.defs",      "skel",
     "terminfo",       "vim",        "gai.conf",        "locale.alias",
-    "default",        "fonts",
+    "default",        "fonts",      "java-17-openjdk", "java-21-openjdk",
 };
 
 /* Moves every owner into the sandbox's id range, so that root inside owns what the template's
