@@ -90,9 +90,7 @@ struct mcp_http_request {
 int mcp_http_parse(const char *data, size_t len, struct mcp_http_request *request, int *status);
 void mcp_http_request_release(struct mcp_http_request *request);
 
-/* Whether an Origin header's value names this machine (http://localhost, 127.x, [::1]):
- * the DNS-rebinding rule of the streamable HTTP transport. */
-bool mcp_origin_is_local(const char *origin);
+/* The Origin rule of the transport (DNS rebinding): lib/http_head.h's http_origin_is_local. */
 
 /* `cove mcp install`: the server entry each client's config holds. */
 enum mcp_install_target {

@@ -22,6 +22,7 @@
 #include "cli/cli.h"
 #include "cli/config.h"
 #include "lib/cleanup.h"
+#include "lib/http_head.h"
 #include "lib/io.h"
 
 #define MCP_HTTP_MAX_THREADS 64
@@ -70,7 +71,7 @@ static void handle(int fd, const char *server_url, struct mcp_http_request *requ
 {
     if (strcmp(request->path, "/mcp") != 0 && strcmp(request->path, "/") != 0)
         return respond_rpc_error(fd, 404, "Not Found", -32600, "no such endpoint; use /mcp");
-    if (request->origin[0] != '\0' && !mcp_origin_is_local(request->origin))
+    if (request->origin[0] != '\0' && !http_origin_is_local(request->origin))
         return respond_rpc_error(fd, 403, "Forbidden", -32600, "Origin not allowed");
     if (strcmp(request->method, "POST") != 0)
         /* no stream from the server (GET), no sessions to end (DELETE) */

@@ -77,3 +77,28 @@ void http_head_clear(struct http_head *h)
     }
     memset(h, 0, sizeof(*h));
 }
+
+bool http_origin_is_local(const char *origin)
+{
+    const char *host = strstr(origin, "://");
+    if (host == NULL)
+        return false;
+    host += 3;
+    size_t len;
+    if (host[0] == '[') {
+        len = strcspn(host, "]");
+        if (host[len] != ']')
+            return false;
+        len++;
+    } else {
+        len = strcspn(host, ":/");
+    }
+    static const char *const local[] = {"localhost", "127.0.0.1", "[::1]", NULL};
+    for (size_t i = 0; local[i] != NULL; i++)
+        if (strlen(local[i]) == len && strncasecmp(host, local[i], len) == 0)
+            return true;
+    /* anything in 127.0.0.0/8, and names under .localhost */
+    if (len > 4 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == len)
+        return true;
+    return len > 10 && strncasecmp(host + len - 10, ".localhost", 10) == 0;
+}

@@ -44,3 +44,8 @@ int http_head_finish(struct http_head *h);
 const char *http_head_get(const struct http_head *h, const char *name);
 /* Frees what the head holds and empties it for the next one. */
 void http_head_clear(struct http_head *h);
+
+/* Whether an Origin header's value names this machine: http(s)://localhost, 127.0.0.0/8,
+ * [::1] or a name under .localhost, any port (the DNS-rebinding rule of MCP's HTTP
+ * transport). */
+bool http_origin_is_local(const char *origin);

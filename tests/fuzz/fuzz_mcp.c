@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/mcp.h"
+#include "lib/http_head.h"
 
 static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26", "1999-01-01"};
 
@@ -49,7 +50,7 @@ static void fuzz_http(const uint8_t *data, size_t size)
             again.consumed != request.consumed || again.body_len != request.body_len)
             __builtin_trap();
         mcp_http_request_release(&again);
-        mcp_origin_is_local(request.origin);
+        http_origin_is_local(request.origin);
     } else if (rc < 0 && (status < 400 || status > 599)) {
         __builtin_trap();
     }

@@ -356,22 +356,6 @@ static const char *request_key(struct http_request *req)
     return NULL;
 }
 
-/* http(s)://localhost, 127.0.0.0/8, [::1] or a name under .localhost. */
-static bool origin_is_local(const char *origin)
-{
-    const char *host = strstr(origin, "://");
-    if (host == NULL)
-        return false;
-    host += 3;
-    size_t len = host[0] == '[' ? strcspn(host, "]") + 1 : strcspn(host, ":/");
-    if ((len == 9 && strncasecmp(host, "localhost", 9) == 0) ||
-        (len == 5 && strncmp(host, "[::1]", 5) == 0))
-        return true;
-    if (len > 4 && strncmp(host, "127.", 4) == 0 && strspn(host, "0123456789.") == len)
-        return true;
-    return len > 10 && strncasecmp(host + len - 10, ".localhost", 10) == 0;
-}
-
 static int header_line(struct evbuffer *out, struct http_request *req, const char *name)
 {
     const char *value = http_request_header(req, name);
@@ -396,7 +380,7 @@ void api_mcp_handle(struct api *api, struct http_request *req)
         return;
     }
     const char *origin = http_request_header(req, "Origin");
-    if (origin != NULL && !origin_is_local(origin))
+    if (origin != NULL && !http_origin_is_local(origin))
         return http_respond_errorf(req, 403, "MCP::FORBIDDEN_ORIGIN",
                                    "requests from the web page at %.200s are not allowed", origin);
     struct api_mcp *m = api->mcp;

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "cli/mcp.h"
+#include "lib/http_head.h"
 
 /* The reply to message, parsed (NULL when none was sent). */
 static json_t *ask(struct mcp_rpc *rpc, const char *message)
@@ -246,7 +247,7 @@ static void test_origin(void)
         {"http://x.localhost.evil", false},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        if (mcp_origin_is_local(cases[i].origin) != cases[i].local) {
+        if (http_origin_is_local(cases[i].origin) != cases[i].local) {
             fprintf(stderr, "origin %s\n", cases[i].origin);
             CHECK(!"wrong origin verdict");
         }
