@@ -19,7 +19,8 @@ static void check_spec(const struct volume_spec *v)
 {
     if (!volume_name_valid(v->name, 63) || !volume_mount_path_allowed(v->mount_path) ||
         v->mount_path[0] != '/' || has_dot_dot(v->mount_path) || has_dot_dot(v->sub_path) ||
-        v->sub_path[0] == '/' || strncmp(v->mount_path, "/proc", 5) == 0)
+        v->sub_path[0] == '/' || strcmp(v->mount_path, "/proc") == 0 ||
+        strncmp(v->mount_path, "/proc/", 6) == 0) /* "/procsys" is another directory */
         __builtin_trap();
     if (v->sub_path[0] != '\0' && !volume_path_is_clean_relative(v->sub_path))
         __builtin_trap();
