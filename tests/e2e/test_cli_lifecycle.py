@@ -117,8 +117,8 @@ def test_renew_with_timeout_and_expires_at(coved):
         assert set(body) == {"expiresAt"} and abs(parse_time(body["expiresAt"]) - later) < 0.01
         assert abs(parse_time(coved.get(sid)["expiresAt"]) - later) < 0.01
 
-        # not later than the current expiry: the server's 400, exit 1, expiry unchanged
-        r = cli(coved, "renew", sid, "--timeout", "30", check=False)
+        # in the past: the server's 400, exit 1, expiry unchanged
+        r = cli(coved, "renew", sid, "--expires-at", iso(time.time() - 30), check=False)
         assert r.returncode == 1 and r.stdout == "" and "cove: " in r.stderr
         assert abs(parse_time(coved.get(sid)["expiresAt"]) - later) < 0.01
     finally:
