@@ -14,7 +14,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.environ.get("COVE_BUILD_DIR", os.path.join(ROOT, "build"))
+# Absolute: tests run the binaries from other working directories too.
+BUILD = os.path.abspath(os.environ.get("COVE_BUILD_DIR", os.path.join(ROOT, "build")))
 COVED = os.path.join(BUILD, "src", "coved", "coved")
 # The sanitizer pass runs a dynamic agent built with ASan+UBSan (cove-agent-sanitized).
 AGENT = os.environ.get("COVE_AGENT", os.path.join(BUILD, "src", "agent", "cove-agent"))
@@ -141,7 +142,24 @@ class Coved:
             self.proc.wait(5)
             raise RuntimeError(f"coved did not start: {line!r}\n{self.log()}")
         self.port = int(line.strip().rsplit(":", 1)[1])
+        self.wait_for_mcp_child(args)
         return self
+
+    def wait_for_mcp_child(self, args, timeout=10):
+        """coved starts its MCP server (`cove mcp serve`) as it comes up: until that child
+        has exec'd it looks like any other child of coved, which tests counting coved's
+        descendants would take for a sandbox's. Waits until it runs (if coved has one)."""
+        i = args.index("--mcp-command") if "--mcp-command" in args else -1
+        if i >= 0 and i + 1 < len(args) and args[i + 1] == "none":
+            return
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.proc.poll() is None:
+            if any(is_coved_helper(p) for p in descendants(self.proc.pid, helpers=True)):
+                return
+            log = self.log()
+            if "no MCP server" in log or "cannot start the MCP server" in log:
+                return
+            time.sleep(0.02)
 
     def log(self):
         try:
