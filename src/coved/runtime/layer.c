@@ -27,7 +27,9 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <linux/magic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,6 +72,31 @@ enum runtime_layer runtime_layer_of(const char *run_dir)
     char path[4200];
     snprintf(path, sizeof(path), "%s/" LAYER_IMAGE, run_dir);
     return access(path, F_OK) == 0 ? RUNTIME_LAYER_DISK : RUNTIME_LAYER_TMPFS;
+}
+
+int runtime_layer_upper(const struct runtime_process *proc, struct cove_error **err)
+{
+    if (proc->pidfd < 0)
+        return cove_error_set(err, ENOSYS, 409, "SNAPSHOT::UNSUPPORTED",
+                              "the sandbox's process cannot be reached here (no pidfd)");
+    cleanup_fd int layer = (int)syscall(SYS_pidfd_getfd, proc->pidfd, RUNTIME_LAYER_FD, 0);
+    if (layer < 0)
+        return cove_error_set(err, errno, 409, "SNAPSHOT::UNSUPPORTED",
+                              "the sandbox's writable layer cannot be reached (a sandbox started "
+                              "by a coved from before snapshots cannot be snapshotted)");
+    /* What the agent holds there is the layer's root unless the agent itself was subverted:
+     * then it is still something of the sandbox's own, but it must at least be a layer's
+     * filesystem, never a /proc or a /sys coved would then read as host root. */
+    struct statfs fs;
+    struct stat st;
+    if (fstatfs(layer, &fs) < 0 || (fs.f_type != EXT4_SUPER_MAGIC && fs.f_type != TMPFS_MAGIC) ||
+        fstat(layer, &st) < 0 || !S_ISDIR(st.st_mode))
+        return cove_error_set(err, EINVAL, 409, "SNAPSHOT::UNSUPPORTED",
+                              "the sandbox's writable layer is not what it should be");
+    int upper = openat(layer, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (upper < 0)
+        return cove_error_sys(err, "open the sandbox's writable layer");
+    return upper;
 }
 
 static const char *mke2fs_path(void)
