@@ -680,9 +680,11 @@ int layer_copy_tree(int src_dir, int dst_dir, const char *name, const struct lay
     }
     int rc = -1;
     if (mkdirat(dst_dir, name, 0700) < 0) {
+        int saved = errno;
         char shown[SHOWN_MAX];
-        cove_error_sys(err, "layer copy: make the copy's directory %s",
-                       escape(name, strlen(name), shown, sizeof(shown)));
+        escape(name, strlen(name), shown, sizeof(shown));
+        errno = saved;
+        cove_error_sys(err, "layer copy: make the copy's directory %s", shown);
     } else {
         rc = copy_walk(&c, src_dir, dst_dir, name);
         while (c.depth > 0)

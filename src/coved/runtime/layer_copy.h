@@ -5,9 +5,9 @@
  *
  * The upper's contents were written by an untrusted sandbox: no symbolic link is followed,
  * nothing is opened but with openat and O_NOFOLLOW from the directory above it, names are
- * any bytes, and the resources taken grow with the depth of the tree only (two descriptors
- * and a few hundred bytes of heap a level, a copy buffer of at most 1 MiB), never with its
- * size. */
+ * any bytes, and the resources taken grow with the depth of the tree only (two descriptors and
+ * a directory stream of about 32 KiB a level, a copy buffer of at most 1 MiB), never with its
+ * size. Nothing is synced: the caller syncfs()es the copy before it relies on it. */
 #pragma once
 
 #include <stdint.h>

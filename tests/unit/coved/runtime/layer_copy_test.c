@@ -3,6 +3,7 @@
  * layer above a base whose files its whiteout and opaque directory must hide. Needs root
  * (mknod, chown, trusted.* attributes): exit 77 (a skip) where those are refused. */
 #include <endian.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -232,6 +233,10 @@ static void make_source(void)
     CHECK(setxattr(at("src/opq"), "trusted.overlay.opaque", "y", 1, 0) == 0);
     write_file("src/opq/new.txt", "new", 0644);
     make_dir("src/plain", 0755);
+    make_dir("src/moved", 0755); /* a renamed directory, with redirect_dir=on */
+    CHECK(setxattr(at("src/moved"), "trusted.overlay.redirect", "/plain", 6, 0) == 0);
+    write_file("src/xwhiteout", "", 0644); /* a whiteout made as an xattr */
+    CHECK(setxattr(at("src/xwhiteout"), "trusted.overlay.whiteout", "", 0, 0) == 0);
     write_file("src/plain/new.txt", "new", 0644);
 
     write_file("src/origin.txt", "o", 0644);
@@ -356,6 +361,8 @@ static void check_copy(const struct layer_copy_stats *stats)
     CHECK(st.st_rdev == makedev(0, 0));
 
     CHECK(xattr_is(at("dst/layer/opq"), "trusted.overlay.opaque", "y", 1));
+    CHECK(xattr_is(at("dst/layer/moved"), "trusted.overlay.redirect", "/plain", 6));
+    CHECK(xattr_is(at("dst/layer/xwhiteout"), "trusted.overlay.whiteout", "", 0));
     CHECK(text_is(at("dst/layer/opq/new.txt"), "new"));
     CHECK(lgetxattr(at("dst/layer/origin.txt"), "trusted.overlay.origin", NULL, 0) < 0 &&
           errno == ENODATA);
@@ -392,17 +399,27 @@ static void check_copy(const struct layer_copy_stats *stats)
 
     CHECK(absent(at("dst/layer/sock")));
 
-
     CHECK_EQ_INT(stats->bytes, made_bytes);
     CHECK_EQ_INT(stats->files, made_entries);
     CHECK_EQ_INT(stats->skipped, 1); /* the socket */
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    while (d != NULL && readdir(d) != NULL)
+        n++;
+    if (d != NULL)
+        closedir(d);
+    return n;
 }
 
 static void test_copy(void)
 {
     make_dir("dst", 0700);
     make_source();
-    int src = open_dir("src"), dst = open_dir("dst");
+    int src = open_dir("src"), dst = open_dir("dst"), fds = open_fds();
     struct layer_copy_stats stats = {0};
     struct cove_error *err = NULL;
     struct timespec t0, t1;
@@ -417,6 +434,7 @@ static void test_copy(void)
     printf("copied %llu entries, %llu bytes (apparent) in %.1f ms\n",
            (unsigned long long)stats.files, (unsigned long long)stats.bytes,
            (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    CHECK_EQ_INT(open_fds(), fds);
     check_copy(&stats);
 
     /* A name that is there already is an error, and what was there stays. */
@@ -456,9 +474,10 @@ static void make_chain(const char *rel, int levels)
 static void test_depth(void)
 {
     make_chain("deep", 9); /* deep/d1/.../d9: nine levels below the root */
-    int src = open_dir("deep"), dst = open_dir("dst");
+    int src = open_dir("deep"), dst = open_dir("dst"), fds = open_fds();
     struct cove_error *err = NULL;
     CHECK_EQ_INT(layer_copy_tree(src, dst, "deep8", &ids, 8, NULL, &err), -1);
+    CHECK_EQ_INT(open_fds(), fds); /* a failed copy closes what it opened too */
     CHECK(err != NULL && strstr(err->message, "deeper than 8 directory levels") != NULL);
     CHECK(err != NULL && strstr(err->message, "d1/d2/d3/d4/d5/d6/d7/d8/d9") != NULL);
     if (err != NULL)
