@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "coved/runtime/child.h"
+#include "coved/runtime/layer_copy.h"
 #include "coved/runtime/runtime.h"
 #include "lib/cleanup.h"
 #include "lib/log.h"
@@ -188,9 +189,9 @@ static int template_path(const char *layer_dir, int64_t bytes, char *out, size_t
 }
 
 /* Copies the template to dst, its holes kept: a reflink where the filesystem has them,
- * otherwise each data extent with copy_file_range (in the kernel, no bytes through here),
- * then on disk. The loop device reads it with direct I/O: dirty pages of the image would make
- * it write them back first, inside LOOP_CONFIGURE and the mount, which then take 5-30 ms
+ * otherwise each data extent with copy_file_range (layer_copy_data; in the kernel, no bytes
+ * through here), then on disk. The loop device reads it with direct I/O: dirty pages of the image
+ * would make it write them back first, inside LOOP_CONFIGURE and the mount, which then take 5-30 ms
  * instead of well under one; an fdatasync of a few hundred KiB costs about 0.8 ms. */
 static int copy_sparse(const char *src, const char *dst, int64_t bytes)
 {
@@ -202,30 +203,9 @@ static int copy_sparse(const char *src, const char *dst, int64_t bytes)
         return -1;
     if (ioctl(out, FICLONE, in) == 0)
         return 0;
-    if (ftruncate(out, bytes) < 0)
+    if (layer_copy_data(in, out, bytes) < 0)
         return -1;
-    off_t data = 0;
-    for (;;) {
-        data = lseek(in, data, SEEK_DATA);
-        if (data < 0 && errno == ENXIO)
-            return fdatasync(out); /* no data after the last hole */
-        if (data < 0)
-            return -1;
-        off_t hole = lseek(in, data, SEEK_HOLE);
-        if (hole < 0)
-            return -1;
-        off_t from = data, to = data;
-        while (from < hole) {
-            ssize_t n = copy_file_range(in, &from, out, &to, (size_t)(hole - from), 0);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                errno = n == 0 ? EIO : errno;
-                return -1;
-            }
-        }
-        data = hole;
-    }
+    return fdatasync(out);
 }
 
 /* Attaches image_fd to a free loop device, cleared once its last user (the mount) goes.
