@@ -126,6 +126,9 @@ def test_snapshot_then_create_from_it(coved):
     for sid in (new, other, src):
         coved.delete(sid)
     coved.ok("DELETE", f"/v1/snapshots/{snap['id']}", expect=(204,))
+    deadline = time.time() + 30  # removed in the background
+    while os.path.exists(layer) and time.time() < deadline:
+        time.sleep(0.05)
     assert not os.path.exists(layer)
 
 
