@@ -17,6 +17,7 @@
 #include "coved/route_key_command.h"
 #include "coved/runtime/runtime.h"
 #include "coved/sandbox/sandbox.h"
+#include "coved/sandbox/isolated.h"
 #include "coved/sandbox/snapshot.h"
 #include "coved/sandbox/template.h"
 #include "coved/sandbox/volume.h"
@@ -152,6 +153,7 @@ int main(int argc, char **argv)
     struct sandbox_health *health = NULL;
     struct volume_registry *volumes = NULL;
     struct snapshot_registry *snapshots = NULL;
+    struct isolated_registry *isolated = NULL;
     struct egress *egress = NULL;
     struct egress_policy *default_policy = NULL;
     struct runtime rt = {.agent_fd = -1, .kernel_fd = -1};
@@ -201,6 +203,7 @@ int main(int argc, char **argv)
     if (sandbox_manager_restore(sandboxes, &err) < 0 ||
         snapshot_registry_open(base, store, &rt, sandboxes, templates, o.state_dir, &snapshots,
                                &err) < 0 ||
+        isolated_registry_new(base, &rt, sandboxes, &isolated, &err) < 0 ||
         sandbox_health_start(base, sandboxes, o.health_interval_s, &health, &err) < 0)
         goto out;
 
@@ -210,6 +213,7 @@ int main(int argc, char **argv)
     api.templates = templates;
     api.volumes = volumes;
     api.snapshots = snapshots;
+    api.isolated = isolated;
     api.config = (struct api_config){
         .listen_host = host,
         .listen_port = port,
@@ -261,6 +265,7 @@ out:
         event_free(sigint);
     api_stop(&api);
     route_signer_close(&api.signer);
+    isolated_registry_free(isolated);  /* before the sandboxes: their sessions stop */
     snapshot_registry_free(snapshots); /* before the sandboxes: it thaws the ones it froze */
     sandbox_manager_free(sandboxes);
     volume_registry_free(volumes); /* after the sandboxes, which stop using theirs */

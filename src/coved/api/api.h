@@ -52,6 +52,7 @@ struct api_quotas;
 struct store;
 struct volume_registry;
 struct snapshot_registry;
+struct isolated_registry;
 
 struct api {
     struct event_base *base;
@@ -70,6 +71,7 @@ struct api {
     struct api_mcp *mcp; /* the /mcp server's child (api/mcp.c), NULL when there is none */
     struct volume_registry *volumes;     /* named volumes (sandbox/volume.h) */
     struct snapshot_registry *snapshots; /* sandbox/snapshot.h */
+    struct isolated_registry *isolated;  /* sandbox/isolated.h */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint): the
@@ -158,6 +160,11 @@ void api_volume_get(struct api *api, struct http_request *req, const struct api_
                     const char *name);
 void api_volume_delete(struct api *api, struct http_request *req, const struct api_caller *c,
                        const char *name);
+
+/* The isolated execution API's own routes (api/isolated_api.c): rest is the path after
+ * /v1/isolated, for sb (the gateway checked the caller). */
+void api_isolated_route(struct api *api, struct http_request *req, struct sandbox *sb,
+                        const char *rest);
 
 /* Snapshots (api/snapshots.c, sandbox-lifecycle.yml's Snapshots). A key sees its own. */
 void api_sandbox_snapshot_create(struct api *api, struct http_request *req,

@@ -154,6 +154,9 @@ static void on_request(struct http_request *req, void *arg)
     struct sandbox *sb = sandbox_find_any(api->sandboxes, id);
     if (sb == NULL)
         return http_respond_errorf(req, 404, "SANDBOX::NOT_FOUND", "sandbox %s not found", id);
+    /* The isolated API's own routes come here too (gateway.c), whatever egress is. */
+    if (strncmp(rest, "/v1/isolated/", 13) == 0 && api->isolated != NULL)
+        return api_isolated_route(api, req, sb, rest + 12);
     if (sb->egress == NULL)
         return http_respond_errorf(req, 409, "SANDBOX::NOT_RUNNING",
                                    "sandbox %s is not running: its egress is not up", id);

@@ -31,6 +31,7 @@
 #include "coved/gateway/route_token.h"
 #include "coved/gateway/tunnel.h"
 #include "coved/gateway/upstream.h"
+#include "coved/sandbox/isolated.h"
 #include "lib/clock.h"
 #include "lib/log.h"
 
@@ -181,12 +182,34 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
     target->location[0] = '\0';
     snprintf(target->prefix, sizeof(target->prefix), "%.*s", (int)(r.rest - target_text),
              target_text);
-    if (r.port == EGRESS_API_PORT) /* coved's own egress API, told which sandbox */
+    char session[ISOLATED_ID_SIZE];
+    bool run = false;
+    bool isolated = r.port == RUNTIME_AGENT_PORT && api->isolated != NULL &&
+                    strncmp(r.rest, "/v1/isolated/", 13) == 0;
+    if (isolated && isolated_agent_route(r.rest, session, &run)) {
+        /* A session's own agent, on its socket, the path as it is (it strips the prefix). */
+        struct isolated_session *s = isolated_session_find(api->isolated, sb->id, session, err);
+        if (s == NULL)
+            return TUNNEL_REFUSE;
+        if (s->dead) {
+            cove_error_set(err, 0, 409, "SESSION_NOT_RUNNING", "isolated session %s has ended",
+                           s->id);
+            return TUNNEL_REFUSE;
+        }
+        if (run)
+            isolated_session_touch(s);
+        snprintf(target->path, sizeof(target->path), "%s", r.rest);
+        snprintf(target->upstream, sizeof(target->upstream), "%s:%d:%s", sb->id, r.port, session);
+        sandbox_touch(api->sandboxes, sb);
+        return TUNNEL_FORWARD;
+    }
+    if (r.port == EGRESS_API_PORT || isolated) /* coved's own APIs, told which sandbox */
         snprintf(target->path, sizeof(target->path), "/%s%s%s", sb->id, r.rest[0] == '/' ? "" : "/",
                  r.rest);
     else
         snprintf(target->path, sizeof(target->path), "%s", r.rest);
-    upstream_name(target->upstream, sizeof(target->upstream), sb->id, r.port);
+    upstream_name(target->upstream, sizeof(target->upstream), sb->id,
+                  isolated ? EGRESS_API_PORT : r.port);
     sandbox_touch(api->sandboxes, sb);
     return TUNNEL_FORWARD;
 }

@@ -1,5 +1,6 @@
 /* A sandbox's ports as the gateway's upstreams (upstream.h). */
 #include "coved/gateway/upstream.h"
+#include "coved/sandbox/isolated.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -102,8 +103,12 @@ int upstream_open(struct upstreams *u, const char *peer, const char *name, struc
     if (port == RUNTIME_AGENT_PORT || port == EGRESS_API_PORT) {
         struct sockaddr_un *un = (struct sockaddr_un *)addr;
         un->sun_family = AF_UNIX;
+        /* "{id}:44772:{session}": an isolated session's agent (gateway.c checked the id). */
+        const char *session = strchr(name + strcspn(name, ":") + 1, ':');
         if (port == EGRESS_API_PORT)
             snprintf(un->sun_path, sizeof(un->sun_path), "%s", u->egress_api_socket);
+        else if (session != NULL && isolated_id_valid(session + 1, strlen(session + 1)))
+            isolated_session_socket(sb, session + 1, un->sun_path, sizeof(un->sun_path));
         else
             sandbox_agent_socket(sb, un->sun_path, sizeof(un->sun_path));
         *addr_len = sizeof(*un);

@@ -3,9 +3,9 @@
  * The session's PID 1 is a second cove-agent in namespaces of its own where isolation is
  * asked for, the sandbox's where it is not:
  *   - mount: a copy of the sandbox's, with the workspace as an overlay (its upper and work
- *     directories on the sandbox's writable layer, charged to its disk cap), read-only, or as
- *     it is; a private tmpfs on /tmp; a /proc of the session's pid namespace with the masks
- *     of every sandbox's;
+ *     directories on a tmpfs of the session's, charged to the sandbox's memory), read-only,
+ *     or as it is; a private tmpfs on /tmp; a /proc of the session's pid namespace with the
+ *     masks of every sandbox's;
  *   - pid: a new one below the sandbox's (the session sees its own processes only; killing
  *     its PID 1 ends them all);
  *   - user, uts, ipc, cgroup and the cgroups themselves: the sandbox's (same ids, same limits);
@@ -13,10 +13,7 @@
  *
  * The mounts are made as host root, before the session joins the sandbox's user namespace,
  * so that (as for the sandbox itself) root inside holds no capability over its mount
- * namespace and cannot unmount the overlay or remount the workspace. The overlay itself is
- * mounted in a private mount namespace of the host's view, where its layers are named by
- * descriptors (/proc/self/fd/N: the workspace resolved beneath the sandbox's root, never
- * through a link of the sandbox's), then moved as a detached tree into the session's.
+ * namespace and cannot unmount the overlay or remount the workspace.
  *
  * Processes: coved forks C (host pid namespace; joins the sandbox's cgroups; builds the mount
  * namespace), C forks D1 into the sandbox's pid namespace, D1 forks D, PID 1 of the session's.
@@ -54,8 +51,6 @@ enum {
     FD_AGENT,      /* cove-agent, O_PATH */
     FD_STATUS,     /* 'E' and why, then EOF once the agent was exec'd */
     FD_SANDBOX,    /* pidfd of the sandbox's PID 1 */
-    FD_UPPER,      /* overlay: the upper directory */
-    FD_WORK,       /* overlay: the work directory */
     FD_HANDOVER,   /* unix socket: D's pidfd to coved */
     FD_COUNT,
 };
@@ -140,30 +135,52 @@ static __attribute__((noreturn)) void session_init(const struct runtime_isolated
     die_with_parent(); /* the change of credentials cleared it */
     if (chdir(spec->workspace) < 0 && chdir("/") < 0)
         child_fail(status_fd, "chdir");
+    /* The session agent's log goes nowhere: coved's stderr is no place for what a sandbox
+     * can make it say. */
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 || dup2(null_fd, 2) < 0)
+        child_fail(status_fd, "stdio");
+    close(null_fd);
     fcntl(status_fd, F_SETFD, FD_CLOEXEC); /* EOF for coved once the agent runs */
     fcntl(FD_AGENT, F_SETFD, FD_CLOEXEC);  /* a static binary: execveat needs no path */
     syscall(SYS_execveat, FD_AGENT, "", spec->argv, spec->env, AT_EMPTY_PATH);
     child_fail(status_fd, "exec cove-agent");
 }
 
-/* The workspace's overlay, as a detached tree: mounted in a private mount namespace of the
- * host's view (this process's from here on), its layers named by descriptor. */
-static int overlay_tree(int status_fd, int lower)
+/* The workspace's overlay, mounted on it. Its upper and work directories are on a tmpfs of
+ * the session's own (charged to the sandbox's memory, capped at upper_bytes), gone with the
+ * session. An overlay's layers must be mounts of the namespace that mounts it: the tmpfs is
+ * staged on /tmp, the overlay mounted on a staging directory there, then moved onto the
+ * workspace (by descriptor: no path of the sandbox's is resolved again); the staging mounts
+ * go, the overlay keeps its own clones of its layers. */
+static void mount_overlay(int status_fd, const struct runtime_isolated_spec *spec, int lower)
 {
-    if (unshare(CLONE_NEWNS) < 0)
-        child_fail(status_fd, "unshare the mount namespace");
-    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-    char opts[256];
+    struct stat st;
+    if (fstat(lower, &st) < 0)
+        child_fail(status_fd, "stat the workspace");
+    child_mount(status_fd, "cove-stage", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700");
+    char opts[1200];
+    snprintf(opts, sizeof(opts), "mode=0700,size=%lld", (long long)spec->upper_bytes);
+    child_mkdir(status_fd, "/tmp/layer", 0700);
+    child_mount(status_fd, "cove-upper", "/tmp/layer", "tmpfs", MS_NOSUID | MS_NODEV, opts);
+    child_mkdir(status_fd, "/tmp/layer/upper", 0755);
+    child_mkdir(status_fd, "/tmp/layer/work", 0700);
+    child_mkdir(status_fd, "/tmp/merged", 0700);
+    /* The merged workspace's own owner and mode are its upper directory's. */
+    if (chown("/tmp/layer/upper", st.st_uid, st.st_gid) < 0 ||
+        chmod("/tmp/layer/upper", st.st_mode & 07777) < 0)
+        child_fail(status_fd, "give the workspace's owner to its upper directory");
     snprintf(opts, sizeof(opts),
-             "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d,"
-             "metacopy=off",
-             lower, FD_UPPER, FD_WORK);
-    /* Any directory will do as the mount point: this namespace is this process's alone. */
-    child_mount(status_fd, "cove-isolated", "/tmp", "overlay", MS_NOSUID | MS_NODEV, opts);
-    int tree = open_tree(AT_FDCWD, "/tmp", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (tree < 0)
-        child_fail(status_fd, "clone the workspace's overlay");
-    return tree;
+             "lowerdir=%s,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work,metacopy=off",
+             spec->workspace);
+    child_mount(status_fd, "cove-isolated", "/tmp/merged", "overlay", MS_NOSUID | MS_NODEV, opts);
+    int tree = open_tree(AT_FDCWD, "/tmp/merged", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0 ||
+        move_mount(tree, "", lower, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        child_fail(status_fd, "mount the workspace's overlay");
+    close(tree);
+    if (umount2("/tmp", MNT_DETACH) < 0)
+        child_fail(status_fd, "unmount the staging tmpfs");
 }
 
 /* C: builds the session's mount namespace, then starts its pid namespace. */
@@ -177,55 +194,35 @@ static __attribute__((noreturn)) void session_setup(const struct runtime_isolate
         errno = err->errnum;
         child_fail(status_fd, "join the sandbox's cgroups: %s", err->message);
     }
-    /* The workspace, made where missing, beneath the sandbox's root. */
-    char root_path[64];
-    snprintf(root_path, sizeof(root_path), "/proc/%d/root", (int)spec->sandbox_pid);
-    int root = open(root_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    /* Into a copy of the sandbox's mount namespace: still the host's user namespace's, so
+     * that nothing mounted here can be undone from inside. */
+    if (setns(FD_SANDBOX, CLONE_NEWNS) < 0 || unshare(CLONE_NEWNS) < 0)
+        child_fail(status_fd, "enter the sandbox's mount namespace");
+    int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (root < 0)
-        child_fail(status_fd, "open the sandbox's root");
+        child_fail(status_fd, "open /");
+    /* The workspace, made where missing, beneath the sandbox's root, never through a link. */
     int lower =
         child_make_path(status_fd, root, spec->workspace, true, spec->host_id_base, "workspace");
     close(root);
-    int tree = -1;
     if (spec->mode == RUNTIME_ISOLATED_OVERLAY) {
-        /* O_PATH descriptors cannot name an overlay's layer; a real one can. */
-        int dir = openat(lower, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dir < 0)
-            child_fail(status_fd, "open the workspace");
-        fcntl(dir, F_SETFD, 0); /* named through /proc/self/fd */
-        tree = overlay_tree(status_fd, dir);
-        close(dir);
+        mount_overlay(status_fd, spec, lower);
     } else if (spec->mode == RUNTIME_ISOLATED_RO) {
-        tree = open_tree(lower, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+        int tree = open_tree(lower, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
         struct mount_attr attr = {.attr_set =
                                       MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
-        if (tree < 0 || mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+        if (tree < 0 || mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0 ||
+            move_mount(tree, "", lower, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
             child_fail(status_fd, "a read-only view of the workspace");
-    }
-    close(lower);
-    /* Into a copy of the sandbox's mount namespace: still the host's user namespace's. */
-    if (setns(FD_SANDBOX, CLONE_NEWNS) < 0 || unshare(CLONE_NEWNS) < 0)
-        child_fail(status_fd, "enter the sandbox's mount namespace");
-    if (tree >= 0) {
-        int root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (root_fd < 0)
-            child_fail(status_fd, "open /");
-        int target = child_make_path(status_fd, root_fd, spec->workspace, true, spec->host_id_base,
-                                     "workspace");
-        if (move_mount(tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
-            child_fail(status_fd, "mount the workspace");
-        close(target);
-        close(root_fd);
         close(tree);
     }
+    close(lower);
     if (spec->private_tmp) {
         char opts[128];
         snprintf(opts, sizeof(opts), "mode=1777,size=%lld,uid=%u,gid=%u",
                  (long long)spec->tmp_bytes, spec->host_id_base, spec->host_id_base);
         child_mount(status_fd, "cove-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);
     }
-    close(FD_UPPER);
-    close(FD_WORK);
     if (setns(FD_SANDBOX, CLONE_NEWPID) < 0)
         child_fail(status_fd, "enter the sandbox's pid namespace");
     pid_t d1 = fork();
@@ -328,16 +325,8 @@ int runtime_isolated_start(struct runtime *rt, const struct runtime_isolated_spe
         cove_error_sys(err, "pipe");
         goto fail;
     }
-    int want[FD_COUNT] = {-1,
-                          -1,
-                          -1,
-                          spec->listen_fd,
-                          rt->agent_fd,
-                          status[1],
-                          spec->sandbox->pidfd,
-                          spec->upper_fd,
-                          spec->work_fd,
-                          handover[1]};
+    int want[FD_COUNT] = {
+        -1, -1, -1, spec->listen_fd, rt->agent_fd, status[1], spec->sandbox->pidfd, handover[1]};
     int setup_pidfd = -1;
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, NULL, &setup_pidfd, NULL, 0);
     if (pid < 0) {

@@ -196,8 +196,8 @@ struct runtime_isolated_spec {
     pid_t sandbox_pid;
     const char *workspace; /* absolute and clean; made where missing */
     enum runtime_isolated_mode mode;
-    int upper_fd, work_fd; /* OVERLAY: directories on the sandbox's writable layer */
-    bool private_tmp;      /* a tmpfs of tmp_bytes on /tmp */
+    int64_t upper_bytes; /* OVERLAY: the cap of the tmpfs its changes are kept in */
+    bool private_tmp;    /* a tmpfs of tmp_bytes on /tmp */
     int64_t tmp_bytes;
     bool share_net;        /* else a network namespace with lo only */
     uint32_t host_id_base; /* the sandbox's root on the host */

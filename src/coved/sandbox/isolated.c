@@ -15,13 +15,11 @@
 #include <unistd.h>
 
 #include "coved/runtime/id_range.h"
-#include "coved/runtime/layer_copy.h"
 #include "lib/cleanup.h"
 #include "lib/clock.h"
 #include "lib/log.h"
 #include "lib/random.h"
 
-#define LAYER_DIR "isolated"
 #define GC_INTERVAL_S 10
 
 struct isolated_registry {
@@ -52,6 +50,30 @@ bool isolated_id_valid(const char *id, size_t len)
         if (!(isxdigit((unsigned char)id[i]) || id[i] == '-'))
             return false;
     return true;
+}
+
+bool isolated_agent_route(const char *rest, char id[ISOLATED_ID_SIZE], bool *run)
+{
+    static const char prefix[] = "/v1/isolated/session/";
+    if (strncmp(rest, prefix, sizeof(prefix) - 1) != 0)
+        return false;
+    const char *p = rest + sizeof(prefix) - 1;
+    size_t len = strcspn(p, "/?");
+    if (!isolated_id_valid(p, len) || p[len] != '/')
+        return false;
+    const char *tail = p + len + 1;
+    static const char *const routes[] = {"files", "directories", "run"};
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        size_t n = strlen(routes[i]);
+        if (strncmp(tail, routes[i], n) == 0 &&
+            (tail[n] == '\0' || tail[n] == '/' || tail[n] == '?')) {
+            memcpy(id, p, len);
+            id[len] = '\0';
+            *run = i == 2;
+            return true;
+        }
+    }
+    return false;
 }
 
 void isolated_session_socket(const struct sandbox *sb, const char *id, char *out, size_t size)
@@ -115,21 +137,6 @@ static void on_exit_event(evutil_socket_t fd, short what, void *arg)
     session_stopped(s);
 }
 
-/* The layer directories of a session: LAYER_DIR/ID in the sandbox's writable layer. */
-static void remove_layer_dirs(struct isolated_registry *reg, const struct isolated_session *s)
-{
-    struct sandbox *sb = sandbox_find_any(reg->sandboxes, s->sandbox_id);
-    if (sb == NULL || s->mode != RUNTIME_ISOLATED_OVERLAY)
-        return; /* gone with the sandbox's layer */
-    struct cove_error *err = NULL;
-    cleanup_fd int layer = runtime_layer_root(&sb->proc, &err);
-    cleanup_fd int dir =
-        layer >= 0 ? openat(layer, LAYER_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-    if (dir >= 0 && layer_copy_remove(dir, s->id, &err) < 0)
-        log_warn("isolated session %s: cannot remove its layer: %s", s->id, err->message);
-    cove_error_free(err);
-}
-
 void isolated_session_delete(struct isolated_registry *reg, struct isolated_session *s)
 {
     session_stopped(s);
@@ -139,32 +146,9 @@ void isolated_session_delete(struct isolated_registry *reg, struct isolated_sess
         isolated_session_socket(sb, s->id, path, sizeof(path));
         unlink(path);
     }
-    remove_layer_dirs(reg, s);
     registry_remove(reg, s);
     json_decref(s->env_passthrough);
     free(s);
-}
-
-int isolated_session_upper(struct isolated_registry *reg, const struct isolated_session *s,
-                           struct cove_error **err)
-{
-    if (s->mode != RUNTIME_ISOLATED_OVERLAY)
-        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                              "session %s's workspace is not an overlay: it has no changes of "
-                              "its own",
-                              s->id);
-    struct sandbox *sb = sandbox_find_any(reg->sandboxes, s->sandbox_id);
-    if (sb == NULL || s->dead)
-        return cove_error_set(err, 0, 409, "SESSION_NOT_RUNNING", "session %s has ended", s->id);
-    cleanup_fd int layer = runtime_layer_root(&sb->proc, err);
-    if (layer < 0)
-        return -1;
-    char path[ISOLATED_ID_SIZE + 32];
-    snprintf(path, sizeof(path), LAYER_DIR "/%s/upper", s->id);
-    int fd = openat(layer, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return cove_error_sys(err, "open session %s's upper directory", s->id);
-    return fd;
 }
 
 /* ---- the request ---- */
@@ -397,26 +381,6 @@ static int listen_socket(const struct sandbox *sb, const char *id, struct cove_e
     return fd;
 }
 
-/* LAYER_DIR/ID/{upper,work} in the sandbox's writable layer, host root's (0700) but for the
- * upper directory, whose owner and mode the set-up makes the workspace's. */
-static int make_layer_dirs(int layer, const char *id, int *upper, int *work,
-                           struct cove_error **err)
-{
-    if (mkdirat(layer, LAYER_DIR, 0700) < 0 && errno != EEXIST)
-        return cove_error_sys(err, "mkdir %s in the sandbox's layer", LAYER_DIR);
-    cleanup_fd int base = openat(layer, LAYER_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (base < 0 || mkdirat(base, id, 0700) < 0)
-        return cove_error_sys(err, "mkdir the session's layer");
-    cleanup_fd int dir = openat(base, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dir < 0 || mkdirat(dir, "upper", 0755) < 0 || mkdirat(dir, "work", 0700) < 0)
-        return cove_error_sys(err, "mkdir the session's upper and work directories");
-    *upper = openat(dir, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    *work = openat(dir, "work", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (*upper < 0 || *work < 0)
-        return cove_error_sys(err, "open the session's upper and work directories");
-    return 0;
-}
-
 static void free_strv(char **v)
 {
     for (size_t i = 0; v != NULL && v[i]; i++)
@@ -460,13 +424,9 @@ int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, j
     snprintf(s->sandbox_id, sizeof(s->sandbox_id), "%s", sb->id);
     s->created_ms = s->last_run_ms = sandbox_now_ms();
 
-    int listen_fd = -1, upper = -1, work = -1, layer = -1;
+    int listen_fd = -1;
     char **all_env = NULL, **env = NULL;
     int rc = -1;
-    if (s->mode == RUNTIME_ISOLATED_OVERLAY &&
-        ((layer = runtime_layer_root(&sb->proc, err)) < 0 ||
-         make_layer_dirs(layer, s->id, &upper, &work, err) < 0))
-        goto out;
     if ((listen_fd = listen_socket(sb, s->id, err)) < 0)
         goto out;
     all_env = sandbox_build_env(sb);
@@ -494,8 +454,7 @@ int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, j
         .sandbox_pid = sb->proc.pid,
         .workspace = s->workspace,
         .mode = s->mode,
-        .upper_fd = upper,
-        .work_fd = work,
+        .upper_bytes = ISOLATED_UPPER_BYTES,
         .private_tmp = !s->balanced,
         .tmp_bytes = ISOLATED_TMP_BYTES,
         .share_net = s->share_net,
@@ -525,29 +484,15 @@ int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, j
 out:
     if (listen_fd >= 0)
         close(listen_fd); /* the session agent has its copy */
-    if (upper >= 0)
-        close(upper);
-    if (work >= 0)
-        close(work);
     free(env);
     free_strv(all_env);
     if (rc < 0) {
         char path[120];
         isolated_session_socket(sb, s->id, path, sizeof(path));
         unlink(path);
-        if (layer >= 0) {
-            cleanup_fd int dir =
-                openat(layer, LAYER_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            struct cove_error *ignored = NULL;
-            if (dir >= 0)
-                layer_copy_remove(dir, s->id, &ignored);
-            cove_error_free(ignored);
-        }
         json_decref(s->env_passthrough);
         free(s);
     }
-    if (layer >= 0)
-        close(layer);
     return rc;
 }
 

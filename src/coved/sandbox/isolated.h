@@ -1,15 +1,14 @@
 /* Isolated sessions (OSEP-0013, the /v1/isolated/... API of a sandbox's execd endpoint): each
  * a second cove-agent in a mount and pid namespace of its own inside a sandbox
- * (runtime/isolated.c), its workspace an overlay (its upper directory on the sandbox's
- * writable layer, in coved's own isolated/ directory there, out of the sandbox's reach), a
+ * (runtime/isolated.c), its workspace an overlay (its changes on a tmpfs of its own), a
  * read-only view, or as it is. coved's gateway sends a session's files, directories and run
  * routes to its agent (on STATE/run/ID/iso-SID.sock) and the session routes themselves to
  * api/isolated_api.c.
  *
  * Ownership: the registry owns its sessions. A session dies with its sandbox (its pid
  * namespace is below the sandbox's), with coved (its processes die with their parents), on
- * DELETE, or once idle for its idle_timeout_seconds; its record is dropped then, its layer
- * directories removed. Sessions are not persisted: a restarted coved has none. */
+ * DELETE, or once idle for its idle_timeout_seconds; its record is dropped then. Sessions
+ * are not persisted: a restarted coved has none. */
 #pragma once
 
 #include <event2/event.h>
@@ -24,6 +23,8 @@
 #define ISOLATED_ID_SIZE 37 /* a UUID */
 /* The default and the cap of a session's private /tmp. */
 #define ISOLATED_TMP_BYTES (256LL << 20)
+/* The cap of an overlay workspace's changes (a tmpfs, charged to the sandbox's memory). */
+#define ISOLATED_UPPER_BYTES (1LL << 30)
 #define ISOLATED_IDLE_DEFAULT_S 1800
 /* Sessions one sandbox may have at once. */
 #define ISOLATED_MAX_PER_SANDBOX 64
@@ -70,14 +71,14 @@ void isolated_foreach(struct isolated_registry *reg, const char *sandbox_id,
                       void (*fn)(struct isolated_session *s, void *arg), void *arg);
 /* The unix socket of the session's agent. */
 void isolated_session_socket(const struct sandbox *sb, const char *id, char *out, size_t size);
-/* The upper directory of an overlay session (for diff and commit), opened: -1 with err for
- * another mode or a sandbox that is gone. */
-int isolated_session_upper(struct isolated_registry *reg, const struct isolated_session *s,
-                           struct cove_error **err);
 
 /* SessionState, IsolatedSessionSummary. */
 json_t *isolated_session_state_json(const struct isolated_session *s);
 json_t *isolated_session_summary_json(const struct isolated_session *s);
+/* Whether a path (the request target after the endpoint's prefix) is one of a session's
+ * agent routes: /v1/isolated/session/{id}/files..., .../directories..., .../run. Fills id
+ * and whether it is the run route. */
+bool isolated_agent_route(const char *rest, char id[ISOLATED_ID_SIZE], bool *run);
 /* Whether id looks like a session id (a UUID's characters, its length): anything else never
  * names a socket path. */
 bool isolated_id_valid(const char *id, size_t len);
