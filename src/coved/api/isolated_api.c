@@ -92,6 +92,9 @@ void api_isolated_route(struct api *api, struct http_request *req, struct sandbo
         isolated_session_delete(api->isolated, s);
         return http_respond(req, 200, NULL, NULL, 0);
     }
+    bool known = tail[0] == '\0' || strcmp(tail, "/diff") == 0 || strcmp(tail, "/commit") == 0;
+    if (!known)
+        return http_respond_errorf(req, 404, "NOT_FOUND", "no isolated API route %.200s", rest);
     if ((strcmp(tail, "/diff") == 0 && get) || (strcmp(tail, "/commit") == 0 && post))
         return http_respond_errorf(req, 503, "NOT_SUPPORTED",
                                    "%s is not available in this Cove (capabilities: %s_supported "
