@@ -67,14 +67,10 @@ static void die_with_parent(void)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
 
-/* D's pidfd, sent to coved with SCM_RIGHTS. */
-static void hand_over_pidfd(int status_fd)
+/* A descriptor to coved, with SCM_RIGHTS and a byte saying what it is. */
+static void hand_over(int status_fd, char what, int fd)
 {
-    int self = (int)syscall(SYS_pidfd_open, getpid(), 0); /* getpid() is 1 here */
-    if (self < 0)
-        child_fail(status_fd, "pidfd_open (Linux 5.3 or later)");
-    char byte = 'P';
-    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct iovec iov = {.iov_base = &what, .iov_len = 1};
     union {
         char buf[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
@@ -87,9 +83,18 @@ static void hand_over_pidfd(int status_fd)
     cmsg->cmsg_level = SOL_SOCKET;
     cmsg->cmsg_type = SCM_RIGHTS;
     cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cmsg), &self, sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
     if (sendmsg(FD_HANDOVER, &msg, MSG_NOSIGNAL) != 1)
-        child_fail(status_fd, "hand the session's pidfd over");
+        child_fail(status_fd, "hand a descriptor over to coved");
+}
+
+/* D's pidfd ('P'). */
+static void hand_over_pidfd(int status_fd)
+{
+    int self = (int)syscall(SYS_pidfd_open, getpid(), 0); /* getpid() is 1 here */
+    if (self < 0)
+        child_fail(status_fd, "pidfd_open (Linux 5.3 or later)");
+    hand_over(status_fd, 'P', self);
     close(self);
     close(FD_HANDOVER);
 }
@@ -179,6 +184,13 @@ static void mount_overlay(int status_fd, const struct runtime_isolated_spec *spe
         move_mount(tree, "", lower, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
         child_fail(status_fd, "mount the workspace's overlay");
     close(tree);
+    /* The changes' tmpfs for coved ('L': diff and commit read its upper/), which keeps it
+     * for as long as the session. */
+    int layer = open("/tmp/layer", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (layer < 0)
+        child_fail(status_fd, "open the session's layer");
+    hand_over(status_fd, 'L', layer);
+    close(layer);
     if (umount2("/tmp", MNT_DETACH) < 0)
         child_fail(status_fd, "unmount the staging tmpfs");
 }
@@ -269,7 +281,7 @@ static void place_fds(const int want[FD_COUNT])
 }
 
 /* The result of the set-up: its complaint, if any, then EOF; and D's pidfd. */
-static int read_result(int status_fd, int handover, int timeout_ms, int *pidfd,
+static int read_result(int status_fd, int handover, int timeout_ms, int *pidfd, int *layer,
                        struct cove_error **err)
 {
     char msg[600];
@@ -294,23 +306,38 @@ static int read_result(int status_fd, int handover, int timeout_ms, int *pidfd,
     if (len > 0)
         return cove_error_set(err, 0, 500, "ISOLATED::START_FAILED", "session set-up failed: %s",
                               msg[0] == 'E' ? msg + 1 : msg);
-    char byte;
-    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } control;
-    struct msghdr m = {.msg_iov = &iov,
-                       .msg_iovlen = 1,
-                       .msg_control = control.buf,
-                       .msg_controllen = sizeof(control.buf)};
-    ssize_t n = recvmsg(handover, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&m) : NULL;
-    if (c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
-        return cove_error_set(err, EPROTO, 500, "ISOLATED::START_FAILED",
-                              "the session's set-up ended without its process");
-    memcpy(pidfd, CMSG_DATA(c), sizeof(int));
-    return 0;
+    /* The layer's descriptor first (overlay sessions), then the pidfd. */
+    for (;;) {
+        char byte = 0;
+        struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } control;
+        struct msghdr m = {.msg_iov = &iov,
+                           .msg_iovlen = 1,
+                           .msg_control = control.buf,
+                           .msg_controllen = sizeof(control.buf)};
+        ssize_t n = recvmsg(handover, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&m) : NULL;
+        if (c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int))) {
+            if (*layer >= 0)
+                close(*layer);
+            *layer = -1;
+            return cove_error_set(err, EPROTO, 500, "ISOLATED::START_FAILED",
+                                  "the session's set-up ended without its process");
+        }
+        int fd;
+        memcpy(&fd, CMSG_DATA(c), sizeof(int));
+        if (byte == 'P') {
+            *pidfd = fd;
+            return 0;
+        }
+        if (byte == 'L' && *layer < 0)
+            *layer = fd;
+        else
+            close(fd);
+    }
 }
 
 int runtime_isolated_start(struct runtime *rt, const struct runtime_isolated_spec *spec,
@@ -340,8 +367,8 @@ int runtime_isolated_start(struct runtime *rt, const struct runtime_isolated_spe
     close(status[1]);
     close(handover[1]);
     status[1] = handover[1] = -1;
-    int pidfd = -1;
-    int rc = read_result(status[0], handover[0], 10000, &pidfd, err);
+    int pidfd = -1, layer = -1;
+    int rc = read_result(status[0], handover[0], 10000, &pidfd, &layer, err);
     close(status[0]);
     close(handover[0]);
     if (rc < 0) {
@@ -353,6 +380,7 @@ int runtime_isolated_start(struct runtime *rt, const struct runtime_isolated_spe
     out->setup_pid = pid;
     out->setup_pidfd = setup_pidfd;
     out->init_pidfd = pidfd;
+    out->layer_fd = layer;
     return 0;
 fail:
     for (int i = 0; i < 2; i++) {
@@ -366,6 +394,9 @@ fail:
 
 void runtime_isolated_stop(struct runtime_isolated *s)
 {
+    if (s->layer_fd >= 0)
+        close(s->layer_fd);
+    s->layer_fd = -1;
     if (s->init_pidfd >= 0) {
         syscall(SYS_pidfd_send_signal, s->init_pidfd, SIGKILL, NULL, 0);
         close(s->init_pidfd);

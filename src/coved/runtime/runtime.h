@@ -206,12 +206,13 @@ struct runtime_isolated_spec {
     int listen_fd; /* the session agent's listening socket */
 };
 
-/* A running session: its set-up process (coved's child, which ends once the session has) and
- * a pidfd of its PID 1 (the session agent). */
+/* A running session: its set-up process (coved's child, which ends once the session has), a
+ * pidfd of its PID 1 (the session agent), and for an overlay its changes. */
 struct runtime_isolated {
     pid_t setup_pid;
     int setup_pidfd;
     int init_pidfd;
+    int layer_fd; /* OVERLAY: the tmpfs holding the workspace's upper/ and work/; else -1 */
 };
 
 /* Starts a session and waits (at most 10 s, usually a few ms) until its agent was exec'd. */

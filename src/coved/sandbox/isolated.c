@@ -414,7 +414,7 @@ int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, j
     if (s == NULL)
         return cove_error_sys(err, "calloc");
     s->reg = reg;
-    s->proc.setup_pidfd = s->proc.init_pidfd = -1;
+    s->proc.setup_pidfd = s->proc.init_pidfd = s->proc.layer_fd = -1;
     if (parse_request(request, s, err) < 0) {
         json_decref(s->env_passthrough);
         free(s);
