@@ -5,8 +5,11 @@ sessions do not see each other's files, /tmp or processes; strict hides secrets 
 environment; uid/gid apply; files routes work on the session's view; sessions end on DELETE,
 when idle, with their sandbox and with coved; bad requests are 4xx and change nothing."""
 
+import http.client
+import io
 import json
 import os
+import tarfile
 import time
 
 import pytest
@@ -48,7 +51,7 @@ def test_capabilities(coved):
     sid = coved.create()
     status, caps, _ = coved.request("GET", base(sid) + "/capabilities")
     assert status == 200 and caps["available"] is True
-    assert caps["commit_supported"] is False and caps["diff_supported"] is False
+    assert caps["commit_supported"] is True and caps["diff_supported"] is True
     assert caps["setpriv_available"] is True and caps["userns_available"] is False
     coved.delete(sid)
 
@@ -173,13 +176,62 @@ def test_session_files_routes(coved):
     assert sh(coved, sid, "ls /workspace; cat /workspace/old.txt") == "old.txt\nbefore"
     status, _, _ = coved.request("GET", f"{files}/files/download?path=/workspace/up.txt")
     assert status == 200
-    # Not a route of the session's agent: 404; diff and commit: 503, as capabilities say.
+    # Not a route of the session's agent, nor of coved's: 404.
     status, _, _ = coved.request("GET", f"{files}/ping")
     assert status == 404
-    status, body, _ = coved.request("GET", f"{files}/diff")
-    assert status == 503 and body["code"] == "NOT_SUPPORTED"
-    status, body, _ = coved.request("POST", f"{files}/commit")
-    assert status == 503
+    coved.delete(sid)
+
+
+def diff_of(coved, sid, session):
+    conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=60)
+    conn.request("GET", f"{base(sid)}/session/{session}/diff", headers=coved.headers())
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    assert resp.status == 200, data[:300]
+    assert resp.getheader("Content-Type") == "application/gzip"
+    return tarfile.open(fileobj=io.BytesIO(data), mode="r:gz")
+
+
+def test_diff_and_commit(coved):
+    sid = coved.create()
+    coved.sh(sid, "mkdir -p /workspace/keep /workspace/replace && echo a > /workspace/keep/a && "
+                  "echo gone > /workspace/gone.txt && echo old > /workspace/replace/old && "
+                  "echo same > /workspace/same.txt")
+    s = create(coved, sid)["session_id"]
+    out(coved, sid, s, "echo new > /workspace/new.txt && echo more >> /workspace/keep/a && "
+                       "rm /workspace/gone.txt && rm -rf /workspace/replace && "
+                       "mkdir /workspace/replace && echo fresh > /workspace/replace/fresh && "
+                       "ln -s /etc/passwd /workspace/link && mkdir -p /workspace/d/e && "
+                       "head -c 3000000 /dev/urandom > /workspace/d/e/blob && echo ok")
+    t = diff_of(coved, sid, s)
+    members = {m.name.lstrip("./").rstrip("/"): m for m in t.getmembers()}
+    assert {"new.txt", "keep/a", "gone.txt", "replace", "replace/fresh", "link",
+            "d/e/blob"} <= set(members), sorted(members)
+    assert "same.txt" not in members and "keep/../same.txt" not in members
+    assert t.extractfile(members["new.txt"]).read() == b"new\n"
+    assert members["gone.txt"].ischr() and members["gone.txt"].devmajor == 0  # a whiteout
+    assert members["link"].issym() and members["link"].linkname == "/etc/passwd"
+    assert members["replace"].pax_headers.get("SCHILY.xattr.trusted.overlay.opaque") == "y"
+    assert members["d/e/blob"].size == 3000000
+    # The sandbox has none of it before the commit...
+    assert sh(coved, sid, "ls /workspace | sort | tr '\\n' ' '") == "gone.txt keep replace same.txt"
+    status, body, _ = coved.request("POST", f"{base(sid)}/session/{s}/commit", timeout=120)
+    assert status == 200 and body["status"] == "committed", body
+    assert body["removed"] >= 2 and body["files"] >= 4
+    # ...and after it, what the session saw.
+    assert sh(coved, sid, "cd /workspace && ls | sort | tr '\\n' ' '; cat keep/a new.txt; "
+                          "ls replace; readlink link; stat -c %s d/e/blob") == \
+        "d keep link new.txt replace same.txt a\nmore\nnew\nfresh\n/etc/passwd\n3000000"
+    assert out(coved, sid, s, "ls /workspace | wc -l") == "6"  # the session's view unchanged
+    # Options are refused, and a non-overlay session has nothing to diff or commit.
+    status, _, _ = coved.request("POST", f"{base(sid)}/session/{s}/commit",
+                                 {"reset_upper_after": True})
+    assert status == 400
+    rw = create(coved, sid, profile="balanced")["session_id"]
+    for method, tail in [("GET", "diff"), ("POST", "commit")]:
+        status, body, _ = coved.request(method, f"{base(sid)}/session/{rw}/{tail}")
+        assert status == 400 and body["code"] == "NO_DIFF", body
     coved.delete(sid)
 
 
