@@ -34,8 +34,7 @@
 //   group}. Upload and download errors become SandboxApiException with the HTTP status only.
 // - getMetrics: GET /metrics -> {cpu_count, cpu_used_pct, mem_total_mib, mem_used_mib,
 //   timestamp (ms)}.
-// Not covered: sandbox.isolation (execd's /v1/isolated/* sessions), which Cove does not
-// implement.
+// Not covered here: sandbox.isolation (execd's /v1/isolated/* sessions): isolated.test.mjs.
 //
 // COVE_COMPAT_TRACE=1 prints every HTTP exchange the SDK makes (method, URL, status).
 
