@@ -1,3 +1,4 @@
+import zlib from "node:zlib";
 // Cove's isolated execution API (OSEP-0013, /v1/isolated/* on a sandbox's execd endpoint)
 // against the official OpenSandbox JavaScript SDK (@alibaba-group/opensandbox 0.1.11), through
 // sandbox.isolation only: capabilities, create / attach / list, session.run / get / delete /
@@ -25,7 +26,7 @@
 //   POST .../files/upload, downloads GET .../files/download?path=, DELETE .../files?path=,
 //   GET .../directories/list?path=&depth=, GET .../files/info?path=; errors are
 //   SandboxApiException.
-// The SDK has no call for /diff and /commit (capabilities say both are unsupported).
+// The SDK has no call for /diff and /commit: that test fetches them itself.
 
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
@@ -130,11 +131,11 @@ function envKeys(out) {
 }
 
 describe("isolated sessions through the SDK", () => {
-  test("capabilities: available, no commit and no diff", { timeout: TEST_TIMEOUT }, async () => {
+  test("capabilities: available, with diff and commit", { timeout: TEST_TIMEOUT }, async () => {
     const caps = await sbx.isolation.capabilities();
     assert.equal(caps.available, true);
-    assert.equal(caps.commit_supported, false);
-    assert.equal(caps.diff_supported, false);
+    assert.equal(caps.commit_supported, true);
+    assert.equal(caps.diff_supported, true);
     assert.equal(caps.setpriv_available, true);
     assert.equal(typeof caps.isolator, "string");
   });
@@ -256,21 +257,14 @@ describe("isolated sessions through the SDK", () => {
     await drop(s);
   });
 
-  // COVE-MISMATCH: the SDK makes session.info from create()'s 201 body as it is, typed
-  // IsolatedSessionInfo {session_id, created_at, profile?, workspace?, uid?, ...: the creation
-  // parameters at the top level, as attach() fills them from GET}. Cove answers
-  // {session_id, created_at, isolation: {profile, workspace}, artifacts}, so after create()
-  // info.profile and info.workspace are undefined (the spec's IsolatedCreateSessionResponse
-  // only promises session_id and created_at, so this is a divergence from the SDK's type, not
-  // from the OpenAPI schema). Runs as a todo: its outcome is reported, not counted.
-  test("create(): session.info carries the creation parameters like attach()", {
-    timeout: TEST_TIMEOUT,
-    todo: "COVE-MISMATCH: create() answers isolation.{profile,workspace}, not top-level fields",
-  }, async () => {
+  // The SDK keeps create()'s 201 body as session.info (IsolatedSessionInfo): Cove answers the
+  // creation parameters at the top level, as GET does (and OSEP-0013's isolation/artifacts).
+  test("create(): session.info carries the creation parameters like attach()", { timeout: TEST_TIMEOUT }, async () => {
     const s = await session({ workspace: { path: WS, mode: "ro" }, profile: "balanced", uid: 1000 });
     assert.equal(s.info.profile, "balanced");
     assert.deepEqual(s.info.workspace, { path: WS, mode: "ro" });
     assert.equal(s.info.uid, 1000);
+    await drop(s);
   });
 
   test("session.files: write, read, list, info, delete; the overlay keeps the sandbox's copy", { timeout: TEST_TIMEOUT }, async () => {
@@ -392,16 +386,27 @@ describe("isolated sessions through the SDK", () => {
     assert.deepEqual(await sbx.isolation.list(), []);
   });
 
-  test("diff and commit answer 503 NOT_SUPPORTED", { timeout: TEST_TIMEOUT }, async () => {
+  test("diff is a tar.gz of the changes, commit merges them into the sandbox", { timeout: TEST_TIMEOUT }, async () => {
     // The SDK has no call for /diff or /commit: raw fetch on the endpoint the SDK uses.
+    await sbx.files.writeFiles([{ path: `${WS}/before-commit.txt`, data: "old\n" }]);
     const s = await session({ workspace: { path: WS, mode: "overlay" } });
+    assert.equal((await run(s, `echo committed > ${WS}/c.txt; rm ${WS}/before-commit.txt; echo ok`)).out, "ok");
     const ep = await sbx.getEndpoint(AGENT_PORT);
     const base = `http://${ep.endpoint}/v1/isolated/session/${s.sessionId}`;
-    for (const [method, path] of [["GET", "/diff"], ["POST", "/commit"]]) {
-      const res = await fetch(`${base}${path}`, { method, headers: ep.headers });
-      assert.equal(res.status, 503, `${method} ${path}`);
-      assert.equal((await res.json()).code, "NOT_SUPPORTED");
-    }
+    const diff = await fetch(`${base}/diff`, { headers: ep.headers });
+    assert.equal(diff.status, 200);
+    assert.equal(diff.headers.get("content-type"), "application/gzip");
+    const tgz = Buffer.from(await diff.arrayBuffer());
+    assert.equal(tgz[0], 0x1f); // gzip magic
+    assert.equal(tgz[1], 0x8b);
+    const tar = zlib.gunzipSync(tgz).toString("latin1");
+    assert.ok(tar.includes("c.txt") && tar.includes("committed") && tar.includes("before-commit.txt"));
+    assert.equal(await sbx.files.readFile(`${WS}/before-commit.txt`), "old\n"); // not yet
+    const res = await fetch(`${base}/commit`, { method: "POST", headers: ep.headers });
+    assert.equal(res.status, 200);
+    assert.equal((await res.json()).status, "committed");
+    assert.equal(await sbx.files.readFile(`${WS}/c.txt`), "committed\n");
+    await assert.rejects(sbx.files.readFile(`${WS}/before-commit.txt`));
     await drop(s);
   });
 

@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "coved/api/quantity.h"
 #include "coved/runtime/id_range.h"
 #include "lib/cleanup.h"
 #include "lib/clock.h"
@@ -381,6 +382,11 @@ static int listen_socket(const struct sandbox *sb, const char *id, struct cove_e
     return fd;
 }
 
+static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
 static void free_strv(char **v)
 {
     for (size_t i = 0; v != NULL && v[i]; i++)
@@ -463,6 +469,13 @@ int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, j
         .env = env,
         .listen_fd = listen_fd,
     };
+    /* A session's tmpfs are charged to the sandbox's memory: their caps are parts of it. */
+    const char *memory = json_string_value(json_object_get(sb->limits, "memory"));
+    int64_t mem = memory != NULL ? quantity_parse_bytes(memory) : -1;
+    if (mem > 0) {
+        spec.upper_bytes = clamp(mem / 2, 16LL << 20, ISOLATED_UPPER_BYTES);
+        spec.tmp_bytes = clamp(mem / 4, 16LL << 20, ISOLATED_TMP_BYTES);
+    }
     int64_t started = cove_monotonic_ms();
     if (runtime_isolated_start(reg->rt, &spec, &s->proc, err) < 0)
         goto out;

@@ -21,9 +21,10 @@
 #include "lib/error.h"
 
 #define ISOLATED_ID_SIZE 37 /* a UUID */
-/* The default and the cap of a session's private /tmp. */
+/* The caps of a session's private /tmp and of an overlay workspace's changes (tmpfs, charged
+ * to the sandbox's memory): a quarter and a half of the sandbox's memory limit, at most these
+ * (and at least 16 MiB). */
 #define ISOLATED_TMP_BYTES (256LL << 20)
-/* The cap of an overlay workspace's changes (a tmpfs, charged to the sandbox's memory). */
 #define ISOLATED_UPPER_BYTES (1LL << 30)
 #define ISOLATED_IDLE_DEFAULT_S 1800
 /* Sessions one sandbox may have at once. */
