@@ -68,7 +68,8 @@ struct isolated_commit_stats {
  *   symbolic link in lower is removed, never followed);
  * - regular files, symbolic links and FIFOs replace what lower has at that name (a directory
  *   there is removed first; a hard link there is broken);
- * each with upper's owner, mode and modification time (the two trees use the same ids).
+ * each with upper's owner, mode and modification time (the two trees use the same ids), lower's
+ * root too.
  * Other extended attributes are not copied. A directory renamed in the overlay
  * (trusted.overlay.redirect) or a file whose data is in lower (trusted.overlay.metacopy)
  * fails the commit: coved mounts its overlays with neither feature.

@@ -21,7 +21,9 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -756,6 +758,38 @@ static void test_commit_xattr_whiteout_and_redirect(void)
     close(lower);
 }
 
+/* Sockets and device nodes other than whiteouts are left out of both. */
+static void test_skipped(void)
+{
+    make_dir("su", 0755);
+    make_dir("sl", 0755);
+    write_file("su/file", "kept", 0644);
+    CHECK(mknod(at("su/null"), S_IFCHR | 0666, makedev(1, 3)) == 0);
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", at("su/sock"));
+    CHECK(bind(sock, (struct sockaddr *)&addr, sizeof(addr)) == 0);
+    close(sock);
+    struct read_out r = run_diff("su", 0);
+    CHECK_EQ_INT(r.status, 0);
+    CHECK(read_archive(&r) == 0);
+    CHECK_EQ_INT(seen_count, 2);
+    CHECK(find_seen("./file") != NULL);
+    free(r.data);
+    int upper = open_dir("su"), lower = open_dir("sl");
+    struct isolated_commit_stats stats = {0};
+    struct cove_error *err = NULL;
+    CHECK(isolated_commit(upper, lower, false, &stats, &err) == 0);
+    cove_error_free(err);
+    close(upper);
+    close(lower);
+    CHECK_EQ_INT(stats.skipped, 2);
+    CHECK_EQ_INT(stats.files, 1);
+    struct stat st;
+    CHECK(lstat(at("sl/null"), &st) < 0 && lstat(at("sl/sock"), &st) < 0);
+    CHECK(strcmp(contents("sl/file"), "kept") == 0);
+}
+
 /* A chain of levels directories below top/rel: d/d/.../d/leaf. */
 static void build_deep(const char *rel, int levels)
 {
@@ -856,6 +890,7 @@ int main(void)
     test_commit();
     test_commit_xattr_whiteout_and_redirect();
     test_depth();
+    test_skipped();
     if (getenv("COVE_TEST_KEEP") != NULL)
         return CHECK_DONE();
     int dir = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
