@@ -212,6 +212,11 @@ static const char *escape(const char *s, size_t len, char *out, size_t size)
     return out;
 }
 
+const char *layer_copy_escape(const char *s, size_t len, char *out, size_t size)
+{
+    return escape(s, len, out, size);
+}
+
 static const char *shown_path(const struct path_buf *p, char *out, size_t size)
 {
     if (p->len == 0)

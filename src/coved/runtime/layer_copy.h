@@ -70,3 +70,8 @@ int layer_copy_remove(int dir_fd, const char *name, struct cove_error **err);
  * filesystems, for one). out is truncated to size first, so what is not copied is a hole.
  * 0, or -1 with errno (EIO if in is shorter than size). */
 int layer_copy_data(int in, int out, off_t size);
+
+/* s (len bytes, any bytes: a name or a relative path) for a message or a log line: every byte
+ * that is not printable ASCII (and the backslash) as \xNN, only the end kept where it does not
+ * fit in size (then starting with "..."). Returns out. size >= 8. */
+const char *layer_copy_escape(const char *s, size_t len, char *out, size_t size);
