@@ -321,8 +321,8 @@ static void capabilities(struct http_request *req)
                      json_pack("{s:b, s:s, s:s, s:[s, s], s:b, s:b, s:b, s:b, s:b, s:b}",
                                "available", 1, "isolator", "cove", "version", "1", "profiles",
                                "strict", "balanced", "setpriv_available", 1, "userns_available", 0,
-                               "share_net_overridable", 1, "commit_supported", 0, "diff_supported",
-                               0, "persist_available", 0));
+                               "share_net_overridable", 1, "commit_supported", 1, "diff_supported",
+                               1, "persist_available", 0));
 }
 
 void api_isolated_route(struct api *api, struct http_request *req, struct sandbox *sb,
