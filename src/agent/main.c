@@ -5,7 +5,7 @@
  *   cove-agent [--listen-fd N] [--listen HOST:PORT | --listen unix:PATH]... [--debug]
  *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--child-nofile SOFT:HARD]
  *              [--session-idle-timeout SECONDS] [--session-max N] [--ready-fd N]
- *              [--disk-cap BYTES]
+ *              [--disk-cap BYTES] [--layer-fd N]
  *              [--] [entrypoint argv...]
  *
  * --ready-fd: closed once the entrypoint started, after "P" and why when it could not be
@@ -15,7 +15,9 @@
  * --child-nofile is the RLIMIT_NOFILE of every process the agent starts;
  * --session-idle-timeout (0: never; default 1800) and --session-max (default 64) bound the
  * bash and PTY sessions clients leave open (idle.h); --disk-cap, the cap of the sandbox's
- * writable layer, is named when a file operation finds it full (files_path.h). */
+ * writable layer, is named when a file operation finds it full (files_path.h); --layer-fd is
+ * a descriptor of the writable layer the agent only keeps open, for coved to take a copy of
+ * (pidfd_getfd) when it snapshots the sandbox: never a child's. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -71,7 +73,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
                  "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
                  "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
-                 "[--ready-fd N] [--disk-cap BYTES] [--] "
+                 "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--] "
                  "[entrypoint argv...]\n");
 }
 
@@ -384,6 +386,9 @@ int main(int argc, char **argv)
                 return 2;
             }
             files_path_set_disk_cap(cap);
+        } else if (strcmp(arg, "--layer-fd") == 0 && i + 1 < argc &&
+                   parse_count(argv[i + 1], 3, INT32_MAX) >= 0) {
+            fcntl((int)parse_count(argv[++i], 3, INT32_MAX), F_SETFD, FD_CLOEXEC);
         } else if (strcmp(arg, "--session-max") == 0 && i + 1 < argc &&
                    parse_count(argv[i + 1], 1, 100000) >= 0) {
             idle.max = (size_t)parse_count(argv[++i], 1, 100000);

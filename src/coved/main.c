@@ -17,6 +17,7 @@
 #include "coved/route_key_command.h"
 #include "coved/runtime/runtime.h"
 #include "coved/sandbox/sandbox.h"
+#include "coved/sandbox/snapshot.h"
 #include "coved/sandbox/template.h"
 #include "coved/sandbox/volume.h"
 #include "coved/store/store.h"
@@ -150,6 +151,7 @@ int main(int argc, char **argv)
     struct sandbox_manager *sandboxes = NULL;
     struct sandbox_health *health = NULL;
     struct volume_registry *volumes = NULL;
+    struct snapshot_registry *snapshots = NULL;
     struct egress *egress = NULL;
     struct egress_policy *default_policy = NULL;
     struct runtime rt = {.agent_fd = -1, .kernel_fd = -1};
@@ -197,6 +199,8 @@ int main(int argc, char **argv)
         goto out;
     sandbox_manager_set_volumes(sandboxes, volumes);
     if (sandbox_manager_restore(sandboxes, &err) < 0 ||
+        snapshot_registry_open(base, store, &rt, sandboxes, templates, o.state_dir, &snapshots,
+                               &err) < 0 ||
         sandbox_health_start(base, sandboxes, o.health_interval_s, &health, &err) < 0)
         goto out;
 
@@ -205,6 +209,7 @@ int main(int argc, char **argv)
     api.health = health;
     api.templates = templates;
     api.volumes = volumes;
+    api.snapshots = snapshots;
     api.config = (struct api_config){
         .listen_host = host,
         .listen_port = port,
@@ -256,6 +261,7 @@ out:
         event_free(sigint);
     api_stop(&api);
     route_signer_close(&api.signer);
+    snapshot_registry_free(snapshots); /* before the sandboxes: it thaws the ones it froze */
     sandbox_manager_free(sandboxes);
     volume_registry_free(volumes); /* after the sandboxes, which stop using theirs */
     sandbox_health_free(health);   /* after the sandboxes, which drop their probes */

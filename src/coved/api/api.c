@@ -120,9 +120,14 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
         return api_sandbox_renew(api, req, c, p0);
     case API_ROUTE_SANDBOX_EGRESS_EVENTS:
         return api_sandbox_egress_events(api, req, c, p0);
-    case API_ROUTE_SNAPSHOTS:
-        return http_respond_errorf(req, 501, "SANDBOX::API_NOT_SUPPORTED",
-                                   "snapshots are not supported by this server yet");
+    case API_ROUTE_SANDBOX_SNAPSHOT_CREATE:
+        return api_sandbox_snapshot_create(api, req, c, p0);
+    case API_ROUTE_SNAPSHOTS_LIST:
+        return api_snapshots_list(api, req, c);
+    case API_ROUTE_SNAPSHOT_GET:
+        return api_snapshot_get(api, req, c, p0);
+    case API_ROUTE_SNAPSHOT_DELETE:
+        return api_snapshot_delete(api, req, c, p0);
     case API_ROUTE_TEMPLATES_LIST:
         return api_templates_list(api, req, c);
     case API_ROUTE_TEMPLATES_CREATE:

@@ -51,6 +51,7 @@ struct api_config {
 struct api_quotas;
 struct store;
 struct volume_registry;
+struct snapshot_registry;
 
 struct api {
     struct event_base *base;
@@ -67,7 +68,8 @@ struct api {
     struct http_server *egress_http;
     char egress_api_socket[108];
     struct api_mcp *mcp; /* the /mcp server's child (api/mcp.c), NULL when there is none */
-    struct volume_registry *volumes; /* named volumes (sandbox/volume.h) */
+    struct volume_registry *volumes;     /* named volumes (sandbox/volume.h) */
+    struct snapshot_registry *snapshots; /* sandbox/snapshot.h */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint): the
@@ -156,6 +158,15 @@ void api_volume_get(struct api *api, struct http_request *req, const struct api_
                     const char *name);
 void api_volume_delete(struct api *api, struct http_request *req, const struct api_caller *c,
                        const char *name);
+
+/* Snapshots (api/snapshots.c, sandbox-lifecycle.yml's Snapshots). A key sees its own. */
+void api_sandbox_snapshot_create(struct api *api, struct http_request *req,
+                                 const struct api_caller *c, const char *id);
+void api_snapshots_list(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_snapshot_get(struct api *api, struct http_request *req, const struct api_caller *c,
+                      const char *id);
+void api_snapshot_delete(struct api *api, struct http_request *req, const struct api_caller *c,
+                         const char *id);
 
 /* Admission control (api/quota.c). Loads the overrides; called by api_start. */
 int api_quotas_open(struct api *api, struct cove_error **err);

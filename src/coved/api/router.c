@@ -25,8 +25,10 @@ static const struct {
     {"PATCH", "sandboxes/*/metadata", API_ROUTE_SANDBOX_METADATA, API_ACCESS_KEY},
     {"POST", "sandboxes/*/renew-expiration", API_ROUTE_SANDBOX_RENEW, API_ACCESS_KEY},
     {"GET", "sandboxes/*/egress/events", API_ROUTE_SANDBOX_EGRESS_EVENTS, API_ACCESS_KEY},
-    {NULL, "sandboxes/*/snapshots", API_ROUTE_SNAPSHOTS, API_ACCESS_KEY},
-    {NULL, "snapshots/**", API_ROUTE_SNAPSHOTS, API_ACCESS_KEY},
+    {"POST", "sandboxes/*/snapshots", API_ROUTE_SANDBOX_SNAPSHOT_CREATE, API_ACCESS_KEY},
+    {"GET", "snapshots", API_ROUTE_SNAPSHOTS_LIST, API_ACCESS_KEY},
+    {"GET", "snapshots/*", API_ROUTE_SNAPSHOT_GET, API_ACCESS_KEY},
+    {"DELETE", "snapshots/*", API_ROUTE_SNAPSHOT_DELETE, API_ACCESS_KEY},
     /* Cove's own */
     {"GET", "templates", API_ROUTE_TEMPLATES_LIST, API_ACCESS_KEY},
     {"POST", "templates", API_ROUTE_TEMPLATES_CREATE, API_ACCESS_ADMIN},

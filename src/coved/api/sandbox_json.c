@@ -25,6 +25,8 @@ json_t *api_sandbox_json(const struct sandbox *sb, bool full)
     }
     if (full) {
         json_object_set_new(j, "image", json_pack("{s:s}", "uri", sb->template_name));
+        if (sb->snapshot_id[0] != '\0')
+            json_object_set_new(j, "snapshotId", json_string(sb->snapshot_id));
         json_object_set_new(j, "resourceLimits",
                             json_is_object(sb->limits) ? json_incref(sb->limits) : json_object());
     }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "coved/api/api.h"
+#include "coved/sandbox/snapshot.h"
 #include "coved/api/quantity.h"
 #include "lib/clock.h"
 #include "coved/api/sandbox_json.h"
@@ -304,6 +305,15 @@ static int check_disk_space(struct api *api, const struct sandbox_request *req,
     return 0;
 }
 
+/* ["tail", "-f", "/dev/null"], one value for the life of coved. */
+static json_t *default_restore_entrypoint(void)
+{
+    static json_t *value;
+    if (value == NULL)
+        value = json_pack("[s, s, s]", "tail", "-f", "/dev/null");
+    return value;
+}
+
 static int parse_create(struct api *api, json_t *body, struct sandbox_request *req,
                         struct cove_error **err)
 {
@@ -319,18 +329,42 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
                                   "unknown field '%.64s'", key);
     }
     json_t *snapshot = json_object_get(body, "snapshotId");
-    if (snapshot != NULL && !json_is_null(snapshot))
-        return cove_error_set(err, 0, 501, "SANDBOX::API_NOT_SUPPORTED",
-                              "snapshots are not supported by this server yet");
     json_t *image = json_object_get(body, "image");
-    json_t *uri = json_is_object(image) ? json_object_get(image, "uri") : NULL;
-    if (!json_is_string(uri) || json_string_length(uri) == 0)
-        return invalid(err, "%s is required: {\"uri\": \"<template name>\"}", "image");
-    req->template = template_resolve(api->templates, json_string_value(uri), err);
-    if (req->template == NULL)
-        return -1;
-
+    if (json_is_null(snapshot))
+        snapshot = NULL;
+    if (json_is_null(image))
+        image = NULL;
+    if (snapshot != NULL && image != NULL)
+        return invalid(err, "%s: give one of image and snapshotId, not both", "startup source");
     json_t *entrypoint = json_object_get(body, "entrypoint");
+    if (snapshot != NULL) {
+        if (!json_is_string(snapshot) || json_string_length(snapshot) == 0)
+            return invalid(err, "%s must be a snapshot's id", "snapshotId");
+        const struct snapshot *s =
+            snapshot_find(api->snapshots, json_string_value(snapshot), req->owner, err);
+        if (s == NULL)
+            return -1;
+        if (s->state != SNAPSHOT_READY || s->template == NULL)
+            return cove_error_set(err, 0, 409, "SNAPSHOT::NOT_READY",
+                                  "snapshot %s is %s: it is not ready for restore", s->id,
+                                  snapshot_state_name(s->state));
+        if (snapshot_layers(api->snapshots, s, &req->layers, &req->layer_count, err) < 0)
+            return -1;
+        req->snapshot_id = s->id;
+        req->template = template_ref(s->template);
+        /* The contract's default for a sandbox restored without an entrypoint. */
+        if (entrypoint == NULL || json_is_null(entrypoint))
+            entrypoint = default_restore_entrypoint();
+    } else {
+        json_t *uri = json_is_object(image) ? json_object_get(image, "uri") : NULL;
+        if (!json_is_string(uri) || json_string_length(uri) == 0)
+            return invalid(err, "%s is required: {\"uri\": \"<template name>\"} (or a snapshotId)",
+                           "image");
+        req->template = template_resolve(api->templates, json_string_value(uri), err);
+        if (req->template == NULL)
+            return -1;
+    }
+
     if (!json_is_array(entrypoint) || json_array_size(entrypoint) == 0 ||
         json_array_size(entrypoint) > MAX_ENTRYPOINT_ARGS)
         return invalid(err, "%s must be a non-empty array of strings", "entrypoint");
@@ -514,6 +548,7 @@ void api_sandboxes_create(struct api *api, struct http_request *req, const struc
     }
     template_unref(sreq.template);
     egress_policy_unref(sreq.policy);
+    snapshot_layers_free(sreq.layers, sreq.layer_count);
     cove_error_free(err);
     json_decref(body);
 }

@@ -27,11 +27,14 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <linux/magic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "coved/runtime/child.h"
+#include "coved/runtime/layer_copy.h"
 #include "coved/runtime/runtime.h"
 #include "lib/cleanup.h"
 #include "lib/log.h"
@@ -70,6 +73,31 @@ enum runtime_layer runtime_layer_of(const char *run_dir)
     char path[4200];
     snprintf(path, sizeof(path), "%s/" LAYER_IMAGE, run_dir);
     return access(path, F_OK) == 0 ? RUNTIME_LAYER_DISK : RUNTIME_LAYER_TMPFS;
+}
+
+int runtime_layer_upper(const struct runtime_process *proc, struct cove_error **err)
+{
+    if (proc->pidfd < 0)
+        return cove_error_set(err, ENOSYS, 409, "SNAPSHOT::UNSUPPORTED",
+                              "the sandbox's process cannot be reached here (no pidfd)");
+    cleanup_fd int layer = (int)syscall(SYS_pidfd_getfd, proc->pidfd, RUNTIME_LAYER_FD, 0);
+    if (layer < 0)
+        return cove_error_set(err, errno, 409, "SNAPSHOT::UNSUPPORTED",
+                              "the sandbox's writable layer cannot be reached (a sandbox started "
+                              "by a coved from before snapshots cannot be snapshotted)");
+    /* What the agent holds there is the layer's root unless the agent itself was subverted:
+     * then it is still something of the sandbox's own, but it must at least be a layer's
+     * filesystem, never a /proc or a /sys coved would then read as host root. */
+    struct statfs fs;
+    struct stat st;
+    if (fstatfs(layer, &fs) < 0 || (fs.f_type != EXT4_SUPER_MAGIC && fs.f_type != TMPFS_MAGIC) ||
+        fstat(layer, &st) < 0 || !S_ISDIR(st.st_mode))
+        return cove_error_set(err, EINVAL, 409, "SNAPSHOT::UNSUPPORTED",
+                              "the sandbox's writable layer is not what it should be");
+    int upper = openat(layer, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (upper < 0)
+        return cove_error_sys(err, "open the sandbox's writable layer");
+    return upper;
 }
 
 static const char *mke2fs_path(void)
@@ -161,9 +189,9 @@ static int template_path(const char *layer_dir, int64_t bytes, char *out, size_t
 }
 
 /* Copies the template to dst, its holes kept: a reflink where the filesystem has them,
- * otherwise each data extent with copy_file_range (in the kernel, no bytes through here),
- * then on disk. The loop device reads it with direct I/O: dirty pages of the image would make
- * it write them back first, inside LOOP_CONFIGURE and the mount, which then take 5-30 ms
+ * otherwise each data extent with copy_file_range (layer_copy_data; in the kernel, no bytes
+ * through here), then on disk. The loop device reads it with direct I/O: dirty pages of the image
+ * would make it write them back first, inside LOOP_CONFIGURE and the mount, which then take 5-30 ms
  * instead of well under one; an fdatasync of a few hundred KiB costs about 0.8 ms. */
 static int copy_sparse(const char *src, const char *dst, int64_t bytes)
 {
@@ -175,30 +203,9 @@ static int copy_sparse(const char *src, const char *dst, int64_t bytes)
         return -1;
     if (ioctl(out, FICLONE, in) == 0)
         return 0;
-    if (ftruncate(out, bytes) < 0)
+    if (layer_copy_data(in, out, bytes) < 0)
         return -1;
-    off_t data = 0;
-    for (;;) {
-        data = lseek(in, data, SEEK_DATA);
-        if (data < 0 && errno == ENXIO)
-            return fdatasync(out); /* no data after the last hole */
-        if (data < 0)
-            return -1;
-        off_t hole = lseek(in, data, SEEK_HOLE);
-        if (hole < 0)
-            return -1;
-        off_t from = data, to = data;
-        while (from < hole) {
-            ssize_t n = copy_file_range(in, &from, out, &to, (size_t)(hole - from), 0);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                errno = n == 0 ? EIO : errno;
-                return -1;
-            }
-        }
-        data = hole;
-    }
+    return fdatasync(out);
 }
 
 /* Attaches image_fd to a free loop device, cleared once its last user (the mount) goes.

@@ -214,7 +214,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int argc = 0;
     while (a->spec->entrypoint && a->spec->entrypoint[argc])
         argc++;
-    char **argv = calloc(argc + 15, sizeof(char *));
+    char **argv = calloc(argc + 17, sizeof(char *));
     if (argv == NULL)
         child_fail(status_fd, "calloc");
     int i = 0;
@@ -236,6 +236,8 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     snprintf(disk_cap, sizeof(disk_cap), "%lld", (long long)a->spec->disk_bytes);
     argv[i++] = "--disk-cap";
     argv[i++] = disk_cap;
+    argv[i++] = "--layer-fd";
+    argv[i++] = "64"; /* RUNTIME_LAYER_FD, kept open by child_build_root */
     char child_nofile[48];
     snprintf(child_nofile, sizeof(child_nofile), "%llu:%llu",
              (unsigned long long)a->spec->nofile_soft, (unsigned long long)a->spec->nofile_hard);

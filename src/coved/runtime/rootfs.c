@@ -79,15 +79,16 @@ static int child_idmap_userns(int status_fd, uint32_t disk_uid, uint32_t disk_gi
     return ns;
 }
 
-/* The template, read-only, at "lower" (in the current directory): seen through an idmapped
- * mount, its files owned by RUNTIME_HOST_ID_BASE + N on disk are the sandbox's host base + N,
- * which is N inside. One copy on disk serves every sandbox, each with ids of its own. */
-static void mount_template(int status_fd, const struct runtime_spec *spec, uint32_t owner)
+/* A read-only lower layer (the template, or a snapshot layer) at target, in the current
+ * directory: seen through an idmapped mount, its files owned by RUNTIME_HOST_ID_BASE + N on
+ * disk are the sandbox's host base + N, which is N inside. One copy on disk serves every
+ * sandbox, each with ids of its own. */
+static void mount_lower(int status_fd, const char *source, const char *target,
+                        const struct runtime_spec *spec, uint32_t owner)
 {
-    int tree =
-        open_tree(AT_FDCWD, spec->rootfs, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    int tree = open_tree(AT_FDCWD, source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
     if (tree < 0)
-        child_fail(status_fd, "clone the template %s", spec->rootfs);
+        child_fail(status_fd, "clone the layer %s", source);
     int userns = child_idmap_userns(status_fd, RUNTIME_HOST_ID_BASE, RUNTIME_HOST_ID_BASE,
                                     RUNTIME_ID_COUNT, spec->host_id_base, owner);
     struct mount_attr attr = {
@@ -96,13 +97,46 @@ static void mount_template(int status_fd, const struct runtime_spec *spec, uint3
     };
     if (mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0)
         child_fail(status_fd,
-                   "idmap the template %s (idmapped mounts need Linux 5.12 or later and a "
+                   "idmap the layer %s (idmapped mounts need Linux 5.12 or later and a "
                    "filesystem that has them, such as ext4, xfs, btrfs or tmpfs)",
-                   spec->rootfs);
+                   source);
     close(userns);
-    if (move_mount(tree, "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
-        child_fail(status_fd, "mount the template %s", spec->rootfs);
+    if (move_mount(tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        child_fail(status_fd, "mount the layer %s", source);
     close(tree);
+}
+
+/* The overlay's lowerdir option: the snapshot layers, topmost first, then the template. Each
+ * is mounted idmapped in the current directory, the run dir (layerN, lower), or used as it is
+ * on disk when the sandbox has the shared id range. */
+static void build_lowers(int status_fd, const struct runtime_spec *spec, uint32_t owner, char *out,
+                         size_t size)
+{
+    bool shared = spec->host_id_base == ID_RANGE_SHARED_BASE;
+    size_t len = 0;
+    if (spec->layer_count > RUNTIME_MAX_LAYERS)
+        child_fail(status_fd, "more than %d snapshot layers", RUNTIME_MAX_LAYERS);
+    for (size_t i = 0; i <= spec->layer_count; i++) {
+        bool template = i == spec->layer_count;
+        const char *source = template ? spec->rootfs : spec->layers[i];
+        char target[32];
+        if (template)
+            snprintf(target, sizeof(target), "lower");
+        else
+            snprintf(target, sizeof(target), "layer%zu", i);
+        /* Mounted here: a name relative to the run dir, the current directory (mount(2)
+         * takes a page of options at most). */
+        const char *path = shared ? source : target; /* its owners are this range's */
+        if (!shared) {
+            if (!template)
+                child_mkdir(status_fd, target, 0755);
+            mount_lower(status_fd, source, target, spec, owner);
+        }
+        int n = snprintf(out + len, size - len, "%s%s", i > 0 ? ":" : "", path);
+        if (n < 0 || (size_t)n >= size - len)
+            child_fail(status_fd, "the overlay's lower layers are too long a list");
+        len += (size_t)n;
+    }
 }
 
 /* Docker's masked /proc paths: files get /dev/null, directories an empty read-only tmpfs. */
@@ -178,30 +212,71 @@ static void mount_dev(int status_fd, uint32_t host_base)
  * dynamic loader) no program starts any more. Each becomes a read-only bind mount of the
  * directory it points to: a mount point cannot be removed or renamed inside (EBUSY, and root
  * there cannot unmount), and what is below is as read-only as /usr. */
+static const char *const merged_usr_links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+
+/* The directory a merged-/usr link at name (in dir) points to, below usr/: 0 with it in out,
+ * or -1 when name is absent, no link, or a link elsewhere. */
+static int merged_usr_target(int dir, const char *name, char *out, size_t size)
+{
+    ssize_t n = readlinkat(dir, name, out, size - 1);
+    if (n < 0)
+        return -1; /* absent, or a real directory of the template */
+    out[n] = '\0';
+    const char *in_usr = out[0] == '/' ? out + 1 : out;
+    struct stat st;
+    if (strncmp(in_usr, "usr/", 4) != 0 || strstr(in_usr, "..") != NULL ||
+        fstatat(dir, in_usr, &st, 0) < 0 || !S_ISDIR(st.st_mode))
+        return -1;
+    memmove(out, in_usr, strlen(in_usr) + 1);
+    return 0;
+}
+
 static void bind_merged_usr_links(int status_fd)
 {
-    static const char *const links[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
     char target[256];
-    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
-        ssize_t n = readlink(links[i], target, sizeof(target) - 1);
-        if (n < 0)
-            continue; /* absent, or a real directory of the template */
-        target[n] = '\0';
-        const char *in_usr = target[0] == '/' ? target + 1 : target;
-        struct stat st;
-        if (strncmp(in_usr, "usr/", 4) != 0 || strstr(in_usr, "..") != NULL ||
-            stat(in_usr, &st) < 0 || !S_ISDIR(st.st_mode))
+    for (size_t i = 0; i < sizeof(merged_usr_links) / sizeof(merged_usr_links[0]); i++) {
+        if (merged_usr_target(AT_FDCWD, merged_usr_links[i], target, sizeof(target)) < 0)
             continue;
-        if (unlink(links[i]) < 0)
-            child_fail(status_fd, "unlink %s", links[i]);
-        child_mkdir(status_fd, links[i], 0755);
-        child_bind_ro(status_fd, in_usr, links[i], MS_NOSUID | MS_NODEV);
+        if (unlink(merged_usr_links[i]) < 0)
+            child_fail(status_fd, "unlink %s", merged_usr_links[i]);
+        child_mkdir(status_fd, merged_usr_links[i], 0755);
+        child_bind_ro(status_fd, target, merged_usr_links[i], MS_NOSUID | MS_NODEV);
     }
+}
+
+int runtime_layer_forget_setup(int copy, const char *rootfs)
+{
+    int template = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (template <0)
+        return -1;
+    for (size_t i = 0; i < sizeof(merged_usr_links) / sizeof(merged_usr_links[0]); i++) {
+        struct stat st;
+        /* /usr itself is not in the template: the host's is bound there. The link's target
+         * is checked the way the set-up did, in the sandbox's root: the host's /usr. */
+        char link[256];
+        ssize_t n = readlinkat(template, merged_usr_links[i], link, sizeof(link) - 1);
+        if (n < 0 || fstatat(copy, merged_usr_links[i], &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISDIR(st.st_mode))
+            continue;
+        link[n] = '\0';
+        const char *in_usr = link[0] == '/' ? link + 1 : link;
+        if (strncmp(in_usr, "usr/", 4) != 0)
+            continue;
+        /* Empty: what was below it was the bind mount's, never the layer's. */
+        if (unlinkat(copy, merged_usr_links[i], AT_REMOVEDIR) < 0 && errno != ENOENT) {
+            int saved = errno;
+            close(template);
+            errno = saved;
+            return -1;
+        }
+    }
+    close(template);
+    return 0;
 }
 
 void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner)
 {
-    char path[4096], opts[8192];
+    char path[4096], opts[RUNTIME_MAX_LAYERS * 600 + 8192];
     /* Nothing mounted from here on may propagate back to the host. */
     child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 
@@ -218,15 +293,21 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     child_mkdir(status_fd, "root", 0755);
     if (chown("upper", spec->host_id_base, spec->host_id_base) < 0)
         child_fail(status_fd, "chown upper");
-    char lower[4096];
-    if (spec->host_id_base == ID_RANGE_SHARED_BASE) {
-        snprintf(lower, sizeof(lower), "%s", spec->rootfs); /* its owners are this range's */
-    } else {
-        mount_template(status_fd, spec, owner);
-        snprintf(lower, sizeof(lower), "%s/lower", spec->run_dir);
-    }
-    snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work", lower,
-             spec->run_dir, spec->run_dir);
+    /* The layer's root stays open for coved (RUNTIME_LAYER_FD): the pivot below takes the run
+     * dir out of every path's reach. */
+    int layer = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (layer < 0 || dup3(layer, RUNTIME_LAYER_FD, 0) < 0)
+        child_fail(status_fd, "keep the writable layer open");
+    close(layer);
+    char lower[RUNTIME_MAX_LAYERS * 600 + 4200];
+    build_lowers(status_fd, spec, owner, lower, sizeof(lower));
+    /* metacopy=off: a copied-up file's data is in the upper layer, always (a snapshot copies
+     * that layer alone, layer_copy.h). */
+    int n =
+        snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/upper,workdir=%s/work,metacopy=off",
+                 lower, spec->run_dir, spec->run_dir);
+    if (n < 0 || (size_t)n >= sizeof(opts))
+        child_fail(status_fd, "the overlay's options are too long");
     child_mount(status_fd, "cove-root", "root", "overlay", MS_NOSUID, opts);
     if (chdir("root") < 0)
         child_fail(status_fd, "chdir root");

@@ -35,6 +35,14 @@
  * not contain it, but must contain its shared libraries (the host-OS templates do). */
 #define RUNTIME_KERNEL_HELPER_FD 7
 
+/* The set-up child leaves the root of the sandbox's writable layer (the directory holding
+ * its overlay's upper/) open at this descriptor across the agent's exec, and the agent keeps
+ * it (--layer-fd) away from every process it starts: coved takes a copy of it with
+ * pidfd_getfd to snapshot the sandbox (runtime_layer_upper). The agent is not dumpable, so
+ * nothing in the sandbox can take it (that takes CAP_SYS_PTRACE, which it lacks); and it
+ * reaches only what the sandbox's own root holds anyway. Above the volumes' numbers. */
+#define RUNTIME_LAYER_FD 64
+
 /* What a sandbox's writable layer is (layer.c): an ext4 image on a loop device, capped by its
  * size and kept on the host's disk, or a tmpfs charged to the sandbox's memory (small, fast,
  * and the only kind where there are no loop devices). */
@@ -60,6 +68,9 @@ struct runtime {
     char layer_dir[512];
 };
 
+/* At most this many snapshot layers under a sandbox's writable layer. */
+#define RUNTIME_MAX_LAYERS 16
+
 /* At most this many volumes per sandbox. */
 #define RUNTIME_MAX_VOLUMES 16
 
@@ -76,9 +87,13 @@ struct runtime_volume {
 };
 
 struct runtime_spec {
-    const char *id;          /* also the hostname; [a-z0-9-], at most 63 characters */
-    const char *run_dir;     /* host directory owned by this sandbox alone */
-    const char *rootfs;      /* template root: the read-only lower layer */
+    const char *id;      /* also the hostname; [a-z0-9-], at most 63 characters */
+    const char *run_dir; /* host directory owned by this sandbox alone */
+    const char *rootfs;  /* template root: the read-only lower layer */
+    /* Snapshot layers (snapshot.h) over the template, the topmost first: directories whose
+     * files are owned like a template's. */
+    const char *const *layers;
+    size_t layer_count;      /* at most RUNTIME_MAX_LAYERS */
     bool host_os;            /* bind the host's /usr read-only (the `base` template) */
     char *const *entrypoint; /* NULL-terminated argv, or NULL */
     char *const *env;        /* NULL-terminated KEY=VALUE list */
@@ -122,6 +137,15 @@ const char *runtime_layer_name(enum runtime_layer layer);
 /* The layer a sandbox gets when it asks for this one (DEFAULT: the runtime's; DISK where disk
  * layers do not work: TMPFS). */
 enum runtime_layer runtime_layer_resolve(const struct runtime *rt, enum runtime_layer asked);
+/* The upper directory of a running sandbox's writable layer (its changes to its lower
+ * layers), taken from its PID 1 (RUNTIME_LAYER_FD), open O_RDONLY|O_DIRECTORY for coved to
+ * read: 409 SNAPSHOT::UNSUPPORTED for a sandbox started by a coved from before snapshots. */
+int runtime_layer_upper(const struct runtime_process *proc, struct cove_error **err);
+/* A host-OS template's merged-/usr links (bin -> usr/bin, ...) are replaced, in each sandbox's
+ * writable layer, by directories the set-up binds /usr's over (rootfs.c): in a copy of that
+ * layer (a snapshot, open at copy) those empty directories would hide the links of the
+ * template at rootfs from every sandbox made from it. Removes them: 0, or -1 with errno. */
+int runtime_layer_forget_setup(int copy, const char *rootfs);
 /* The layer of the sandbox with this run dir, as its files tell (a disk layer's image). */
 enum runtime_layer runtime_layer_of(const char *run_dir);
 

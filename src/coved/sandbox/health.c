@@ -211,7 +211,7 @@ static void probe_start(struct sandbox_health *health, struct sandbox *sb)
  * gap later, not at once: it has just started (or coved has), and nothing in it is stale. */
 static bool probe_due(struct sandbox_health *health, struct sandbox *sb, int64_t min_gap_ms)
 {
-    if (sb->state != SANDBOX_RUNNING || sb->health_probe != NULL ||
+    if (sb->state != SANDBOX_RUNNING || sb->snapshotting || sb->health_probe != NULL ||
         health->in_flight >= HEALTH_MAX_IN_FLIGHT)
         return false;
     int64_t now = sandbox_now_ms();

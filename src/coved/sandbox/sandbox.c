@@ -262,6 +262,7 @@ static struct store_sandbox sandbox_record(const struct sandbox *sb)
         .network_policy = sb->network_policy,
         .credential_proxy = sb->credential_proxy,
         .volumes = sb->volumes,
+        .snapshot_id = sb->snapshot_id,
     };
 }
 
@@ -298,6 +299,8 @@ static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
     sb->credential_proxy = rec->credential_proxy;
     if (json_is_array(rec->volumes) && json_array_size(rec->volumes) > 0)
         sb->volumes = json_incref(rec->volumes);
+    snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s",
+             rec->snapshot_id ? rec->snapshot_id : "");
     return sb;
 }
 
@@ -587,6 +590,8 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     const struct egress_policy *policy = req->policy != NULL ? req->policy : mgr->default_policy;
     sb->network_policy = policy != NULL ? egress_policy_to_json(policy) : NULL;
     sb->credential_proxy = req->credential_proxy;
+    if (req->snapshot_id != NULL)
+        snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s", req->snapshot_id);
     set_state(sb, SANDBOX_PENDING, "provisioning", "sandbox is being created");
 
     if (req->volume_count > 0)
@@ -608,6 +613,8 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         .id = sb->id,
         .run_dir = sb->run_dir,
         .rootfs = req->template->rootfs,
+        .layers = (const char *const *)req->layers,
+        .layer_count = req->layer_count,
         .host_os = req->template->host_os,
         .prestart = req->template->prestart,
         .entrypoint = argv,
@@ -799,9 +806,21 @@ int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *
     return 0;
 }
 
+/* A snapshot freezes the sandbox and thaws it when done: a pause or resume meanwhile would
+ * be undone, or undo it. */
+static int check_not_snapshotting(const struct sandbox *sb, struct cove_error **err)
+{
+    if (!sb->snapshotting)
+        return 0;
+    return cove_error_set(err, 0, 409, "SANDBOX::SNAPSHOT_IN_PROGRESS",
+                          "sandbox %s is being snapshotted: try again once the snapshot is Ready "
+                          "or Failed",
+                          sb->id);
+}
+
 int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
 {
-    if (sandbox_check(sb, SANDBOX_ACTION_PAUSE, err) < 0)
+    if (sandbox_check(sb, SANDBOX_ACTION_PAUSE, err) < 0 || check_not_snapshotting(sb, err) < 0)
         return -1;
     set_state(sb, SANDBOX_PAUSING, "user_pause", "sandbox is pausing");
     if (runtime_pause(mgr->rt, sb->id, err) < 0) {
@@ -817,7 +836,7 @@ int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_e
 
 int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
 {
-    if (sandbox_check(sb, SANDBOX_ACTION_RESUME, err) < 0)
+    if (sandbox_check(sb, SANDBOX_ACTION_RESUME, err) < 0 || check_not_snapshotting(sb, err) < 0)
         return -1;
     set_state(sb, SANDBOX_RESUMING, "user_resume", "sandbox is resuming");
     if (runtime_resume(mgr->rt, sb->id, err) < 0) {

@@ -77,6 +77,11 @@ struct sandbox {
     /* The create request's volumes (kept in the store: a restart knows who uses which named
      * volume), or NULL. */
     json_t *volumes;
+    /* The snapshot it was made from (snapshot.h; "": a template), kept in the store: a
+     * snapshot in use cannot be deleted. */
+    char snapshot_id[SANDBOX_ID_SIZE];
+    /* While a snapshot of it is being taken (it is frozen then): no pause or resume. */
+    bool snapshotting;
 };
 
 /* A sandbox that ended (deleted, expired, or deleted after it failed), remembered for a
@@ -116,6 +121,10 @@ struct sandbox_request {
     json_t *volumes;                        /* borrowed: the request's, or NULL */
     const struct volume_spec *volume_specs; /* volumes checked (volume.h), volume_count of them */
     size_t volume_count;
+    /* Made from a snapshot (snapshot.h): its id, and its layers, topmost first (borrowed). */
+    const char *snapshot_id;
+    char **layers;
+    size_t layer_count;
 };
 
 struct sandbox_manager;

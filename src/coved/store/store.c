@@ -90,6 +90,16 @@ static const struct migration migrations[] = {
     /* '': none (rows from before volumes). */
     {"sandbox volumes", "ALTER TABLE sandboxes ADD COLUMN volumes TEXT NOT NULL DEFAULT ''",
      "sandboxes", "volumes"},
+    {"snapshots",
+     "CREATE TABLE IF NOT EXISTS snapshots ("
+     " id TEXT PRIMARY KEY, owner TEXT NOT NULL, sandbox_id TEXT NOT NULL, name TEXT NOT NULL,"
+     " template TEXT NOT NULL, parent TEXT NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL,"
+     " message TEXT NOT NULL, created_ms INTEGER NOT NULL, transition_ms INTEGER NOT NULL,"
+     " size_bytes INTEGER NOT NULL)",
+     NULL, NULL},
+    /* '': made from a template (rows from before snapshots). */
+    {"sandbox snapshot", "ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT ''",
+     "sandboxes", "snapshot_id"},
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == STORE_SCHEMA_VERSION,
@@ -225,11 +235,11 @@ int store_open(const char *path, struct store **out, struct cove_error **err)
             "INSERT OR REPLACE INTO sandboxes (id, owner, template, state, reason, message,"
             " transition_ms, created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
             " start_time, run_dir, access_token, renew_on_access_s, id_slot, network_policy,"
-            " credential_proxy, volumes)"
+            " credential_proxy, volumes, snapshot_id)"
             " VALUES (:id, :owner, :template, :state, :reason, :message, :transition_ms,"
             " :created_ms, :expires_ms, :entrypoint, :env, :metadata, :limits, :pid,"
             " :start_time, :run_dir, :access_token, :renew_on_access_s, :id_slot, :network_policy,"
-            " :credential_proxy, :volumes)",
+            " :credential_proxy, :volumes, :snapshot_id)",
             -1, &store->sandbox_save, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(store->db, "DELETE FROM sandboxes WHERE id = :id", -1,
                            &store->sandbox_delete, NULL) != SQLITE_OK) {
@@ -344,6 +354,7 @@ int store_sandbox_save(struct store *store, const struct store_sandbox *rec,
     bind_json(&b, ":network_policy", rec->network_policy);
     bind_int(&b, ":credential_proxy", rec->credential_proxy ? 1 : 0);
     bind_json(&b, ":volumes", rec->volumes);
+    bind_text(&b, ":snapshot_id", rec->snapshot_id ? rec->snapshot_id : "");
     return run(store, &b, err, "save sandbox");
 }
 
@@ -399,7 +410,7 @@ int store_sandbox_load_all(struct store *store,
                            "SELECT id, owner, template, state, reason, message, transition_ms,"
                            " created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
                            " start_time, run_dir, access_token, renew_on_access_s, id_slot,"
-                           " network_policy, credential_proxy, volumes"
+                           " network_policy, credential_proxy, volumes, snapshot_id"
                            " FROM sandboxes ORDER BY created_ms, id",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "load sandboxes");
@@ -428,6 +439,7 @@ int store_sandbox_load_all(struct store *store,
             .network_policy = column_json(st, "network_policy"),
             .credential_proxy = column_int(st, "credential_proxy") != 0,
             .volumes = column_json(st, "volumes"),
+            .snapshot_id = column_text(st, "snapshot_id"),
         };
         fn(&rec, arg);
         json_decref(rec.volumes);
@@ -502,6 +514,84 @@ int store_volume_load_all(struct store *store,
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return db_error(store, err, "load volumes");
+    return 0;
+}
+
+int store_snapshot_save(struct store *store, const struct store_snapshot *rec,
+                        struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(
+            store->db,
+            "INSERT OR REPLACE INTO snapshots (id, owner, sandbox_id, name, template,"
+            " parent, state, reason, message, created_ms, transition_ms, size_bytes)"
+            " VALUES (:id, :owner, :sandbox_id, :name, :template, :parent, :state,"
+            " :reason, :message, :created_ms, :transition_ms, :size_bytes)",
+            -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "save snapshot");
+    struct binding b = {st, SQLITE_OK, NULL};
+    bind_text(&b, ":id", rec->id);
+    bind_text(&b, ":owner", rec->owner);
+    bind_text(&b, ":sandbox_id", rec->sandbox_id);
+    bind_text(&b, ":name", rec->name);
+    bind_text(&b, ":template", rec->template_name);
+    bind_text(&b, ":parent", rec->parent);
+    bind_text(&b, ":state", rec->state);
+    bind_text(&b, ":reason", rec->reason);
+    bind_text(&b, ":message", rec->message);
+    bind_int(&b, ":created_ms", rec->created_ms);
+    bind_int(&b, ":transition_ms", rec->transition_ms);
+    bind_int(&b, ":size_bytes", rec->size_bytes);
+    int rc = run(store, &b, err, "save snapshot");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_snapshot_delete(struct store *store, const char *id, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db, "DELETE FROM snapshots WHERE id = :id", -1, &st, NULL) !=
+        SQLITE_OK)
+        return db_error(store, err, "delete snapshot");
+    struct binding b = {st, SQLITE_OK, NULL};
+    bind_text(&b, ":id", id);
+    int rc = run(store, &b, err, "delete snapshot");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_snapshot_load_all(struct store *store,
+                            void (*fn)(const struct store_snapshot *rec, void *arg), void *arg,
+                            struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db,
+                           "SELECT id, owner, sandbox_id, name, template, parent, state, reason,"
+                           " message, created_ms, transition_ms, size_bytes FROM snapshots"
+                           " ORDER BY created_ms, id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "load snapshots");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct store_snapshot rec = {
+            .id = column_text(st, "id"),
+            .owner = column_text(st, "owner"),
+            .sandbox_id = column_text(st, "sandbox_id"),
+            .name = column_text(st, "name"),
+            .template_name = column_text(st, "template"),
+            .parent = column_text(st, "parent"),
+            .state = column_text(st, "state"),
+            .reason = column_text(st, "reason"),
+            .message = column_text(st, "message"),
+            .created_ms = column_int(st, "created_ms"),
+            .transition_ms = column_int(st, "transition_ms"),
+            .size_bytes = column_int(st, "size_bytes"),
+        };
+        fn(&rec, arg);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "load snapshots");
     return 0;
 }
 

@@ -14,7 +14,7 @@
 #include "lib/error.h"
 
 /* The schema version this coved writes: the number of migrations in store.c. */
-#define STORE_SCHEMA_VERSION 9
+#define STORE_SCHEMA_VERSION 11
 
 struct store;
 
@@ -43,7 +43,24 @@ struct store_sandbox {
     int id_slot;            /* -1 in rows from before per-sandbox id ranges */
     json_t *network_policy; /* NetworkPolicy in force; NULL or JSON null: none stored */
     bool credential_proxy;
-    json_t *volumes; /* the create request's volumes; NULL or JSON null: none */
+    json_t *volumes;         /* the create request's volumes; NULL or JSON null: none */
+    const char *snapshot_id; /* the snapshot it was made from; "": a template */
+};
+
+/* One row of the snapshots table (sandbox/snapshot.h). */
+struct store_snapshot {
+    const char *id;
+    const char *owner;
+    const char *sandbox_id; /* its source */
+    const char *name;       /* "": none */
+    const char *template_name;
+    const char *parent; /* the snapshot its source was made from; "": none */
+    const char *state;
+    const char *reason;
+    const char *message;
+    int64_t created_ms;
+    int64_t transition_ms;
+    int64_t size_bytes;
 };
 
 /* One row of the volumes table: a named (pvc) volume, an ext4 image under STATE/volumes. */
@@ -78,6 +95,15 @@ int store_volume_delete(struct store *store, const char *name, struct cove_error
 int store_volume_load_all(struct store *store,
                           void (*fn)(const struct store_volume *rec, void *arg), void *arg,
                           struct cove_error **err);
+
+/* Saving replaces the snapshot of the same id. */
+int store_snapshot_save(struct store *store, const struct store_snapshot *rec,
+                        struct cove_error **err);
+int store_snapshot_delete(struct store *store, const char *id, struct cove_error **err);
+/* Calls fn with each snapshot, oldest first. */
+int store_snapshot_load_all(struct store *store,
+                            void (*fn)(const struct store_snapshot *rec, void *arg), void *arg,
+                            struct cove_error **err);
 
 /* Per-key quota overrides (the admin API), by owner id; QUOTA_INHERIT fields are stored as
  * NULL. Saving replaces the owner's override. */
