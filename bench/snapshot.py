@@ -2,13 +2,13 @@
 """Snapshot benchmark: how long Cove takes to snapshot a sandbox whose writable layer holds one
 large file (--size-mib, 1 GiB by default, written from /dev/urandom inside; disk layer capped
 at --disk), against what a user would otherwise do with the same amount of data, in the same
-run on the same disk:
+run on the same disk, each with the file's pages first dropped from the page cache (cold:
+`dd iflag=nocache count=0`, POSIX_FADV_DONTNEED) and read into it (warm: `cat`), in turn:
 
   cove snapshot   POST /v1/sandboxes/{id}/snapshots until GET /v1/snapshots/{id} is Ready
                   (also: until its 202, and the longest `true` through the agent of the
                   source while it ran: how long the source was frozen, as a client sees it)
-  tar             tar -cf of a host directory holding the same file (just written, as the
-                  sandbox's is)
+  tar             tar -cf of a host directory holding the same file
   cp -a           cp -a of that directory
   podman commit   of a running container (--runtime runc, overlay storage, busybox image)
                   that wrote the same amount (skipped with --no-podman or without podman)
@@ -46,8 +46,21 @@ def stats(values):
             "min": min(ms) if ms else float("nan"), "max": max(ms) if ms else float("nan")}
 
 
+CACHES = ("cold", "warm")
+
+
 def limits(args):
-    return {"cpu": "1", "memory": "1Gi", "ephemeral-storage": args.disk}
+    # memory above the file's size: its pages fit in the sandbox's page cache (a warm copy)
+    return {"cpu": "1", "memory": "2Gi", "ephemeral-storage": args.disk}
+
+
+def cache_command(path, cache):
+    """A shell command that leaves path's pages out of (cold) or in (warm) the page cache: the
+    same for the sandbox's file (its layer's ext4, on a loop device with direct I/O: nothing
+    of it is cached twice) as for the host's."""
+    if cache == "cold":
+        return f"dd if={path} iflag=nocache count=0 status=none"  # POSIX_FADV_DONTNEED
+    return f"cat {path} > /dev/null"
 
 
 def cove_create(d, source, args):
@@ -130,21 +143,30 @@ def measure_cove(args, res):
         # The probe's own round trip while nothing is frozen, for comparison.
         with StallProbe(d, src) as idle:
             time.sleep(1.0)
-        snap_times = {"accept": [], "ready": [], "stall": []}
+        snap_times = {c: {"accept": [], "ready": [], "stall": []} for c in CACHES}
         create = {"snapshot": {"create": [], "first": []}, "template": {"create": [], "first": []}}
         deletes = []
         for i in range(args.warmup + args.iterations):
             counted = i >= args.warmup
-            log(f"cove: snapshot {i + 1}/{args.warmup + args.iterations}"
+            log(f"cove: snapshots {i + 1}/{args.warmup + args.iterations}"
                 f"{'' if counted else ' (warm-up)'} ...")
-            with StallProbe(d, src) as probe:
-                time.sleep(0.2)
-                t_start = time.perf_counter()
-                snap, t_accept, t_ready, got = cove_snapshot(d, src)
-                t_end = time.perf_counter()
-                time.sleep(0.2)
-            # The longest probe that overlapped the snapshot.
-            during = [dt for t0, dt in probe.samples if t0 < t_end and t0 + dt > t_start]
+            snaps = []
+            for cache in (CACHES if i % 2 == 0 else CACHES[::-1]):
+                d.sh(src, cache_command("/home/data/big", cache), http_timeout=600)
+                with StallProbe(d, src) as probe:
+                    time.sleep(0.2)
+                    t_start = time.perf_counter()
+                    snap, t_accept, t_ready, got = cove_snapshot(d, src)
+                    t_end = time.perf_counter()
+                    time.sleep(0.2)
+                snaps.append(snap)
+                # The longest probe that overlapped the snapshot.
+                during = [dt for t0, dt in probe.samples if t0 < t_end and t0 + dt > t_start]
+                if counted:
+                    snap_times[cache]["accept"].append(t_accept)
+                    snap_times[cache]["ready"].append(t_ready)
+                    snap_times[cache]["stall"].append(max(during) if during else 0.0)
+                    res.setdefault("snapshot_messages", []).append(got["status"]["message"])
             # From the snapshot and from the template, in turn first (drift hits both alike).
             order = ("snapshot", "template") if i % 2 == 0 else ("template", "snapshot")
             for kind in order:
@@ -158,19 +180,16 @@ def measure_cove(args, res):
                 if counted:
                     create[kind]["create"].append(t_create)
                     create[kind]["first"].append(t_first)
-            t0 = time.perf_counter()
-            d.ok("DELETE", f"/v1/snapshots/{snap}", expect=(204,))
-            if counted:
-                deletes.append(time.perf_counter() - t0)
-                snap_times["accept"].append(t_accept)
-                snap_times["ready"].append(t_ready)
-                snap_times["stall"].append(max(during) if during else 0.0)
-                res["snapshot_message"] = got["status"].get("message", "")
+            for snap in snaps:
+                t0 = time.perf_counter()
+                d.ok("DELETE", f"/v1/snapshots/{snap}", expect=(204,))
+                if counted:
+                    deletes.append(time.perf_counter() - t0)
         d.delete(src)
     res["bytes"] = size
-    res["cove"] = {k: stats(v) for k, v in snap_times.items()}
-    res["cove"]["probe_idle"] = stats([dt for _, dt in idle.samples])
-    res["cove"]["delete_snapshot"] = stats(deletes)
+    res["cove"] = {c: {k: stats(v) for k, v in m.items()} for c, m in snap_times.items()}
+    res["probe_idle"] = stats([dt for _, dt in idle.samples])
+    res["delete_snapshot"] = stats(deletes)
     res["create"] = {kind: {k: stats(v) for k, v in m.items()} for kind, m in create.items()}
 
 
@@ -180,18 +199,21 @@ def measure_host(args, res, tmp):
     big = os.path.join(tree, "home", "data", "big")
     log(f"host: writing {args.size_mib} MiB into {tree} ...")
     run_or_explain(["sh", "-c", f"head -c {args.size_mib}M /dev/urandom > {big} && sync"])
-    times = {"tar": [], "cp": []}
+    times = {c: {"tar": [], "cp": []} for c in CACHES}
+    archive, copy = os.path.join(tmp, "out.tar"), os.path.join(tmp, "copy")
     for i in range(args.warmup + args.iterations):
-        archive, copy = os.path.join(tmp, "out.tar"), os.path.join(tmp, "copy")
-        t_tar = timed(["tar", "-cf", archive, "-C", tree, "."])
-        os.unlink(archive)
-        t_cp = timed(["cp", "-a", tree, copy])
-        shutil.rmtree(copy)
-        if i >= args.warmup:
-            times["tar"].append(t_tar)
-            times["cp"].append(t_cp)
+        for cache in (CACHES if i % 2 == 0 else CACHES[::-1]):
+            run_or_explain(["sh", "-c", cache_command(big, cache)])
+            t_tar = timed(["tar", "-cf", archive, "-C", tree, "."])
+            os.unlink(archive)
+            run_or_explain(["sh", "-c", cache_command(big, cache)])
+            t_cp = timed(["cp", "-a", tree, copy])
+            shutil.rmtree(copy)
+            if i >= args.warmup:
+                times[cache]["tar"].append(t_tar)
+                times[cache]["cp"].append(t_cp)
     shutil.rmtree(tree)
-    res["host"] = {k: stats(v) for k, v in times.items()}
+    res["host"] = {c: {k: stats(v) for k, v in m.items()} for c, m in times.items()}
 
 
 def measure_podman(args, res, tmp):
@@ -269,35 +291,39 @@ def print_report(res, args):
           f"kernel {m['kernel']}; {m['os']}; cgroups {m['cgroups']}; python "
           f"{platform.python_version()}")
     mib = res["bytes"] / 1048576
-    c = res["cove"]
-    base = c["ready"]["p50"]
     print(f"== Snapshot of {mib:.0f} MiB (one file from /dev/urandom), n={args.iterations} each "
-          f"after {args.warmup} warm-up, ms")
-    print(f"{'what':44} | {'p50':>8} {'p90':>8} {'min':>8} | {'MiB/s':>6} | {'/ cove':>6}")
+          f"after {args.warmup} warm-up; the file's pages out of (cold) or in (warm) the page "
+          f"cache first; ms")
+    print(f"{'what':44} {'cache':5} | {'p50':>8} {'p90':>8} {'min':>8} | {'MiB/s':>6} | "
+          f"{'/ cove':>6}")
 
-    def row(name, s, ratio=True):
+    def row(name, cache, s, base):
         rate = mib / (s["p50"] / 1000) if s["p50"] > 0 else float("nan")
-        r = f"{s['p50'] / base:.2f}x" if ratio else ""
-        print(f"{name:44} | {s['p50']:>8.1f} {s['p90']:>8.1f} {s['min']:>8.1f} | {rate:>6.0f} | "
-              f"{r:>6}")
-    row("cove snapshot (POST -> Ready)", c["ready"])
-    print(f"{'  of which POST -> 202':44} | {c['accept']['p50']:>8.1f} {c['accept']['p90']:>8.1f}"
-          f" {c['accept']['min']:>8.1f} |")
-    print(f"{'  source stalled (longest `true` meanwhile)':44} | {c['stall']['p50']:>8.1f} "
-          f"{c['stall']['p90']:>8.1f} {c['stall']['min']:>8.1f} |   (idle: p50 "
-          f"{c['probe_idle']['p50']:.1f}, max {c['probe_idle']['max']:.1f})")
-    h = res["host"]
-    row("tar -cf of the same tree, host", h["tar"])
-    row("cp -a of the same tree, host", h["cp"])
+        ratio = f"{s['p50'] / base['p50']:.2f}x" if base else ""
+        print(f"{name:44} {cache:5} | {s['p50']:>8.1f} {s['p90']:>8.1f} {s['min']:>8.1f} | "
+              f"{rate:>6.0f} | {ratio:>6}")
+    for cache in CACHES:
+        c = res["cove"][cache]
+        row("cove snapshot (POST -> Ready)", cache, c["ready"], c["ready"])
+        print(f"{'  of which POST -> 202':44} {'':5} | {c['accept']['p50']:>8.1f} "
+              f"{c['accept']['p90']:>8.1f} {c['accept']['min']:>8.1f} |")
+        print(f"{'  source stalled (longest `true` meanwhile)':44} {'':5} | "
+              f"{c['stall']['p50']:>8.1f} {c['stall']['p90']:>8.1f} {c['stall']['min']:>8.1f} |")
+        h = res["host"][cache]
+        row("tar -cf of the same tree, host", cache, h["tar"], c["ready"])
+        row("cp -a of the same tree, host", cache, h["cp"], c["ready"])
     if "podman" in res:
-        row("podman commit (runc, overlay)", res["podman"]["commit"])
+        row("podman commit (runc, overlay; cache as left)", "", res["podman"]["commit"],
+            res["cove"]["warm"]["ready"])
     else:
         print(f"podman commit: skipped ({res.get('podman_skipped')})")
-    print(f"cove snapshot delete p50 {c['delete_snapshot']['p50']:.1f} ms; the snapshot said: "
-          f"{res.get('snapshot_message', '')}")
+    idle = res["probe_idle"]
+    print(f"`true` through the agent while nothing is frozen: p50 {idle['p50']:.1f} ms, max "
+          f"{idle['max']:.1f}; snapshot delete p50 {res['delete_snapshot']['p50']:.1f} ms")
+    print(f"the last snapshot said: {res['snapshot_messages'][-1]}")
     cr = res["create"]
     s, t = cr["snapshot"], cr["template"]
-    print(f"== Create, from the snapshot vs from the template (interleaved), ms")
+    print("== Create, from the snapshot vs from the template (interleaved), ms")
     print(f"{'source':10} | {'create p50':>10} {'p90':>7} | {'+ echo hi p50':>13} {'p90':>7}")
     for name, x in (("snapshot", s), ("template", t)):
         print(f"{name:10} | {x['create']['p50']:>10.1f} {x['create']['p90']:>7.1f} | "

@@ -154,16 +154,11 @@ test("snapshot a sandbox, start another from it, delete it", { timeout: TEST_TIM
 test("a snapshot outlives its sandbox; unnamed; refusals", { timeout: TEST_TIMEOUT }, async () => {
   const src = await create({ image: "base" });
   await src.files.writeFiles([{ path: "/tmp/keep/a", data: "a" }]);
+  await sh(src, "head -c 128M /dev/urandom > /tmp/keep/big");
   const snap = await snapshot(src.id);
   assert.equal(snap.name ?? "", "");
-  // while it is being created it may not be deleted (or it is Ready already)
-  try {
-    await mgr.deleteSnapshot(snap.id);
-    assert.fail("a snapshot in use or Creating was deleted");
-  } catch (e) {
-    if (e.code === "ERR_ASSERTION") throw e;
-    apiError(409)(e);
-  }
+  // copying 128 MiB takes a while: a delete meanwhile is refused
+  await assert.rejects(mgr.deleteSnapshot(snap.id), apiError(409, "SNAPSHOT::INVALID_STATE"));
   await waitReady(snap.id);
   await src.kill();
   coved.sandboxIds.delete(src.id);
@@ -171,6 +166,7 @@ test("a snapshot outlives its sandbox; unnamed; refusals", { timeout: TEST_TIMEO
   assert.deepEqual(listed.items.map((s) => s.id), [snap.id]);
   const copy = await create({ snapshotId: snap.id });
   assert.equal(await copy.files.readFile("/tmp/keep/a"), "a");
+  assert.equal(await sh(copy, "stat -c %s /tmp/keep/big"), String(128 << 20));
   await copy.kill();
   coved.sandboxIds.delete(copy.id);
 
@@ -190,4 +186,31 @@ test("a snapshot outlives its sandbox; unnamed; refusals", { timeout: TEST_TIMEO
 
   await mgr.deleteSnapshot(snap.id);
   snapshotIds.delete(snap.id);
+});
+
+test("a snapshot of a sandbox made from a snapshot stacks on it", { timeout: TEST_TIMEOUT }, async () => {
+  const first = await create({ image: "base" });
+  await sh(first, "mkdir -p /home/chain && echo a > /home/chain/a && echo b > /home/chain/b");
+  const one = await snapshot(first.id, { name: "one" });
+  await waitReady(one.id);
+  await first.kill();
+  coved.sandboxIds.delete(first.id);
+
+  const second = await create({ snapshotId: one.id });
+  await sh(second, "rm /home/chain/a && echo c > /home/chain/c && echo b2 > /home/chain/b");
+  const two = await snapshot(second.id, { name: "two" });
+  await waitReady(two.id);
+  await second.kill();
+  coved.sandboxIds.delete(second.id);
+
+  const third = await create({ snapshotId: two.id });
+  assert.equal(await sh(third, "ls -A /home/chain && cat /home/chain/b"), "b\nc\nb2");
+  await third.kill();
+  coved.sandboxIds.delete(third.id);
+  // no sandbox uses "one" now, but "two" stands on it
+  await assert.rejects(mgr.deleteSnapshot(one.id), apiError(409));
+  await mgr.deleteSnapshot(two.id);
+  snapshotIds.delete(two.id);
+  await mgr.deleteSnapshot(one.id);
+  snapshotIds.delete(one.id);
 });

@@ -76,8 +76,8 @@ def test_snapshot_then_create_from_it_then_rm(coved, cove):
         # rm is refused while a sandbox started from it exists, and removes nothing
         r = cove("snapshot", "rm", snap, check=False)
         assert r.returncode == 1 and r.stdout == "", r
-        assert "409" in r.stderr or "SNAPSHOT::" in r.stderr, r.stderr
-        assert "use" in r.stderr.lower(), r.stderr
+        assert "SNAPSHOT::IN_USE" in r.stderr and "in use" in r.stderr, r.stderr
+        assert new in r.stderr  # the message names who uses it
         assert coved.get(new)["status"]["state"] == "Running"
         assert as_json(cove("snapshot", "get", snap, "-o", "json"))["status"]["state"] == "Ready"
 
@@ -141,6 +141,28 @@ def test_snapshot_without_wait_prints_the_id_at_once(coved, cove):
                 if coved.ok("GET", f"/v1/snapshots/{s['id']}")["status"]["state"] != "Creating":
                     break
                 time.sleep(0.1)
+            coved.request("DELETE", f"/v1/snapshots/{s['id']}")
+
+
+def test_wait_for_a_failed_snapshot_exits_1_with_its_message(coved, cove):
+    src = cove("create").stdout.strip()
+    try:
+        # deeper than the copier goes (SNAPSHOT_MAX_DEPTH, 512 levels): the capture fails
+        coved.sh(src, 'mkdir -p /tmp/deep/$(printf "d/%.0s" $(seq 520))')
+        r = cove("snapshot", "create", "--wait", src, check=False)
+        assert r.returncode == 1 and r.stdout == "", r
+        assert "CLI::SNAPSHOT_FAILED" in r.stderr and "snapshot_capture_failed" in r.stderr
+        assert "deeper than 512 directory levels" in r.stderr, r.stderr
+        failed = as_json(cove("snapshot", "ls", "--state", "Failed", "-o", "json"))["items"]
+        assert [s["sandboxId"] for s in failed] == [src]
+        assert f"'cove snapshot rm {failed[0]['id']}'" in r.stderr
+        assert "Failed" in cove("snapshot", "get", failed[0]["id"]).stdout
+        # the source was thawed and runs on; the failed snapshot can be removed
+        assert coved.sh(src, "echo alive") == "alive\n"
+        assert cove("snapshot", "rm", failed[0]["id"]).stdout == failed[0]["id"] + "\n"
+    finally:
+        coved.request("DELETE", f"/v1/sandboxes/{src}")
+        for s in coved.ok("GET", f"/v1/snapshots?sandboxId={src}")["items"]:
             coved.request("DELETE", f"/v1/snapshots/{s['id']}")
 
 
