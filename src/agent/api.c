@@ -70,6 +70,11 @@ static const struct route routes[] = {
     {"GET", "/pty/{sessionId}/ws", pty_handle_ws},
 };
 
+/* Served only under a route prefix (an isolated session's agent, OSEP-0013). */
+static const struct route prefixed_routes[] = {
+    {"POST", "/run", command_handle_isolated_run}, /* runInIsolatedSession */
+};
+
 /* Routes that see the request right after its head, before the body: a head handler returns
  * true when it took the connection over (a WebSocket upgrade), else the route's handler
  * answers once the request is read. */
@@ -83,6 +88,41 @@ static const struct head_route head_routes[] = {
     {"GET", "/pty/{sessionId}/ws", pty_head_ws},
     {"POST", "/files/upload", files_head_upload}, /* uploadFile: the body streams */
 };
+
+/* --route-prefix: what every request path starts with; empty: none. */
+static char route_prefix[API_MAX_ROUTE_PREFIX + 1];
+static size_t route_prefix_len;
+
+int api_set_route_prefix(const char *prefix, struct cove_error **err)
+{
+    size_t len = strlen(prefix);
+    if (len < 2 || len > API_MAX_ROUTE_PREFIX || prefix[0] != '/' || prefix[len - 1] == '/' ||
+        strstr(prefix, "//") != NULL)
+        return cove_error_set(err, 0, 400, "INVALID_ARGUMENT",
+                              "bad route prefix: '/' then up to %d characters, no empty segment "
+                              "and no '/' at the end",
+                              API_MAX_ROUTE_PREFIX - 1);
+    /* The characters of an unreserved path (RFC 3986): nothing to decode, no query. */
+    if (strspn(prefix, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~/") !=
+        len)
+        return cove_error_set(err, 0, 400, "INVALID_ARGUMENT",
+                              "bad route prefix: letters, digits, '-', '.', '_', '~' and '/' only");
+    memcpy(route_prefix, prefix, len + 1);
+    route_prefix_len = len;
+    return 0;
+}
+
+/* The path the routes see: with the route prefix taken off (it must be followed by '/' or
+ * the end); NULL when the path does not start with it. */
+static const char *route_path(const char *path)
+{
+    if (route_prefix_len == 0)
+        return path;
+    if (strncmp(path, route_prefix, route_prefix_len) != 0)
+        return NULL;
+    const char *rest = path + route_prefix_len;
+    return rest[0] == '/' || rest[0] == '\0' ? rest : NULL;
+}
 
 const char *api_param(const struct api_params *params, const char *name)
 {
@@ -144,31 +184,49 @@ bool api_route_match(const char *pattern, const char *path, struct api_params *p
     }
 }
 
+/* The handler of method on path in table, or NULL; the methods path has there are added to
+ * allowed (for a 405's Allow). */
+static api_handler_fn table_match(const struct route *table, size_t len, const char *method,
+                                  const char *path, struct api_params *params, char *allowed,
+                                  size_t size)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (!api_route_match(table[i].pattern, path, params))
+            continue;
+        if (strcmp(table[i].method, method) == 0)
+            return table[i].handler;
+        if (strlen(allowed) + strlen(table[i].method) + 3 < size) {
+            if (allowed[0] != '\0')
+                strcat(allowed, ", ");
+            strcat(allowed, table[i].method);
+        }
+    }
+    return NULL;
+}
+
 static void dispatch(struct http_request *req, void *arg)
 {
     const char *method = http_request_method(req);
-    char *path = evhttp_uridecode(http_request_path(req), 0, NULL);
-    if (path == NULL) {
+    char *decoded = evhttp_uridecode(http_request_path(req), 0, NULL);
+    if (decoded == NULL) {
         http_respond_errorf(req, 500, "RUNTIME_ERROR", "out of memory");
         return;
     }
+    const char *path = route_path(decoded);
     struct api_params params;
     char allowed[128] = "";
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        if (!api_route_match(routes[i].pattern, path, &params))
-            continue;
-        if (strcmp(routes[i].method, method) == 0) {
-            free(path);
-            routes[i].handler(req, &params);
-            return;
-        }
-        if (strlen(allowed) + strlen(routes[i].method) + 3 < sizeof(allowed)) {
-            if (allowed[0] != '\0')
-                strcat(allowed, ", ");
-            strcat(allowed, routes[i].method);
-        }
+    api_handler_fn handler = NULL;
+    if (path != NULL)
+        handler = table_match(routes, sizeof(routes) / sizeof(routes[0]), method, path, &params,
+                              allowed, sizeof(allowed));
+    if (path != NULL && handler == NULL && route_prefix_len > 0)
+        handler = table_match(prefixed_routes, sizeof(prefixed_routes) / sizeof(prefixed_routes[0]),
+                              method, path, &params, allowed, sizeof(allowed));
+    free(decoded);
+    if (handler != NULL) {
+        handler(req, &params);
+        return;
     }
-    free(path);
     if (allowed[0] != '\0') {
         http_response_add_header(req, "Allow", allowed);
         http_respond_errorf(req, 405, "METHOD_NOT_ALLOWED", "method %s not allowed on this path",
@@ -181,7 +239,8 @@ static void dispatch(struct http_request *req, void *arg)
 static bool dispatch_head(struct http_request *req, void *arg)
 {
     const char *method = http_request_method(req);
-    char *path = evhttp_uridecode(http_request_path(req), 0, NULL);
+    char *decoded = evhttp_uridecode(http_request_path(req), 0, NULL);
+    const char *path = decoded != NULL ? route_path(decoded) : NULL;
     struct api_params params;
     bool taken = false;
     for (size_t i = 0; path != NULL && i < sizeof(head_routes) / sizeof(head_routes[0]); i++) {
@@ -191,7 +250,7 @@ static bool dispatch_head(struct http_request *req, void *arg)
             break;
         }
     }
-    free(path);
+    free(decoded);
     return taken;
 }
 

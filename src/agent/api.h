@@ -33,6 +33,14 @@ bool api_route_match(const char *pattern, const char *path, struct api_params *p
 /* The value of parameter name, or NULL. */
 const char *api_param(const struct api_params *params, const char *name);
 
+/* --route-prefix (an isolated session's agent, OSEP-0013): every request path must be prefix
+ * followed by '/' or nothing, and is routed without it ("PREFIX/files/info" as
+ * "/files/info"); any other path is 404. POST PREFIX/run is served only then. The prefix is
+ * '/' and up to API_MAX_ROUTE_PREFIX - 1 unreserved characters, with no empty segment and
+ * no '/' at the end; -1 (400) otherwise. */
+#define API_MAX_ROUTE_PREFIX 256
+int api_set_route_prefix(const char *prefix, struct cove_error **err);
+
 /* The server configuration of the agent's API (handler, JSON errors, limits). */
 struct http_server_config api_server_config(void);
 

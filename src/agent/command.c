@@ -395,13 +395,37 @@ static int parse_user_id(json_t *value, const char *field, bool *has, uint32_t *
     return 0;
 }
 
+static const char *parse_error = "error parsing request, MAYBE invalid body format.";
+static const char *invalid = "invalid request, validation error";
+
+/* envs: an object of strings (null or absent: none), each name non-empty and without '='. */
+static int parse_envs(json_t *envs, json_t **out, struct cove_error **err)
+{
+    if (envs == NULL || json_is_null(envs))
+        return 0;
+    if (!json_is_object(envs))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s envs must be an object of strings", parse_error);
+    const char *key;
+    json_t *value;
+    json_object_foreach(envs, key, value)
+    {
+        if (!json_is_string(value))
+            return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                                  "%s envs.%s must be a string", parse_error, key);
+        if (key[0] == '\0' || strchr(key, '=') != NULL)
+            return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                                  "%s invalid environment variable name '%s'", invalid, key);
+    }
+    *out = envs;
+    return 0;
+}
+
 /* Reads a RunCommandRequest with the rules execd applies (Go's JSON decoding, then the
  * validator): wrong types are parse errors, a missing or empty command and a bad cwd are
  * validation errors, both 400 INVALID_REQUEST_BODY. */
 static int parse_run_request(json_t *body, struct run_request *out, struct cove_error **err)
 {
-    static const char *parse_error = "error parsing request, MAYBE invalid body format.";
-    static const char *invalid = "invalid request, validation error";
     if (!json_is_object(body))
         return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
                               "%s the body must be a JSON object", parse_error);
@@ -428,23 +452,8 @@ static int parse_run_request(json_t *body, struct run_request *out, struct cove_
         return -1;
     out->uid = uid;
     out->gid = gid;
-    if (envs != NULL && !json_is_null(envs)) {
-        if (!json_is_object(envs))
-            return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                                  "%s envs must be an object of strings", parse_error);
-        const char *key;
-        json_t *value;
-        json_object_foreach(envs, key, value)
-        {
-            if (!json_is_string(value))
-                return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                                      "%s envs.%s must be a string", parse_error, key);
-            if (key[0] == '\0' || strchr(key, '=') != NULL)
-                return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
-                                      "%s invalid environment variable name '%s'", invalid, key);
-        }
-        out->envs = envs;
-    }
+    if (parse_envs(envs, &out->envs, err) < 0)
+        return -1;
 
     out->command = json_string_value(command);
     if (out->command == NULL || out->command[0] == '\0')
@@ -464,9 +473,46 @@ static int parse_run_request(json_t *body, struct run_request *out, struct cove_
     return command_check_cwd(out->cwd, err);
 }
 
+/* Reads an IsolatedRunRequest (OSEP-0013's runInIsolatedSession) as a foreground command:
+ * code is the command, timeout_seconds its timeout (absent, null or 0: the default), envs and
+ * cwd as for /command. Unknown fields are ignored, as /command ignores them. */
+static int parse_isolated_run_request(json_t *body, struct run_request *out,
+                                      struct cove_error **err)
+{
+    if (!json_is_object(body))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s the body must be a JSON object", parse_error);
+    json_t *code = json_object_get(body, "code");
+    json_t *cwd = json_object_get(body, "cwd");
+    json_t *timeout = json_object_get(body, "timeout_seconds");
+    if (code != NULL && !json_is_null(code) && !json_is_string(code))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "%s code must be a string",
+                              parse_error);
+    if (cwd != NULL && !json_is_null(cwd) && !json_is_string(cwd))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "%s cwd must be a string",
+                              parse_error);
+    if (timeout != NULL && !json_is_null(timeout) && !json_is_integer(timeout))
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s timeout_seconds must be an integer", parse_error);
+    if (parse_envs(json_object_get(body, "envs"), &out->envs, err) < 0)
+        return -1;
+    out->command = json_string_value(code);
+    if (out->command == NULL || out->command[0] == '\0')
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "%s code is required", invalid);
+    json_int_t seconds = timeout != NULL ? json_integer_value(timeout) : 0;
+    if (seconds < 0 || seconds > COMMAND_ISOLATED_MAX_TIMEOUT_S)
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "%s timeout_seconds must be from 0 to %d", invalid,
+                              COMMAND_ISOLATED_MAX_TIMEOUT_S);
+    out->timeout_ms = (seconds > 0 ? seconds : COMMAND_ISOLATED_DEFAULT_TIMEOUT_S) * 1000;
+    out->cwd = json_string_value(cwd);
+    if (out->cwd != NULL && out->cwd[0] == '\0')
+        out->cwd = NULL;
+    return command_check_cwd(out->cwd, err);
+}
+
 int command_check_cwd(const char *cwd, struct cove_error **err)
 {
-    static const char *invalid = "invalid request, validation error";
     struct stat st;
     if (cwd == NULL)
         return 0;
@@ -736,8 +782,11 @@ static void stream_follow(struct http_request *req, struct command *cmd)
     event_stream_start_pings(&cmd->stream, event_base);
 }
 
-/* runCommand: POST /command */
-void command_handle_run(struct http_request *req, const struct api_params *params)
+typedef int (*run_parser_fn)(json_t *body, struct run_request *out, struct cove_error **err);
+
+/* POST /command and PREFIX/run: the body read by parse, then started and answered as
+ * runCommand answers (plain JSON errors before the start, the SSE stream after). */
+static void run_from_body(struct http_request *req, run_parser_fn parse)
 {
     cleanup_error struct cove_error *err = NULL;
     struct evbuffer *body = http_request_body(req);
@@ -746,13 +795,12 @@ void command_handle_run(struct http_request *req, const struct api_params *param
     json_t *json =
         json_loadb(len ? (const char *)evbuffer_pullup(body, -1) : "", len, 0, &json_error);
     if (json == NULL) {
-        http_respond_errorf(req, 400, "INVALID_REQUEST_BODY",
-                            "error parsing request, MAYBE invalid body format. %s",
+        http_respond_errorf(req, 400, "INVALID_REQUEST_BODY", "%s %s", parse_error,
                             json_error.text);
         return;
     }
     struct run_request run = {0};
-    if (parse_run_request(json, &run, &err) < 0) {
+    if (parse(json, &run, &err) < 0) {
         api_respond_cove_error(req, err);
         json_decref(json);
         return;
@@ -798,6 +846,18 @@ void command_handle_run(struct http_request *req, const struct api_params *param
         return;
     }
     stream_follow(req, cmd);
+}
+
+/* runCommand: POST /command */
+void command_handle_run(struct http_request *req, const struct api_params *params)
+{
+    run_from_body(req, parse_run_request);
+}
+
+/* runInIsolatedSession: POST /v1/isolated/session/{sessionId}/run, served as PREFIX/run */
+void command_handle_isolated_run(struct http_request *req, const struct api_params *params)
+{
+    run_from_body(req, parse_isolated_run_request);
 }
 
 int command_run_streamed(struct http_request *req, const char *id, const char *content,

@@ -60,3 +60,12 @@ void command_handle_run(struct http_request *req, const struct api_params *param
 void command_handle_interrupt(struct http_request *req, const struct api_params *params);
 void command_handle_status(struct http_request *req, const struct api_params *params);
 void command_handle_logs(struct http_request *req, const struct api_params *params);
+
+/* OSEP-0013's run timeout: timeout_seconds absent or 0 means the default; beyond the
+ * maximum is a 400. */
+#define COMMAND_ISOLATED_DEFAULT_TIMEOUT_S 300
+#define COMMAND_ISOLATED_MAX_TIMEOUT_S 86400
+/* runInIsolatedSession (an agent with --route-prefix): an IsolatedRunRequest {code, envs,
+ * timeout_seconds, cwd} run as POST /command runs {command: code, ...}, answered with the
+ * same SSE stream. */
+void command_handle_isolated_run(struct http_request *req, const struct api_params *params);

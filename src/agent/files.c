@@ -19,6 +19,7 @@
 #include "agent/file_info.h"
 #include "agent/files_path.h"
 #include "agent/files_request.h"
+#include "agent/identity.h"
 #include "agent/users.h"
 #include "lib/utf8.h"
 #include "lib/log.h"
@@ -165,17 +166,21 @@ void files_handle_remove(struct http_request *req, const struct api_params *para
 }
 
 /* Applies mode and ownership to fd (symlinks were followed to get it). Only what was given
- * changes, except on something just created, whose owner defaults to root. */
+ * changes, except on something just created, whose owner defaults to the agent's default
+ * owner (root, or --run-as: identity.h). */
 static int apply_permission(int fd, const struct files_permission *perm, bool created,
                             mode_t default_mode)
 {
     if ((perm->has_mode || created) &&
         files_path_chmod_fd(fd, perm->has_mode ? perm->mode : default_mode) < 0)
         return -1;
-    uid_t uid = perm->has_owner ? perm->uid : (created ? 0 : (uid_t)-1);
+    uid_t default_uid;
+    gid_t default_gid;
+    identity_default_owner(&default_uid, &default_gid);
+    uid_t uid = perm->has_owner ? perm->uid : (created ? default_uid : (uid_t)-1);
     gid_t gid = perm->has_group   ? perm->gid
                 : perm->has_owner ? (created ? perm->owner_gid : (gid_t)-1)
-                : created         ? 0
+                : created         ? default_gid
                                   : (gid_t)-1;
     if ((uid != (uid_t)-1 || gid != (gid_t)-1) && files_path_chown_fd(fd, uid, gid) < 0)
         return -1;
@@ -275,7 +280,10 @@ static int change_permissions(const char *abs, const struct files_permission *pe
 static int make_directories(const char *abs, const struct files_permission *perm)
 {
     bool created;
-    int fd = files_path_make_dirs(abs, 0755, 0, 0, &created);
+    uid_t uid;
+    gid_t gid;
+    identity_default_owner(&uid, &gid);
+    int fd = files_path_make_dirs(abs, 0755, uid, gid, &created);
     if (fd < 0)
         return -1;
     return close_keeping_errno(fd, created ? apply_permission(fd, perm, true, 0755) : 0);
@@ -289,7 +297,8 @@ void files_handle_permissions(struct http_request *req, const struct api_params 
 }
 
 /* makeDirs: POST /directories {path: {owner, group, mode}}: mkdir -p. Directories made on the
- * way are 0755 root; the last one gets mode (0755 by default) and owner (root by default),
+ * way are 0755 and the default owner (identity.h); the last one gets mode (0755 by default)
+ * and owner (the default owner by default),
  * unless it was there already (then it is left alone, as execd). */
 void files_handle_make_directories(struct http_request *req, const struct api_params *params)
 {
@@ -470,7 +479,10 @@ static int move_one(const char *src_raw, const char *dst_raw, struct cove_error 
     /* The destination's directory is made if missing, as execd (MkdirAll). */
     snprintf(dst_parent, sizeof(dst_parent), "%.*s", (int)(strrchr(dst, '/') - dst), dst);
     bool created;
-    int dst_dir = files_path_make_dirs(dst_parent[0] ? dst_parent : "/", 0755, 0, 0, &created);
+    uid_t uid;
+    gid_t gid;
+    identity_default_owner(&uid, &gid);
+    int dst_dir = files_path_make_dirs(dst_parent[0] ? dst_parent : "/", 0755, uid, gid, &created);
     strcpy(dst_name, strrchr(dst, '/') + 1);
     if (dst_dir < 0) {
         int saved = errno;

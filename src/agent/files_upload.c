@@ -22,6 +22,7 @@
 #include "agent/files.h"
 #include "agent/files_path.h"
 #include "agent/files_request.h"
+#include "agent/identity.h"
 #include "agent/multipart.h"
 #include "agent/users.h"
 #include "lib/log.h"
@@ -129,7 +130,10 @@ static int target_directory(struct upload *u, const char *abs, struct cove_error
         return cove_error_set(err, 0, 400, "INVALID_FILE",
                               "one upload may write to at most %d directories", MAX_DIRECTORIES);
     bool created;
-    int fd = files_path_make_dirs(parent, 0755, 0, 0, &created);
+    uid_t uid;
+    gid_t gid;
+    identity_default_owner(&uid, &gid);
+    int fd = files_path_make_dirs(parent, 0755, uid, gid, &created);
     if (fd < 0)
         return files_path_error(err, errno, "create the directory of", u->shown_path);
     snprintf(u->dirs[u->dirs_len].path, sizeof(u->dirs[0].path), "%s", parent);
@@ -188,11 +192,14 @@ static int begin_file(struct upload *u, struct cove_error **err)
         files_path_error(err, errno, "create a file beside", meta->path);
         goto out;
     }
-    /* Sandbox root by default; an owner without a group brings the owner's own group. */
-    uid_t uid = meta->perm.has_owner ? meta->perm.uid : 0;
-    gid_t gid = meta->perm.has_group   ? meta->perm.gid
-                : meta->perm.has_owner ? meta->perm.owner_gid
-                                       : 0;
+    /* The default owner (root, or --run-as: identity.h) unless one is given; an owner without
+     * a group brings the owner's own group. */
+    uid_t uid;
+    gid_t gid;
+    identity_default_owner(&uid, &gid);
+    if (meta->perm.has_owner)
+        uid = meta->perm.uid;
+    gid = meta->perm.has_group ? meta->perm.gid : meta->perm.has_owner ? meta->perm.owner_gid : gid;
     if (fchmod(u->fd, mode) < 0 || fchown(u->fd, uid, gid) < 0) {
         files_path_error(err, errno, "set the owner and mode of", meta->path);
         goto out;

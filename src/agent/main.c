@@ -6,6 +6,7 @@
  *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--child-nofile SOFT:HARD]
  *              [--session-idle-timeout SECONDS] [--session-max N] [--ready-fd N]
  *              [--disk-cap BYTES] [--layer-fd N]
+ *              [--route-prefix PREFIX] [--run-as UID:GID] [--workdir DIR]
  *              [--] [entrypoint argv...]
  *
  * --ready-fd: closed once the entrypoint started, after "P" and why when it could not be
@@ -17,7 +18,14 @@
  * bash and PTY sessions clients leave open (idle.h); --disk-cap, the cap of the sandbox's
  * writable layer, is named when a file operation finds it full (files_path.h); --layer-fd is
  * a descriptor of the writable layer the agent only keeps open, for coved to take a copy of
- * (pidfd_getfd) when it snapshots the sandbox: never a child's. */
+ * (pidfd_getfd) when it snapshots the sandbox: never a child's.
+ *
+ * An isolated session's agent (OSEP-0013: PID 1 of a nested mini-sandbox, behind coved's
+ * gateway, which forwards /v1/isolated/session/{id}/... unchanged): --route-prefix is what
+ * every request path starts with, taken off before routing, and adds POST PREFIX/run
+ * (runInIsolatedSession, api.h); --run-as is the identity of every process started without a
+ * uid of its own and the owner of files and directories made without an explicit one
+ * (identity.h); --workdir is the agent's working directory, so that of commands naming none. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -42,6 +50,7 @@
 #include "agent/command.h"
 #include "agent/files_path.h"
 #include "agent/health.h"
+#include "agent/identity.h"
 #include "agent/idle.h"
 #include "agent/proc_guard.h"
 #include "agent/process.h"
@@ -73,8 +82,8 @@ static void usage(FILE *out)
     fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
                  "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
                  "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
-                 "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--] "
-                 "[entrypoint argv...]\n");
+                 "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--route-prefix PREFIX] "
+                 "[--run-as UID:GID] [--workdir DIR] [--] [entrypoint argv...]\n");
 }
 
 /* Children get stdio at 0-2; if the agent was started with any of them closed, pipes it
@@ -300,6 +309,27 @@ static long long parse_count(const char *text, long long min, long long max)
     return text[0] != '\0' && *end == '\0' && errno == 0 && v >= min && v <= max ? v : -1;
 }
 
+/* UID:GID, two numbers up to 4294967294 (-1 is "no change" to the kernel). */
+static bool parse_user(const char *text, uid_t *uid, gid_t *gid)
+{
+    const char *colon = strchr(text, ':');
+    if (colon == NULL)
+        return false;
+    char number[16];
+    size_t len = (size_t)(colon - text);
+    if (len == 0 || len >= sizeof(number))
+        return false;
+    memcpy(number, text, len);
+    number[len] = '\0';
+    long long u = parse_count(number, 0, UINT32_MAX - 1);
+    long long g = parse_count(colon + 1, 0, UINT32_MAX - 1);
+    if (u < 0 || g < 0 || number[0] < '0' || number[0] > '9' || colon[1] < '0' || colon[1] > '9')
+        return false;
+    *uid = (uid_t)u;
+    *gid = (gid_t)g;
+    return true;
+}
+
 /* Starts the entrypoint, then tells whoever waits on ready_fd (when >= 0) how it went:
  * "P" and why when it could not start, nothing when it did; closing the descriptor ends it. */
 static void start_entrypoint(char **argv, int ready_fd)
@@ -339,7 +369,7 @@ int main(int argc, char **argv)
     const char *listen_specs[MAX_LISTENERS];
     const char *listen_fds[MAX_LISTENERS];
     size_t specs_len = 0, fds_len = 0;
-    const char *kernel_helper = NULL, *prestart = NULL;
+    const char *kernel_helper = NULL, *prestart = NULL, *workdir = NULL;
     int ready_fd = -1;
     struct idle_limits idle = {IDLE_DEFAULT_TIMEOUT_MS, IDLE_DEFAULT_MAX};
     int i = 1;
@@ -389,6 +419,24 @@ int main(int argc, char **argv)
         } else if (strcmp(arg, "--layer-fd") == 0 && i + 1 < argc &&
                    parse_count(argv[i + 1], 3, INT32_MAX) >= 0) {
             fcntl((int)parse_count(argv[++i], 3, INT32_MAX), F_SETFD, FD_CLOEXEC);
+        } else if (strcmp(arg, "--route-prefix") == 0 && i + 1 < argc) {
+            cleanup_error struct cove_error *prefix_err = NULL;
+            if (api_set_route_prefix(argv[++i], &prefix_err) < 0) {
+                fprintf(stderr, "cove-agent: %s\n", prefix_err->message);
+                usage(stderr);
+                return 2;
+            }
+        } else if (strcmp(arg, "--run-as") == 0 && i + 1 < argc) {
+            uid_t uid;
+            gid_t gid;
+            if (!parse_user(argv[++i], &uid, &gid)) {
+                fprintf(stderr, "cove-agent: bad --run-as %s: UID:GID expected\n", argv[i]);
+                usage(stderr);
+                return 2;
+            }
+            identity_set_default(uid, gid);
+        } else if (strcmp(arg, "--workdir") == 0 && i + 1 < argc) {
+            workdir = argv[++i];
         } else if (strcmp(arg, "--session-max") == 0 && i + 1 < argc &&
                    parse_count(argv[i + 1], 1, 100000) >= 0) {
             idle.max = (size_t)parse_count(argv[++i], 1, 100000);
@@ -401,6 +449,11 @@ int main(int argc, char **argv)
     if (specs_len + fds_len == 0) {
         fprintf(stderr, "cove-agent: nothing to listen on\n");
         usage(stderr);
+        return 2;
+    }
+
+    if (workdir != NULL && chdir(workdir) < 0) {
+        fprintf(stderr, "cove-agent: cannot enter --workdir %s: %s\n", workdir, strerror(errno));
         return 2;
     }
 

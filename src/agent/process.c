@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/identity.h"
+
 static struct rlimit child_nofile; /* rlim_max 0: not set */
 
 void process_set_child_nofile(unsigned long long soft, unsigned long long hard)
@@ -150,8 +152,18 @@ static void child_run(const struct process_spec *spec, int stdin_fd, int report_
     child_fail(report_fd, STEP_EXEC);
 }
 
-int process_spawn(const struct process_spec *spec, pid_t *pid_out, struct cove_error **err)
+int process_spawn(const struct process_spec *given, pid_t *pid_out, struct cove_error **err)
 {
+    /* No identity of its own: the agent's default one (--run-as), with its group alone. */
+    struct process_spec own = *given;
+    gid_t default_group;
+    if (!own.set_user && identity_default_user(&own.uid, &default_group)) {
+        own.set_user = true;
+        own.gid = default_group;
+        own.groups = &default_group;
+        own.groups_len = 1;
+    }
+    const struct process_spec *spec = &own;
     int stdin_fd = spec->stdin_fd;
     int own_stdin = -1;
     if (stdin_fd < 0) {

@@ -16,7 +16,7 @@ struct process_spec {
     char *const *argv; /* argv[0] is looked up in PATH when it has no '/' */
     char *const *envp;
     const char *cwd; /* NULL: the agent's */
-    bool set_user;   /* switch to uid/gid/groups below */
+    bool set_user;   /* switch to uid/gid/groups below; false: the default (identity.h) */
     uid_t uid;
     gid_t gid;
     const gid_t *groups;

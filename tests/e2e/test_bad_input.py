@@ -63,7 +63,9 @@ BAD_CREATES = [
     ("env not an object", with_(env="A=B"), 400),
     ("metadata not strings", with_(metadata={"a": {"b": "c"}}), 400),
     ("platform unsupported", with_(platform={"os": "windows", "arch": "amd64"}), 400),
-    ("snapshot restore", with_(snapshotId="snap-1", image=KeyError), 501),
+    ("snapshot unknown", with_(snapshotId="snap-1", image=KeyError), 404),
+    ("snapshot and image", with_(snapshotId="snap-1"), 400),
+    ("snapshot not a string", with_(snapshotId=["snap-1"], image=KeyError), 400),
 ]
 
 
@@ -226,8 +228,13 @@ ROUTE_CASES = [
     ("GET", "/v1/sandboxes/{id}/endpoints/80?host=maybe", None, 400),
     ("GET", "/v1/sandboxes/{id}/endpoints/80?use_server_proxy=perhaps", None, 400),
     ("GET", "/v1/sandboxes/{id}/endpoints/80/extra", None, 404),
-    ("POST", "/v1/sandboxes/{id}/snapshots", b"{}", 501),
-    ("GET", "/v1/snapshots", None, 501),
+    ("POST", "/v1/sandboxes/{id}/snapshots", b'{"name": ""}', 400),
+    ("POST", "/v1/sandboxes/{id}/snapshots", b'{"name": 1}', 400),
+    ("POST", "/v1/sandboxes/{id}/snapshots", b'{"tag": "x"}', 400),
+    ("POST", "/v1/sandboxes/{id}/snapshots", b"[]", 400),
+    ("GET", "/v1/snapshots?pageSize=0", None, 400),
+    ("GET", "/v1/snapshots/snap-nosuch", None, 404),
+    ("DELETE", "/v1/snapshots/snap-nosuch", None, 404),
     ("GET", "/v1/sandboxes?page=0", None, 400),
     ("GET", "/v1/sandboxes?pageSize=0", None, 400),
     ("GET", "/v1/sandboxes?pageSize=100000", None, 400),

@@ -126,6 +126,9 @@ def test_snapshot_then_create_from_it(coved):
     for sid in (new, other, src):
         coved.delete(sid)
     coved.ok("DELETE", f"/v1/snapshots/{snap['id']}", expect=(204,))
+    deadline = time.time() + 30  # removed in the background
+    while os.path.exists(layer) and time.time() < deadline:
+        time.sleep(0.05)
     assert not os.path.exists(layer)
 
 
@@ -339,10 +342,9 @@ def test_restart_during_capture_fails_it_and_thaws_the_source(fresh_coved):
 @pytest.mark.static_agent  # the busybox root has no libc for a dynamic agent
 def test_template_in_use_by_a_snapshot_cannot_be_removed(coved, tmp_path):
     """A snapshot stands on its template: removing the template is refused while it exists."""
-    from conftest import ADMIN_KEY
     from test_templates_api import busybox_rootfs
     root = busybox_rootfs(str(tmp_path / "rootfs"))
-    headers = {"OPEN-SANDBOX-API-KEY": ADMIN_KEY, "Content-Type": "application/json"}
+    headers = {"OPEN-SANDBOX-API-KEY": coved.admin_key, "Content-Type": "application/json"}
     coved.ok("POST", "/v1/templates", {"name": "snaptpl", "rootfs": root}, expect=(201,),
              headers=headers, timeout=120)
     src = coved.create(template="snaptpl", entrypoint=["/bin/sleep", "3600"])

@@ -19,12 +19,12 @@ from .errors import (AuthenticationError, ConflictError, CoveError,  # noqa: E40
                      RequestTimeoutError, SandboxStateError, ServerError,
                      ServerUnreachableError)
 from .models import (CommandResult, Context, Endpoint, EntryInfo, Execution,  # noqa: E402
-                     ExecutionError, Logs, Result, SandboxInfo)
+                     ExecutionError, Logs, Result, SandboxInfo, SnapshotInfo)
 from .sandbox import (CommandHandle, Commands, Files, Pty, PtyHandle, Sandbox)  # noqa: E402
 
 __all__ = [
     "Sandbox", "Files", "Commands", "CommandHandle", "Pty", "PtyHandle", "ConnectionConfig",
-    "SandboxInfo", "Endpoint", "EntryInfo", "CommandResult", "Execution", "ExecutionError",
+    "SandboxInfo", "SnapshotInfo", "Endpoint", "EntryInfo", "CommandResult", "Execution", "ExecutionError",
     "Result", "Logs", "Context", "CoveError", "InvalidRequestError", "AuthenticationError",
     "PermissionDeniedError", "NotFoundError", "ConflictError", "RateLimitError", "ServerError",
     "RequestTimeoutError", "ServerUnreachableError", "SandboxStateError", "__version__",

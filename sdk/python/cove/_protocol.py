@@ -22,7 +22,7 @@ from typing import (Any, Callable, Dict, Generator, Iterator, List, Optional, Se
 
 from .errors import CoveError, NotFoundError, SandboxStateError, error_from_response
 from .models import (CommandResult, Context, Endpoint, EntryInfo, Execution, ExecutionError,
-                     Result, SandboxInfo, format_time)
+                     Result, SandboxInfo, SnapshotInfo, format_time)
 
 T = TypeVar("T")
 API_KEY_HEADER = "OPEN-SANDBOX-API-KEY"
@@ -364,7 +364,10 @@ def _sandbox_path(sandbox_id: str, suffix: str = "") -> str:
 def create_body(template: str, timeout: Union[int, float, _dt.timedelta, None], envs: Optional[Dict[str, str]],
                 metadata: Optional[Dict[str, str]], network: Optional[Dict[str, Any]],
                 resources: Optional[Dict[str, str]], entrypoint: Optional[Sequence[str]],
-                extra: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+                extra: Optional[Dict[str, Any]],
+                snapshot: Union[str, SnapshotInfo, None] = None) -> Dict[str, Any]:
+    """The create request; with ``snapshot``, from that snapshot (whose template it has)
+    instead of ``template``."""
     if isinstance(timeout, _dt.timedelta):
         timeout = timeout.total_seconds()
     if timeout is not None and not isinstance(timeout, int):
@@ -376,6 +379,10 @@ def create_body(template: str, timeout: Union[int, float, _dt.timedelta, None], 
         "resourceLimits": {**DEFAULT_RESOURCES, **(resources or {})},
         "timeout": timeout,
     }
+    if snapshot is not None:
+        del body["image"]
+        body["snapshotId"] = snapshot.snapshot_id if isinstance(snapshot, SnapshotInfo) \
+            else snapshot
     if envs:
         body["env"] = dict(envs)
     if metadata:
@@ -450,6 +457,56 @@ def op_list(states: Optional[Sequence[str]], metadata: Optional[Dict[str, str]],
         if not (body.get("pagination") or {}).get("hasNextPage"):
             return out
         page += 1
+
+
+def op_snapshot_get(snapshot_id: str) -> Op[SnapshotInfo]:
+    resp = yield Request("GET", f"/v1/snapshots/{quote(snapshot_id)}", what="get snapshot")
+    return SnapshotInfo.from_json(resp.json())
+
+
+def op_snapshot_create(sandbox_id: str, name: Optional[str], wait: float) -> Op[SnapshotInfo]:
+    """Takes a snapshot and waits until it is Ready (raising if it Failed); wait 0 returns it
+    Creating."""
+    body: Dict[str, Any] = {} if name is None else {"name": name}
+    resp = yield Request("POST", _sandbox_path(sandbox_id, "/snapshots"), json=body,
+                         ok=(200, 201, 202), what="create snapshot")
+    snap = SnapshotInfo.from_json(resp.json())
+    waited, delay = 0.0, 0.02
+    while snap.state == "Creating" and waited < wait:
+        yield Sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 0.5)
+        snap = yield from op_snapshot_get(snap.snapshot_id)
+    if snap.state not in ("Ready", "Creating") or (wait > 0 and snap.state != "Ready"):
+        raise SandboxStateError(
+            f"snapshot {snap.snapshot_id} of sandbox {sandbox_id} is {snap.state}"
+            f"{': ' + snap.message if snap.message else ''}", code="SDK::SNAPSHOT_FAILED")
+    return snap
+
+
+def op_snapshot_list(sandbox_id: Optional[str], states: Optional[Sequence[str]],
+                     name: Optional[str], page_size: int = 100) -> Op[List[SnapshotInfo]]:
+    out: List[SnapshotInfo] = []
+    page = 1
+    while True:
+        params: List[Tuple[str, Any]] = [("page", page), ("pageSize", page_size)]
+        params += [("state", s) for s in states or ()]
+        if sandbox_id is not None:
+            params.append(("sandboxId", sandbox_id))
+        if name is not None:
+            params.append(("name", name))
+        resp = yield Request("GET", "/v1/snapshots", params=params, what="list snapshots")
+        body = resp.json() or {}
+        out += [SnapshotInfo.from_json(s) for s in body.get("items") or []]
+        if not (body.get("pagination") or {}).get("hasNextPage"):
+            return out
+        page += 1
+
+
+def op_snapshot_delete(snapshot_id: str) -> Op[bool]:
+    resp = yield Request("DELETE", f"/v1/snapshots/{quote(snapshot_id)}", ok=(204, 404),
+                         what="delete snapshot")
+    return resp.status != 404
 
 
 def op_kill(sandbox_id: str) -> Op[bool]:

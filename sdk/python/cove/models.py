@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 __all__ = [
     "SandboxInfo", "Endpoint", "EntryInfo", "CommandResult", "ExecutionError", "Result",
-    "Logs", "Execution", "Context",
+    "Logs", "Execution", "Context", "SnapshotInfo",
 ]
 
 
@@ -79,6 +79,39 @@ class SandboxInfo:
                    expires_at=parse_time(obj.get("expiresAt")),
                    entrypoint=list(obj.get("entrypoint") or []),
                    resources=dict(obj.get("resourceLimits") or {}), raw=obj)
+
+
+@dataclass
+class SnapshotInfo:
+    """A snapshot: a sandbox's filesystem captured as a read-only layer, which sandboxes can
+    be made from (``Sandbox.create(snapshot=...)``).
+
+    Attributes:
+        snapshot_id: the snapshot's id.
+        sandbox_id: the sandbox it was taken of (it may be gone since).
+        name: the name it was given, or None.
+        state: ``Creating``, ``Ready``, ``Failed`` or ``Deleting``.
+        reason, message: why it is in that state (a failure's cause).
+        created_at: when it was taken.
+        raw: the whole JSON object.
+    """
+
+    snapshot_id: str
+    sandbox_id: str
+    name: Optional[str]
+    state: str
+    reason: Optional[str]
+    message: Optional[str]
+    created_at: Optional[_dt.datetime]
+    raw: Dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_json(cls, obj: Dict[str, Any]) -> "SnapshotInfo":
+        status = obj.get("status") or {}
+        return cls(snapshot_id=obj["id"], sandbox_id=obj.get("sandboxId", ""),
+                   name=obj.get("name"), state=status.get("state", ""),
+                   reason=status.get("reason"), message=status.get("message"),
+                   created_at=parse_time(obj.get("createdAt")), raw=obj)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from ._config import ConnectionConfig
 from ._transport import SyncTransport
 from .errors import CoveError, RequestTimeoutError, ServerUnreachableError
 from .models import (CommandResult, Context, Endpoint, EntryInfo, Execution, ExecutionError,
-                     Result, SandboxInfo)
+                     Result, SandboxInfo, SnapshotInfo)
 
 __all__ = ["Sandbox", "Files", "Commands", "CommandHandle", "Pty", "PtyHandle"]
 
@@ -81,7 +81,8 @@ class Sandbox:
                resources: Optional[Dict[str, str]] = None,
                entrypoint: Optional[Sequence[str]] = None, *, server: Optional[str] = None,
                api_key: Optional[str] = None, request_timeout: Optional[float] = None,
-               start_timeout: float = 60.0, extra: Optional[Dict[str, Any]] = None) -> "Sandbox":
+               start_timeout: float = 60.0, extra: Optional[Dict[str, Any]] = None,
+               snapshot: Union[str, SnapshotInfo, None] = None) -> "Sandbox":
         """Creates a sandbox and waits until it runs.
 
         Args:
@@ -103,6 +104,8 @@ class Sandbox:
             request_timeout: seconds to wait for an ordinary API answer (default 60).
             start_timeout: seconds to wait for the sandbox to be Running.
             extra: more fields of the create request, sent as they are.
+            snapshot: a snapshot (or its id) to start from instead of ``template``: the
+                sandbox has the files the snapshot's sandbox had (:meth:`snapshot`).
 
         Raises:
             CoveError: the server refused (e.g. :class:`~cove.errors.InvalidRequestError`
@@ -110,7 +113,7 @@ class Sandbox:
         """
         config = ConnectionConfig.resolve(server, api_key, request_timeout)
         body = p.create_body(template, timeout, envs, metadata, network, resources, entrypoint,
-                             extra)
+                             extra, snapshot)
         t = SyncTransport(config)
         try:
             info = t.run(p.op_create(body, start_timeout))
@@ -153,6 +156,54 @@ class Sandbox:
             return t.run(p.op_list(states, metadata))
         finally:
             t.close()
+
+    @classmethod
+    def _call(cls, op: Any, server: Optional[str], api_key: Optional[str],
+              request_timeout: Optional[float]) -> Any:
+        t = SyncTransport(ConnectionConfig.resolve(server, api_key, request_timeout))
+        try:
+            return t.run(op)
+        finally:
+            t.close()
+
+    # ---- snapshots ----
+
+    def snapshot(self, name: Optional[str] = None, wait: float = 300.0) -> SnapshotInfo:
+        """Captures the sandbox's filesystem as a snapshot (the sandbox is frozen meanwhile,
+        then runs on) and waits until it is Ready; ``wait=0`` returns it Creating.
+
+        Raises:
+            ConflictError: the sandbox is not Running, or a snapshot of it is being taken.
+            SandboxStateError: the snapshot Failed (code ``SDK::SNAPSHOT_FAILED``, with why).
+        """
+        return self._t.run(p.op_snapshot_create(self.sandbox_id, name, wait))
+
+    @classmethod
+    def list_snapshots(cls, sandbox_id: Optional[str] = None,
+                       state: Union[str, Sequence[str], None] = None, name: Optional[str] = None,
+                       *, server: Optional[str] = None, api_key: Optional[str] = None,
+                       request_timeout: Optional[float] = None) -> List[SnapshotInfo]:
+        """The key's snapshots, every page of them, oldest first; filtered by source
+        sandbox, state(s) and name."""
+        states = [state] if isinstance(state, str) else state
+        return cls._call(p.op_snapshot_list(sandbox_id, states, name), server, api_key,
+                         request_timeout)
+
+    @classmethod
+    def get_snapshot(cls, snapshot_id: str, *, server: Optional[str] = None,
+                     api_key: Optional[str] = None,
+                     request_timeout: Optional[float] = None) -> SnapshotInfo:
+        """One snapshot (NotFoundError, code ``SNAPSHOT::NOT_FOUND``, if there is none)."""
+        return cls._call(p.op_snapshot_get(snapshot_id), server, api_key, request_timeout)
+
+    @classmethod
+    def delete_snapshot(cls, snapshot_id: Union[str, SnapshotInfo], *,
+                        server: Optional[str] = None, api_key: Optional[str] = None,
+                        request_timeout: Optional[float] = None) -> bool:
+        """Deletes a snapshot: True, or False if there was none. ConflictError (code
+        ``SNAPSHOT::IN_USE``) while a sandbox made from it lives."""
+        sid = snapshot_id.snapshot_id if isinstance(snapshot_id, SnapshotInfo) else snapshot_id
+        return cls._call(p.op_snapshot_delete(sid), server, api_key, request_timeout)
 
     def get_info(self) -> SandboxInfo:
         """The sandbox's current description (state, metadata, expiry, ...)."""

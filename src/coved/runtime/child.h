@@ -42,5 +42,16 @@ void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg);
 /* network.c: loopback, a default route on lo and the egress rules (nftables) in the new
  * network namespace; the resolver and the egress CA bundle in the root being built (cwd). */
 void child_setup_network(int status_fd);
+/* network.c: only lo, up, in a network namespace of its own (an isolated session without
+ * the sandbox's network). */
+void child_loopback_only(int status_fd);
+/* rootfs.c: path (absolute, clean) below the directory start: each missing component made
+ * (0755, owned by host_base, the last one a file when !directory), no symbolic link followed,
+ * nothing outside start reached. Its O_PATH descriptor; failures name it as `what`. */
+int child_make_path(int status_fd, int start, const char *path, bool directory, uint32_t host_base,
+                    const char *what);
+/* rootfs.c: a procfs of the current pid namespace at proc/ of the current directory, with
+ * Docker's masks (as every sandbox's /proc has them). */
+void child_mount_proc(int status_fd);
 void child_write_resolv_conf(int status_fd);
 void child_mount_ca_bundle(int status_fd, const char *bundle);

@@ -75,12 +75,12 @@ enum runtime_layer runtime_layer_of(const char *run_dir)
     return access(path, F_OK) == 0 ? RUNTIME_LAYER_DISK : RUNTIME_LAYER_TMPFS;
 }
 
-int runtime_layer_upper(const struct runtime_process *proc, struct cove_error **err)
+int runtime_layer_root(const struct runtime_process *proc, struct cove_error **err)
 {
     if (proc->pidfd < 0)
         return cove_error_set(err, ENOSYS, 409, "SNAPSHOT::UNSUPPORTED",
                               "the sandbox's process cannot be reached here (no pidfd)");
-    cleanup_fd int layer = (int)syscall(SYS_pidfd_getfd, proc->pidfd, RUNTIME_LAYER_FD, 0);
+    int layer = (int)syscall(SYS_pidfd_getfd, proc->pidfd, RUNTIME_LAYER_FD, 0);
     if (layer < 0)
         return cove_error_set(err, errno, 409, "SNAPSHOT::UNSUPPORTED",
                               "the sandbox's writable layer cannot be reached (a sandbox started "
@@ -91,9 +91,25 @@ int runtime_layer_upper(const struct runtime_process *proc, struct cove_error **
     struct statfs fs;
     struct stat st;
     if (fstatfs(layer, &fs) < 0 || (fs.f_type != EXT4_SUPER_MAGIC && fs.f_type != TMPFS_MAGIC) ||
-        fstat(layer, &st) < 0 || !S_ISDIR(st.st_mode))
+        fstat(layer, &st) < 0 || !S_ISDIR(st.st_mode) ||
+        faccessat(layer, "upper", F_OK, AT_SYMLINK_NOFOLLOW) < 0) {
+        close(layer);
         return cove_error_set(err, EINVAL, 409, "SNAPSHOT::UNSUPPORTED",
                               "the sandbox's writable layer is not what it should be");
+    }
+    /* O_PATH from the agent: a real directory descriptor for coved's own opens below it. */
+    int dir = openat(layer, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    close(layer);
+    if (dir < 0)
+        return cove_error_sys(err, "open the sandbox's writable layer");
+    return dir;
+}
+
+int runtime_layer_upper(const struct runtime_process *proc, struct cove_error **err)
+{
+    cleanup_fd int layer = runtime_layer_root(proc, err);
+    if (layer < 0)
+        return -1;
     int upper = openat(layer, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (upper < 0)
         return cove_error_sys(err, "open the sandbox's writable layer");

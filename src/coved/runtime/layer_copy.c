@@ -228,8 +228,22 @@ struct level {
     struct stat st;  /* its metadata, for the copy once the contents are in */
 };
 
+/* Files with more than one name: the first copy's path (relative to the copy's root), so
+ * that the other names become links to it, not copies (a sandbox's links must not cost the
+ * host more than they cost the sandbox). At most LINKS_MAX of them are remembered. */
+#define LINKS_MAX 65536
+struct link_seen {
+    ino_t ino;
+    char *path; /* NULL: a free slot */
+};
+
 struct copier {
     const struct layer_copy_ids *ids;
+    const struct layer_copy_limits *limits; /* NULL: none */
+    uint64_t allocated;                     /* bytes of blocks of the files copied so far */
+    uint64_t entries;                       /* names made so far */
+    struct link_seen *links;                /* open addressing, links_size slots */
+    size_t links_size, links_count;
     unsigned max_depth;
     dev_t dev; /* src_dir's filesystem: nothing elsewhere is copied */
     struct layer_copy_stats *stats;
@@ -411,9 +425,84 @@ static void skip(struct copier *c, const char *why)
         c->stats->skipped++;
 }
 
+/* The slot of ino in the table of linked files (a free one when it is not there). */
+static struct link_seen *link_slot(struct copier *c, ino_t ino)
+{
+    size_t i = (size_t)(ino * 0x9E3779B97F4A7C15ULL) & (c->links_size - 1);
+    while (c->links[i].path != NULL && c->links[i].ino != ino)
+        i = (i + 1) & (c->links_size - 1);
+    return &c->links[i];
+}
+
+/* Remembers the copy of a file with several names at the current path (best effort: past
+ * LINKS_MAX files, or out of memory, later names are copies, counted against the limits). */
+static void link_remember(struct copier *c, ino_t ino)
+{
+    if (c->links_count >= LINKS_MAX || c->links_size == 0)
+        return;
+    if (c->links_count * 2 >= c->links_size) {
+        size_t size = c->links_size ? c->links_size * 2 : 1024;
+        struct link_seen *old = c->links, *fresh = calloc(size, sizeof(*fresh));
+        if (fresh == NULL)
+            return;
+        size_t old_size = c->links_size;
+        c->links = fresh;
+        c->links_size = size;
+        for (size_t i = 0; i < old_size; i++)
+            if (old[i].path != NULL)
+                *link_slot(c, old[i].ino) = old[i];
+        free(old);
+    }
+    char *path = strdup(c->path.s);
+    if (path == NULL)
+        return;
+    struct link_seen *slot = link_slot(c, ino);
+    slot->ino = ino;
+    slot->path = path;
+    c->links_count++;
+}
+
+static void links_free(struct copier *c)
+{
+    for (size_t i = 0; i < c->links_size; i++)
+        free(c->links[i].path);
+    free(c->links);
+}
+
+/* A name more, and its blocks: within the limits, or -1 with c->err (507). */
+static int charge(struct copier *c, uint64_t blocks_bytes)
+{
+    c->entries++;
+    c->allocated += blocks_bytes;
+    if (c->limits == NULL)
+        return 0;
+    if (c->limits->entries > 0 && c->entries > c->limits->entries)
+        return cove_error_set(c->err, ENOSPC, 507, "SNAPSHOT::TOO_LARGE",
+                              "layer copy: more than %llu entries, more than the layer can hold",
+                              (unsigned long long)c->limits->entries);
+    if (c->limits->bytes > 0 && c->allocated > c->limits->bytes)
+        return cove_error_set(c->err, ENOSPC, 507, "SNAPSHOT::TOO_LARGE",
+                              "layer copy: more than %llu bytes, more than the layer can hold",
+                              (unsigned long long)c->limits->bytes);
+    return 0;
+}
+
 static int copy_regular(struct copier *c, int src, int dst, const char *name,
                         const struct stat *seen)
 {
+    if (seen->st_nlink > 1 && c->links_size > 0) {
+        /* Another name of a file copied already: a link to that copy (the copy's tree is
+         * coved's own, made by this walk: no component of the path is a link). */
+        struct link_seen *first = link_slot(c, seen->st_ino);
+        if (first->path != NULL) {
+            if (linkat(c->levels[0].dst, first->path, dst, name, 0) < 0)
+                return copy_fail_sys(c, "link to another name of the file");
+            if (charge(c, 0) < 0)
+                return -1;
+            count(c, 0);
+            return 0;
+        }
+    }
     /* O_NONBLOCK: should the name have become a FIFO, the open does not wait for a writer. */
     cleanup_fd int in =
         openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -424,6 +513,8 @@ static int copy_regular(struct copier *c, int src, int dst, const char *name,
         return copy_fail_sys(c, "stat");
     if (!same_inode(&st, seen))
         return copy_fail(c, "changed while being copied");
+    if (charge(c, (uint64_t)st.st_blocks * 512) < 0)
+        return -1;
     cleanup_fd int out =
         openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (out < 0)
@@ -432,6 +523,8 @@ static int copy_regular(struct copier *c, int src, int dst, const char *name,
         return copy_fail_sys(c, "copy the data");
     if (set_metadata_fd(c, in, out, &st) < 0)
         return -1;
+    if (st.st_nlink > 1)
+        link_remember(c, st.st_ino);
     count(c, (uint64_t)st.st_size);
     return 0;
 }
@@ -550,6 +643,7 @@ static void stat_of_statx(const struct statx *x, struct stat *st)
         .st_dev = makedev(x->stx_dev_major, x->stx_dev_minor),
         .st_ino = x->stx_ino,
         .st_mode = x->stx_mode,
+        .st_nlink = x->stx_nlink,
         .st_uid = x->stx_uid,
         .st_gid = x->stx_gid,
         .st_rdev = makedev(x->stx_rdev_major, x->stx_rdev_minor),
@@ -574,6 +668,9 @@ static int copy_entry(struct copier *c, const char *name)
         skip(c, "on another mount");
         return 0;
     }
+    /* Every name counts against the limits; a regular file's blocks too (copy_regular). */
+    if (!S_ISREG(st.st_mode) && charge(c, 0) < 0)
+        return -1;
     switch (st.st_mode & S_IFMT) {
     case S_IFREG:
         return copy_regular(c, src, dst, name, &st);
@@ -662,7 +759,8 @@ static int copy_walk(struct copier *c, int src_dir, int dst_dir, const char *nam
 }
 
 int layer_copy_tree(int src_dir, int dst_dir, const char *name, const struct layer_copy_ids *ids,
-                    unsigned max_depth, struct layer_copy_stats *stats, struct cove_error **err)
+                    unsigned max_depth, const struct layer_copy_limits *limits,
+                    struct layer_copy_stats *stats, struct cove_error **err)
 {
     if (!valid_name(name))
         return cove_error_set(err, EINVAL, 500, "COVE::INTERNAL",
@@ -670,7 +768,10 @@ int layer_copy_tree(int src_dir, int dst_dir, const char *name, const struct lay
     if (!valid_ids(ids))
         return cove_error_set(err, EINVAL, 500, "COVE::INTERNAL",
                               "layer copy: the id shift overflows 32 bits");
-    struct copier c = {.ids = ids, .max_depth = max_depth, .stats = stats, .err = err};
+    struct copier c = {
+        .ids = ids, .limits = limits, .max_depth = max_depth, .stats = stats, .err = err};
+    c.links = calloc(1024, sizeof(*c.links)); /* without it, links are copies */
+    c.links_size = c.links != NULL ? 1024 : 0;
     c.list = malloc(XATTR_LIST_MAX);
     c.value = malloc(XATTR_SIZE_MAX + 1);
     if (c.list == NULL || c.value == NULL) {
@@ -697,6 +798,7 @@ int layer_copy_tree(int src_dir, int dst_dir, const char *name, const struct lay
             }
         }
     }
+    links_free(&c);
     free(c.levels);
     free(c.path.s);
     free(c.data.buf);

@@ -21,6 +21,13 @@ struct layer_copy_ids {
     uint32_t from, to, count;
 };
 
+/* What a copy may take at most (0: no limit): the blocks of its regular files' data and the
+ * names it makes. Past either, the copy fails with 507 SNAPSHOT::TOO_LARGE. */
+struct layer_copy_limits {
+    uint64_t bytes;
+    uint64_t entries;
+};
+
 struct layer_copy_stats {
     uint64_t bytes;   /* apparent size of the regular files copied */
     uint64_t files;   /* entries made, of any type, the root included */
@@ -36,7 +43,8 @@ struct layer_copy_stats {
  * its mode (set-id and sticky bits included) and its access and modification times; the
  * extended attributes of regular files and directories that describe the layer (user.*,
  * overlayfs's opaque/redirect/whiteout markers, security.capability, shifted). Each name of
- * a hard-linked file becomes a file of its own. Left out (stats->skipped): sockets, device
+ * a hard-linked file becomes a link to one copy (up to 65,536 such files; past that, a copy
+ * of their own, within the limits). Left out (stats->skipped): sockets, device
  * nodes other than whiteouts, and every entry on another filesystem or mount than src_dir
  * (a mount point). A directory more than max_depth levels below src_dir fails the copy (the
  * root's subdirectories are level 1; max_depth 0 allows none).
@@ -46,7 +54,8 @@ struct layer_copy_stats {
  * (layer_copy_remove) before returning; a `name` that already existed is an error and is
  * left alone. stats (may be NULL) counts what was copied, also on failure. */
 int layer_copy_tree(int src_dir, int dst_dir, const char *name, const struct layer_copy_ids *ids,
-                    unsigned max_depth, struct layer_copy_stats *stats, struct cove_error **err);
+                    unsigned max_depth, const struct layer_copy_limits *limits,
+                    struct layer_copy_stats *stats, struct cove_error **err);
 
 /* Removes `name` under dir_fd and, if it is a directory, everything in it (rm -rf): no
  * symbolic link is followed, nothing on another filesystem is entered (an error), names may

@@ -35,6 +35,10 @@
 #include "lib/log.h"
 
 #define AGENT_LISTEN_FD 3
+/* The child's descriptors (listener, agent, go, status, kernel helper, then the volumes'
+ * trees) sit below the layer's, which child_build_root places after they were closed. */
+_Static_assert(AGENT_LISTEN_FD + 5 + RUNTIME_MAX_VOLUMES < RUNTIME_LAYER_FD,
+               "the set-up's descriptors overlap RUNTIME_LAYER_FD");
 
 static void read_byte(int status_fd, int fd, char expected)
 {

@@ -159,6 +159,15 @@ void child_setup_network(int status_fd)
     install_rules(status_fd);
 }
 
+void child_loopback_only(int status_fd)
+{
+    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        child_fail(status_fd, "socket for lo");
+    bring_up_loopback(status_fd, sock);
+    close(sock);
+}
+
 /* In the sandbox's root, before the pivot: its resolver is coved's, inside the netns. */
 void child_write_resolv_conf(int status_fd)
 {

@@ -149,13 +149,10 @@ static const char *const proc_readonly[] = {
     "proc/bus", "proc/fs", "proc/irq", "proc/sys", "proc/sysrq-trigger",
 };
 
-static void mount_proc_and_sys(int status_fd)
+void child_mount_proc(int status_fd)
 {
     child_mkdir(status_fd, "proc", 0555);
     child_mount(status_fd, "proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-    child_mkdir(status_fd, "sys", 0555);
-    child_mount(status_fd, "sysfs", "sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
-                NULL);
     for (size_t i = 0; i < sizeof(proc_readonly) / sizeof(proc_readonly[0]); i++) {
         if (access(proc_readonly[i], F_OK) < 0)
             continue;
@@ -317,7 +314,10 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
         child_bind_ro(status_fd, "/usr", "usr", MS_NOSUID | MS_NODEV);
         bind_merged_usr_links(status_fd);
     }
-    mount_proc_and_sys(status_fd);
+    child_mkdir(status_fd, "sys", 0555);
+    child_mount(status_fd, "sysfs", "sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                NULL);
+    child_mount_proc(status_fd); /* its masks cover sys/ too */
     mount_dev(status_fd, spec->host_id_base);
     child_mkdir(status_fd, "tmp", 01777);
     child_write_resolv_conf(status_fd);
@@ -369,14 +369,15 @@ void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg)
                 MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=65536");
 }
 
-/* The mount point of a volume at path (absolute, clean: coved checked it) in the root, made
- * where missing: one component at a time beneath /, refusing symbolic links (the template's
- * files are not coved's to trust), each new one owned by the sandbox's root. */
-static int volume_mount_point(int status_fd, const char *path, bool directory, uint32_t host_base)
+/* A volume's mount point, or an isolated session's workspace: made where missing, one
+ * component at a time beneath start, refusing symbolic links (the sandbox's files are not
+ * coved's to trust), each new one owned by the sandbox's root. */
+int child_make_path(int status_fd, int start, const char *path, bool directory, uint32_t host_base,
+                    const char *what)
 {
-    int dir = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int dir = fcntl(start, F_DUPFD_CLOEXEC, 3);
     if (dir < 0)
-        child_fail(status_fd, "open /");
+        child_fail(status_fd, "dup");
     char name[256];
     const char *p = path;
     while (*p == '/')
@@ -386,7 +387,7 @@ static int volume_mount_point(int status_fd, const char *path, bool directory, u
         size_t len = slash ? (size_t)(slash - p) : strlen(p);
         bool last = slash == NULL;
         if (len == 0 || len >= sizeof(name))
-            child_fail(status_fd, "volume mount point %s", path);
+            child_fail(status_fd, "%s %s", what, path);
         memcpy(name, p, len);
         name[len] = '\0';
         struct open_how how = {
@@ -399,11 +400,11 @@ static int volume_mount_point(int status_fd, const char *path, bool directory, u
                            ? openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
                            : mkdirat(dir, name, 0755);
             if (made < 0)
-                child_fail(status_fd, "make the volume mount point %s", path);
+                child_fail(status_fd, "make the %s %s", what, path);
             if (last && !directory)
                 close(made);
             if (fchownat(dir, name, host_base, host_base, AT_SYMLINK_NOFOLLOW) < 0)
-                child_fail(status_fd, "chown the volume mount point %s", path);
+                child_fail(status_fd, "chown the %s %s", what, path);
             next = syscall(SYS_openat2, dir, name, &how, sizeof(how));
         }
         struct stat st;
@@ -414,7 +415,7 @@ static int volume_mount_point(int status_fd, const char *path, bool directory, u
             errno = ELOOP;
         }
         if (next < 0)
-            child_fail(status_fd, "volume mount point %s (no symbolic links, %s)", path,
+            child_fail(status_fd, "%s %s (no symbolic links, %s)", what, path,
                        directory ? "a directory" : "a file");
         close(dir);
         dir = (int)next;
@@ -423,6 +424,16 @@ static int volume_mount_point(int status_fd, const char *path, bool directory, u
             p++;
     }
     return dir;
+}
+
+static int volume_mount_point(int status_fd, const char *path, bool directory, uint32_t host_base)
+{
+    int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        child_fail(status_fd, "open /");
+    int fd = child_make_path(status_fd, root, path, directory, host_base, "volume mount point");
+    close(root);
+    return fd;
 }
 
 void child_mount_volumes(int status_fd, const struct runtime_spec *spec, const int *trees,

@@ -141,6 +141,8 @@ enum runtime_layer runtime_layer_resolve(const struct runtime *rt, enum runtime_
  * layers), taken from its PID 1 (RUNTIME_LAYER_FD), open O_RDONLY|O_DIRECTORY for coved to
  * read: 409 SNAPSHOT::UNSUPPORTED for a sandbox started by a coved from before snapshots. */
 int runtime_layer_upper(const struct runtime_process *proc, struct cove_error **err);
+/* The root of that layer (upper/, work/ and coved's own isolated/ below it), the same way. */
+int runtime_layer_root(const struct runtime_process *proc, struct cove_error **err);
 /* A host-OS template's merged-/usr links (bin -> usr/bin, ...) are replaced, in each sandbox's
  * writable layer, by directories the set-up binds /usr's over (rootfs.c): in a copy of that
  * layer (a snapshot, open at copy) those empty directories would hide the links of the
@@ -179,6 +181,44 @@ int runtime_kill(struct runtime *rt, const char *id, const struct runtime_proces
  * (partly) gone. */
 int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,
                     struct runtime_process *proc, struct cove_error **err);
+
+/* Isolated sessions (isolated.c, OSEP-0013): a second agent in a mount and pid namespace of
+ * its own inside a running sandbox, its workspace an overlay, read-only, or as it is. */
+enum runtime_isolated_mode {
+    RUNTIME_ISOLATED_RW,
+    RUNTIME_ISOLATED_OVERLAY,
+    RUNTIME_ISOLATED_RO,
+};
+
+struct runtime_isolated_spec {
+    const char *sandbox_id;                /* its cgroups */
+    const struct runtime_process *sandbox; /* its PID 1: its namespaces (pidfd) */
+    pid_t sandbox_pid;
+    const char *workspace; /* absolute and clean; made where missing */
+    enum runtime_isolated_mode mode;
+    int upper_fd, work_fd; /* OVERLAY: directories on the sandbox's writable layer */
+    bool private_tmp;      /* a tmpfs of tmp_bytes on /tmp */
+    int64_t tmp_bytes;
+    bool share_net;        /* else a network namespace with lo only */
+    uint32_t host_id_base; /* the sandbox's root on the host */
+    char *const *argv;     /* the session agent's, argv[0] included; --listen-fd 3 */
+    char *const *env;
+    int listen_fd; /* the session agent's listening socket */
+};
+
+/* A running session: its set-up process (coved's child, which ends once the session has) and
+ * a pidfd of its PID 1 (the session agent). */
+struct runtime_isolated {
+    pid_t setup_pid;
+    int setup_pidfd;
+    int init_pidfd;
+};
+
+/* Starts a session and waits (at most 10 s, usually a few ms) until its agent was exec'd. */
+int runtime_isolated_start(struct runtime *rt, const struct runtime_isolated_spec *spec,
+                           struct runtime_isolated *out, struct cove_error **err);
+/* Kills the session (every process in its pid namespace) and reaps its set-up process. */
+void runtime_isolated_stop(struct runtime_isolated *s);
 
 /* PID 1 of a sandbox through its pidfd (process.c). */
 /* True while the sandbox's PID 1 is the process that was started (not a reused pid). */

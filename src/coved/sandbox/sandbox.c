@@ -330,8 +330,7 @@ static void new_id(char *out, size_t size)
     out[n] = '\0';
 }
 
-/* NULL-terminated KEY=VALUE list: Cove's defaults, then the request's env. */
-static char **build_env(const struct sandbox *sb)
+char **sandbox_build_env(const struct sandbox *sb)
 {
     size_t n = json_object_size(sb->env);
     char **env = calloc(n + 5 + 6, sizeof(char *));
@@ -607,7 +606,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         sandbox_free(sb);
         return -1;
     }
-    char **env = build_env(sb);
+    char **env = sandbox_build_env(sb);
     char **argv = build_argv(sb->entrypoint);
     struct runtime_spec spec = {
         .id = sb->id,

@@ -183,6 +183,10 @@ struct sandbox *sandbox_find_any(struct sandbox_manager *mgr, const char *id);
 /* Calls fn for every sandbox owner may see, in creation order. */
 void sandbox_foreach(struct sandbox_manager *mgr, const char *owner,
                      void (*fn)(struct sandbox *sb, void *arg), void *arg);
+/* The environment of the sandbox's processes: a NULL-terminated KEY=VALUE list, Cove's
+ * defaults then the create's env; each string and the list malloc'ed (NULL when out of
+ * memory). */
+char **sandbox_build_env(const struct sandbox *sb);
 /* Unix socket path of the sandbox's agent. */
 void sandbox_agent_socket(const struct sandbox *sb, char *out, size_t size);
 

@@ -4,12 +4,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,12 +241,69 @@ static void remove_dir(struct snapshot_registry *reg, const char *name)
     cove_error_free(err);
 }
 
+/* A removal under way in a child (a tree of millions of names takes seconds: never on the
+ * event loop); reaped when it ends. A coved that stops meanwhile leaves the directory to
+ * remove_leftovers at its next start (it has a .deleting- or .making- name by then). */
+struct removal {
+    pid_t pid;
+    int pidfd;
+    struct event *event;
+};
+
+static void on_removed(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct removal *r = arg;
+    while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    event_free(r->event);
+    close(r->pidfd);
+    free(r);
+}
+
+static void remove_dir_async(struct snapshot_registry *reg, const char *name)
+{
+    struct removal *r = calloc(1, sizeof(*r));
+    int pidfd = -1;
+    pid_t pid =
+        r != NULL ? (pid_t)syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, NULL, &pidfd, NULL, 0) : -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int dir = open(reg->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0 || dup2(dir, 3) < 0)
+            _exit(1);
+        syscall(SYS_close_range, 4, ~0U, 0); /* nothing of coved's but the directory */
+        struct cove_error *err = NULL;
+        _exit(layer_copy_remove(3, name, &err) == 0 ? 0 : 1);
+    }
+    if (pid > 0) {
+        r->pid = pid;
+        r->pidfd = pidfd;
+        r->event = event_new(reg->base, pidfd, EV_READ, on_removed, r);
+        if (r->event != NULL && event_add(r->event, NULL) == 0)
+            return;
+        /* Not watched: waited for here, then. */
+        if (r->event != NULL)
+            event_free(r->event);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        close(pidfd);
+        free(r);
+        return;
+    }
+    free(r);
+    log_warn("snapshots: cannot fork to remove %s (%s): removing it here", name, strerror(errno));
+    remove_dir(reg, name);
+}
+
 /* ---- The capture ---- */
 
 /* The copying child: the source's upper directory into STATE/snapshots/.making-ID, its
  * owners shifted from the sandbox's id range to the templates' one. It dies with coved. */
 static __attribute__((noreturn)) void capture_child(int upper, int dir, int out, const char *making,
-                                                    const struct layer_copy_ids *ids)
+                                                    const struct layer_copy_ids *ids,
+                                                    const struct layer_copy_limits *limits)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     signal(SIGPIPE, SIG_IGN);
@@ -259,7 +319,7 @@ static __attribute__((noreturn)) void capture_child(int upper, int dir, int out,
     struct capture_result r = {0};
     struct layer_copy_stats stats = {0};
     struct cove_error *err = NULL;
-    if (layer_copy_tree(3, 4, making, ids, SNAPSHOT_MAX_DEPTH, &stats, &err) < 0) {
+    if (layer_copy_tree(3, 4, making, ids, SNAPSHOT_MAX_DEPTH, limits, &stats, &err) < 0) {
         snprintf(r.message, sizeof(r.message), "%s", err->message);
     } else if (syncfs(4) < 0) { /* Ready means on the disk: a crash keeps it whole */
         snprintf(r.message, sizeof(r.message), "sync the snapshot's copy: %s", strerror(errno));
@@ -343,7 +403,7 @@ static void capture_end(struct snapshot_capture *c)
     } else {
         char making[SANDBOX_ID_SIZE + 16];
         snprintf(making, sizeof(making), MAKING_PREFIX "%s", s->id);
-        remove_dir(reg, making);
+        remove_dir_async(reg, making);
         set_state(s, SNAPSHOT_FAILED, "snapshot_capture_failed", r->message);
         log_warn("snapshot %s of sandbox %s failed: %s", s->id, s->sandbox_id, r->message);
     }
@@ -439,6 +499,24 @@ int snapshot_take(struct snapshot_registry *reg, struct sandbox *sb, const char 
         cove_error_sys(err, "open %s", reg->dir);
         goto fail;
     }
+    /* The copy takes at most what the layer holds (its links stay links), and must fit. */
+    struct statfs layer_fs;
+    struct statvfs state_fs;
+    if (fstatfs(upper, &layer_fs) < 0 || fstatvfs(dir, &state_fs) < 0) {
+        cove_error_sys(err, "statfs");
+        goto fail;
+    }
+    uint64_t used = (uint64_t)(layer_fs.f_blocks - layer_fs.f_bfree) * (uint64_t)layer_fs.f_bsize;
+    struct layer_copy_limits limits = {.bytes = used + (16u << 20),
+                                       .entries = SNAPSHOT_MAX_ENTRIES};
+    if ((uint64_t)state_fs.f_bavail * state_fs.f_frsize < used) {
+        cove_error_set(err, ENOSPC, 507, "SNAPSHOT::NO_SPACE",
+                       "the sandbox's layer holds %llu bytes, more than the %llu free on the disk "
+                       "of coved's state dir",
+                       (unsigned long long)used,
+                       (unsigned long long)state_fs.f_bavail * state_fs.f_frsize);
+        goto fail;
+    }
     if (save(reg, s, err) < 0 || registry_add(reg, s, err) < 0)
         goto fail_stored;
     if (pipe2(pipe_fds, O_CLOEXEC) < 0) {
@@ -447,8 +525,13 @@ int snapshot_take(struct snapshot_registry *reg, struct sandbox *sb, const char 
     }
     /* Frozen from here until the copy ends: one moment of the sandbox, not a file half
      * written. */
-    if (runtime_pause(reg->rt, sb->id, err) < 0)
+    if (runtime_pause(reg->rt, sb->id, err) < 0) {
+        /* Half frozen (a freeze that timed out) is no state to leave it in. */
+        struct cove_error *ignored = NULL;
+        runtime_resume(reg->rt, sb->id, &ignored);
+        cove_error_free(ignored);
         goto fail_registered;
+    }
     sb->snapshotting = true;
     char making[SANDBOX_ID_SIZE + 16];
     snprintf(making, sizeof(making), MAKING_PREFIX "%s", s->id);
@@ -459,7 +542,7 @@ int snapshot_take(struct snapshot_registry *reg, struct sandbox *sb, const char 
     };
     c->pid = fork();
     if (c->pid == 0)
-        capture_child(upper, dir, pipe_fds[1], making, &ids);
+        capture_child(upper, dir, pipe_fds[1], making, &ids, &limits);
     if (c->pid < 0) {
         cove_error_sys(err, "fork the snapshot's copy");
         release_source(reg, sb->id);
@@ -542,7 +625,7 @@ int snapshot_delete(struct snapshot_registry *reg, struct snapshot *s, struct co
         return cove_error_sys(err, "rename %s", from);
     if (store_snapshot_delete(reg->store, s->id, err) < 0)
         return -1;
-    remove_dir(reg, name);
+    remove_dir_async(reg, name);
     log_info("snapshot %s: deleted", s->id);
     registry_remove(reg, s);
     snapshot_free(s);

@@ -35,8 +35,9 @@ enum snapshot_state {
 
 /* A name's bytes at most (CreateSnapshotRequest.name). */
 #define SNAPSHOT_NAME_MAX 128
-/* Directory levels a snapshot's tree may have. */
+/* Directory levels a snapshot's tree may have, and names it may have. */
 #define SNAPSHOT_MAX_DEPTH 512
+#define SNAPSHOT_MAX_ENTRIES 4000000
 
 struct snapshot_capture;
 

@@ -22,7 +22,7 @@ from .. import sandbox as _sync
 from .._config import ConnectionConfig
 from ..errors import CoveError, RequestTimeoutError, ServerUnreachableError
 from ..models import (CommandResult, Context, Endpoint, EntryInfo, Execution, ExecutionError,
-                      Result, SandboxInfo)
+                      Result, SandboxInfo, SnapshotInfo)
 from ._transport import AsyncTransport, call
 
 __all__ = ["AsyncSandbox", "AsyncFiles", "AsyncCommands", "AsyncCommandHandle", "AsyncPty",
@@ -88,10 +88,11 @@ class AsyncSandbox:
                      entrypoint: Optional[Sequence[str]] = None, *, server: Optional[str] = None,
                      api_key: Optional[str] = None, request_timeout: Optional[float] = None,
                      start_timeout: float = 60.0,
-                     extra: Optional[Dict[str, Any]] = None) -> "AsyncSandbox":
+                     extra: Optional[Dict[str, Any]] = None,
+                     snapshot: Union[str, SnapshotInfo, None] = None) -> "AsyncSandbox":
         config = ConnectionConfig.resolve(server, api_key, request_timeout)
         body = p.create_body(template, timeout, envs, metadata, network, resources, entrypoint,
-                             extra)
+                             extra, snapshot)
         t = AsyncTransport(config)
         try:
             # Once sent, the request is seen through, even by a cancelled caller: the sandbox
@@ -140,6 +141,42 @@ class AsyncSandbox:
             return await t.run(p.op_list(states, metadata))
         finally:
             await t.close()
+
+    @classmethod
+    async def _call(cls, op: Any, server: Optional[str], api_key: Optional[str],
+                    request_timeout: Optional[float]) -> Any:
+        t = AsyncTransport(ConnectionConfig.resolve(server, api_key, request_timeout))
+        try:
+            return await t.run(op)
+        finally:
+            await t.close()
+
+    async def snapshot(self, name: Optional[str] = None, wait: float = 300.0) -> SnapshotInfo:
+        return await self._t.run(p.op_snapshot_create(self.sandbox_id, name, wait))
+
+    @classmethod
+    async def list_snapshots(cls, sandbox_id: Optional[str] = None,
+                             state: Union[str, Sequence[str], None] = None,
+                             name: Optional[str] = None, *, server: Optional[str] = None,
+                             api_key: Optional[str] = None,
+                             request_timeout: Optional[float] = None) -> List[SnapshotInfo]:
+        states = [state] if isinstance(state, str) else state
+        return await cls._call(p.op_snapshot_list(sandbox_id, states, name), server, api_key,
+                               request_timeout)
+
+    @classmethod
+    async def get_snapshot(cls, snapshot_id: str, *, server: Optional[str] = None,
+                           api_key: Optional[str] = None,
+                           request_timeout: Optional[float] = None) -> SnapshotInfo:
+        return await cls._call(p.op_snapshot_get(snapshot_id), server, api_key,
+                               request_timeout)
+
+    @classmethod
+    async def delete_snapshot(cls, snapshot_id: Union[str, SnapshotInfo], *,
+                              server: Optional[str] = None, api_key: Optional[str] = None,
+                              request_timeout: Optional[float] = None) -> bool:
+        sid = snapshot_id.snapshot_id if isinstance(snapshot_id, SnapshotInfo) else snapshot_id
+        return await cls._call(p.op_snapshot_delete(sid), server, api_key, request_timeout)
 
     async def get_info(self) -> SandboxInfo:
         self._info = await self._t.run(p.op_get_info(self.sandbox_id))

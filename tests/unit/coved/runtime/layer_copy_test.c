@@ -256,8 +256,7 @@ static void make_source(void)
 
     write_file("src/hard1", "hard", 0644);
     CHECK(link(at("src/hard1"), at("src/hard2")) == 0);
-    made_bytes += 4;
-    made_entries++;
+    made_entries++; /* a second name, linked: no bytes of its own */
 
     /* File capabilities: a sandbox's (revision 3, its root's id) and a template's (v2). */
     write_file("src/cap3", "c3", 0755);
@@ -378,6 +377,11 @@ static void check_copy(const struct layer_copy_stats *stats)
     CHECK(text_is(at("dst/layer/\xff\x01"), "bytes"));
     CHECK(text_is(at("dst/layer/hard1"), "hard"));
     CHECK(text_is(at("dst/layer/hard2"), "hard"));
+    /* Two names of one file stay two names of one file: links cost the host no more than
+     * they cost the sandbox. */
+    struct stat h1, h2;
+    CHECK(lstat(at("dst/layer/hard1"), &h1) == 0 && lstat(at("dst/layer/hard2"), &h2) == 0);
+    CHECK(h1.st_ino == h2.st_ino && h1.st_nlink == 2);
 
     struct vfs_ns_cap_data cap3;
     CHECK(lgetxattr(at("dst/layer/cap3"), "security.capability", &cap3, sizeof(cap3)) ==
@@ -424,7 +428,7 @@ static void test_copy(void)
     struct cove_error *err = NULL;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    CHECK_EQ_INT(layer_copy_tree(src, dst, "layer", &ids, MAX_DEPTH, &stats, &err), 0);
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "layer", &ids, MAX_DEPTH, NULL, &stats, &err), 0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (err != NULL) {
         fprintf(stderr, "copy: %s\n", err->message);
@@ -440,17 +444,33 @@ static void test_copy(void)
     /* A name that is there already is an error, and what was there stays. */
     CHECK(mkdir(at("dst/taken"), 0700) == 0);
     CHECK(mkdir(at("dst/taken/keep"), 0700) == 0);
-    CHECK_EQ_INT(layer_copy_tree(src, dst, "taken", &ids, MAX_DEPTH, NULL, &err), -1);
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "taken", &ids, MAX_DEPTH, NULL, NULL, &err), -1);
     CHECK(err != NULL && err->http_status == 500 && strcmp(err->code, "COVE::INTERNAL") == 0);
     cove_error_free(err);
     err = NULL;
     CHECK(!absent(at("dst/taken/keep")));
     /* Not one component. */
-    CHECK_EQ_INT(layer_copy_tree(src, dst, "a/b", &ids, MAX_DEPTH, NULL, &err), -1);
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "a/b", &ids, MAX_DEPTH, NULL, NULL, &err), -1);
     cove_error_free(err);
     err = NULL;
-    CHECK_EQ_INT(layer_copy_tree(src, dst, "..", &ids, MAX_DEPTH, NULL, &err), -1);
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "..", &ids, MAX_DEPTH, NULL, NULL, &err), -1);
     cove_error_free(err);
+    err = NULL;
+    /* Limits: the data's blocks, the names; past either a 507, and no partial copy left. */
+    struct layer_copy_limits few_bytes = {.bytes = 4096, .entries = 0};
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "small", &ids, MAX_DEPTH, &few_bytes, NULL, &err), -1);
+    CHECK(err != NULL && err->http_status == 507 && strcmp(err->code, "SNAPSHOT::TOO_LARGE") == 0);
+    cove_error_free(err);
+    err = NULL;
+    CHECK(absent(at("dst/small")));
+    struct layer_copy_limits few_names = {.bytes = 0, .entries = 3};
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "few", &ids, MAX_DEPTH, &few_names, NULL, &err), -1);
+    CHECK(err != NULL && err->http_status == 507);
+    cove_error_free(err);
+    err = NULL;
+    CHECK(absent(at("dst/few")));
+    struct layer_copy_limits enough = {.bytes = 1ULL << 40, .entries = 1000000};
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "enough", &ids, MAX_DEPTH, &enough, NULL, &err), 0);
     close(src);
     close(dst);
 }
@@ -476,7 +496,7 @@ static void test_depth(void)
     make_chain("deep", 9); /* deep/d1/.../d9: nine levels below the root */
     int src = open_dir("deep"), dst = open_dir("dst"), fds = open_fds();
     struct cove_error *err = NULL;
-    CHECK_EQ_INT(layer_copy_tree(src, dst, "deep8", &ids, 8, NULL, &err), -1);
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "deep8", &ids, 8, NULL, NULL, &err), -1);
     CHECK_EQ_INT(open_fds(), fds); /* a failed copy closes what it opened too */
     CHECK(err != NULL && strstr(err->message, "deeper than 8 directory levels") != NULL);
     CHECK(err != NULL && strstr(err->message, "d1/d2/d3/d4/d5/d6/d7/d8/d9") != NULL);
@@ -485,7 +505,7 @@ static void test_depth(void)
     cove_error_free(err);
     err = NULL;
     CHECK(absent(at("dst/deep8"))); /* the partial copy is gone */
-    CHECK_EQ_INT(layer_copy_tree(src, dst, "deep9", &ids, 9, NULL, &err), 0);
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "deep9", &ids, 9, NULL, NULL, &err), 0);
     cove_error_free(err);
     CHECK(text_is(at("dst/deep9/d1/d2/d3/d4/d5/d6/d7/d8/d9/leaf"), "leaf"));
     close(src);
@@ -570,7 +590,7 @@ static void mounts_child(void)
     int src = open_dir("mnt-src"), dst = open_dir("dst");
     struct layer_copy_stats stats = {0};
     struct cove_error *err = NULL;
-    CHECK_EQ_INT(layer_copy_tree(src, dst, "mnt-copy", &ids, MAX_DEPTH, &stats, &err), 0);
+    CHECK_EQ_INT(layer_copy_tree(src, dst, "mnt-copy", &ids, MAX_DEPTH, NULL, &stats, &err), 0);
     if (err != NULL)
         fprintf(stderr, "copy: %s\n", err->message);
     cove_error_free(err);

@@ -1,0 +1,394 @@
+/* Isolated sessions (runtime.h, OSEP-0013): a nested mini-sandbox inside a running sandbox.
+ *
+ * The session's PID 1 is a second cove-agent in namespaces of its own where isolation is
+ * asked for, the sandbox's where it is not:
+ *   - mount: a copy of the sandbox's, with the workspace as an overlay (its upper and work
+ *     directories on the sandbox's writable layer, charged to its disk cap), read-only, or as
+ *     it is; a private tmpfs on /tmp; a /proc of the session's pid namespace with the masks
+ *     of every sandbox's;
+ *   - pid: a new one below the sandbox's (the session sees its own processes only; killing
+ *     its PID 1 ends them all);
+ *   - user, uts, ipc, cgroup and the cgroups themselves: the sandbox's (same ids, same limits);
+ *   - net: the sandbox's, or a new one with only lo.
+ *
+ * The mounts are made as host root, before the session joins the sandbox's user namespace,
+ * so that (as for the sandbox itself) root inside holds no capability over its mount
+ * namespace and cannot unmount the overlay or remount the workspace. The overlay itself is
+ * mounted in a private mount namespace of the host's view, where its layers are named by
+ * descriptors (/proc/self/fd/N: the workspace resolved beneath the sandbox's root, never
+ * through a link of the sandbox's), then moved as a detached tree into the session's.
+ *
+ * Processes: coved forks C (host pid namespace; joins the sandbox's cgroups; builds the mount
+ * namespace), C forks D1 into the sandbox's pid namespace, D1 forks D, PID 1 of the session's.
+ * D hands coved a pidfd of itself, joins the sandbox's namespaces, drops to the sandbox's
+ * root with Docker's capabilities and the seccomp filter, and execs the agent. C and D1 only
+ * wait; each of C, D1 and D dies with its parent (PR_SET_PDEATHSIG), so a session never
+ * outlives the coved that made it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/securebits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <linux/openat2.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include "coved/runtime/child.h"
+#include "coved/runtime/runtime.h"
+#include "lib/clock.h"
+
+/* Fixed descriptors of the set-up processes. */
+enum {
+    FD_LISTEN = 3, /* the session agent's socket: its --listen-fd */
+    FD_AGENT,      /* cove-agent, O_PATH */
+    FD_STATUS,     /* 'E' and why, then EOF once the agent was exec'd */
+    FD_SANDBOX,    /* pidfd of the sandbox's PID 1 */
+    FD_UPPER,      /* overlay: the upper directory */
+    FD_WORK,       /* overlay: the work directory */
+    FD_HANDOVER,   /* unix socket: D's pidfd to coved */
+    FD_COUNT,
+};
+
+static void wait_for(pid_t pid)
+{
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+}
+
+static void die_with_parent(void)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+/* D's pidfd, sent to coved with SCM_RIGHTS. */
+static void hand_over_pidfd(int status_fd)
+{
+    int self = (int)syscall(SYS_pidfd_open, getpid(), 0); /* getpid() is 1 here */
+    if (self < 0)
+        child_fail(status_fd, "pidfd_open (Linux 5.3 or later)");
+    char byte = 'P';
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = control.buf,
+                         .msg_controllen = sizeof(control.buf)};
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &self, sizeof(int));
+    if (sendmsg(FD_HANDOVER, &msg, MSG_NOSIGNAL) != 1)
+        child_fail(status_fd, "hand the session's pidfd over");
+    close(self);
+    close(FD_HANDOVER);
+}
+
+/* D: PID 1 of the session. */
+static __attribute__((noreturn)) void session_init(const struct runtime_isolated_spec *spec)
+{
+    int status_fd = FD_STATUS;
+    die_with_parent();
+    if (chdir("/") < 0)
+        child_fail(status_fd, "chdir /");
+    child_mount_proc(status_fd);
+    hand_over_pidfd(status_fd);
+    /* The sandbox's namespaces but the user one (owned by the host's user namespace: joined
+     * as host root), then its user namespace. */
+    int shared =
+        CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP | (spec->share_net ? CLONE_NEWNET : 0);
+    if (setns(FD_SANDBOX, shared) < 0)
+        child_fail(status_fd, "join the sandbox's namespaces");
+    if (setns(FD_SANDBOX, CLONE_NEWUSER) < 0)
+        child_fail(status_fd, "join the sandbox's user namespace");
+    close(FD_SANDBOX);
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 || setresgid(0, 0, 0) < 0 ||
+        setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0 ||
+        prctl(PR_SET_SECUREBITS, 0, 0, 0, 0) < 0)
+        child_fail(status_fd, "become the sandbox's root");
+    if (!spec->share_net) {
+        if (unshare(CLONE_NEWNET) < 0)
+            child_fail(status_fd, "unshare the network namespace");
+        child_loopback_only(status_fd);
+    }
+    struct cove_error *err = NULL;
+    if (runtime_caps_trim(&err) < 0) {
+        errno = err->errnum;
+        child_fail(status_fd, "%s", err->message);
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        child_fail(status_fd, "no_new_privs");
+    if (runtime_seccomp_load(&err) < 0) {
+        errno = err->errnum;
+        child_fail(status_fd, "%s", err->message);
+    }
+    die_with_parent(); /* the change of credentials cleared it */
+    if (chdir(spec->workspace) < 0 && chdir("/") < 0)
+        child_fail(status_fd, "chdir");
+    fcntl(status_fd, F_SETFD, FD_CLOEXEC); /* EOF for coved once the agent runs */
+    fcntl(FD_AGENT, F_SETFD, FD_CLOEXEC);  /* a static binary: execveat needs no path */
+    syscall(SYS_execveat, FD_AGENT, "", spec->argv, spec->env, AT_EMPTY_PATH);
+    child_fail(status_fd, "exec cove-agent");
+}
+
+/* The workspace's overlay, as a detached tree: mounted in a private mount namespace of the
+ * host's view (this process's from here on), its layers named by descriptor. */
+static int overlay_tree(int status_fd, int lower)
+{
+    if (unshare(CLONE_NEWNS) < 0)
+        child_fail(status_fd, "unshare the mount namespace");
+    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+    char opts[256];
+    snprintf(opts, sizeof(opts),
+             "lowerdir=/proc/self/fd/%d,upperdir=/proc/self/fd/%d,workdir=/proc/self/fd/%d,"
+             "metacopy=off",
+             lower, FD_UPPER, FD_WORK);
+    /* Any directory will do as the mount point: this namespace is this process's alone. */
+    child_mount(status_fd, "cove-isolated", "/tmp", "overlay", MS_NOSUID | MS_NODEV, opts);
+    int tree = open_tree(AT_FDCWD, "/tmp", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0)
+        child_fail(status_fd, "clone the workspace's overlay");
+    return tree;
+}
+
+/* C: builds the session's mount namespace, then starts its pid namespace. */
+static __attribute__((noreturn)) void session_setup(const struct runtime_isolated_spec *spec,
+                                                    const struct cgroup_system *cg)
+{
+    int status_fd = FD_STATUS;
+    die_with_parent();
+    struct cove_error *err = NULL;
+    if (cgroup_add_pid(cg, spec->sandbox_id, getpid(), &err) < 0) {
+        errno = err->errnum;
+        child_fail(status_fd, "join the sandbox's cgroups: %s", err->message);
+    }
+    /* The workspace, made where missing, beneath the sandbox's root. */
+    char root_path[64];
+    snprintf(root_path, sizeof(root_path), "/proc/%d/root", (int)spec->sandbox_pid);
+    int root = open(root_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        child_fail(status_fd, "open the sandbox's root");
+    int lower =
+        child_make_path(status_fd, root, spec->workspace, true, spec->host_id_base, "workspace");
+    close(root);
+    int tree = -1;
+    if (spec->mode == RUNTIME_ISOLATED_OVERLAY) {
+        /* O_PATH descriptors cannot name an overlay's layer; a real one can. */
+        int dir = openat(lower, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir < 0)
+            child_fail(status_fd, "open the workspace");
+        fcntl(dir, F_SETFD, 0); /* named through /proc/self/fd */
+        tree = overlay_tree(status_fd, dir);
+        close(dir);
+    } else if (spec->mode == RUNTIME_ISOLATED_RO) {
+        tree = open_tree(lower, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+        struct mount_attr attr = {.attr_set =
+                                      MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
+        if (tree < 0 || mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0)
+            child_fail(status_fd, "a read-only view of the workspace");
+    }
+    close(lower);
+    /* Into a copy of the sandbox's mount namespace: still the host's user namespace's. */
+    if (setns(FD_SANDBOX, CLONE_NEWNS) < 0 || unshare(CLONE_NEWNS) < 0)
+        child_fail(status_fd, "enter the sandbox's mount namespace");
+    if (tree >= 0) {
+        int root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (root_fd < 0)
+            child_fail(status_fd, "open /");
+        int target = child_make_path(status_fd, root_fd, spec->workspace, true, spec->host_id_base,
+                                     "workspace");
+        if (move_mount(tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+            child_fail(status_fd, "mount the workspace");
+        close(target);
+        close(root_fd);
+        close(tree);
+    }
+    if (spec->private_tmp) {
+        char opts[128];
+        snprintf(opts, sizeof(opts), "mode=1777,size=%lld,uid=%u,gid=%u",
+                 (long long)spec->tmp_bytes, spec->host_id_base, spec->host_id_base);
+        child_mount(status_fd, "cove-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);
+    }
+    close(FD_UPPER);
+    close(FD_WORK);
+    if (setns(FD_SANDBOX, CLONE_NEWPID) < 0)
+        child_fail(status_fd, "enter the sandbox's pid namespace");
+    pid_t d1 = fork();
+    if (d1 < 0)
+        child_fail(status_fd, "fork");
+    if (d1 == 0) {
+        die_with_parent();
+        if (unshare(CLONE_NEWPID) < 0)
+            child_fail(status_fd, "unshare the pid namespace");
+        pid_t d = fork();
+        if (d < 0)
+            child_fail(status_fd, "fork");
+        if (d == 0)
+            session_init(spec);
+        close(FD_STATUS);
+        close(FD_LISTEN);
+        close(FD_HANDOVER);
+        wait_for(d);
+        _exit(0);
+    }
+    close(FD_STATUS);
+    close(FD_LISTEN);
+    close(FD_HANDOVER);
+    close(FD_SANDBOX);
+    wait_for(d1);
+    _exit(0);
+}
+
+/* Moves the set-up's descriptors to their fixed numbers (high first, so none overwrites
+ * another), closing everything else of coved's. */
+static void place_fds(const int want[FD_COUNT])
+{
+    int high[FD_COUNT];
+    for (int i = FD_LISTEN; i < FD_COUNT; i++) {
+        high[i] = want[i] >= 0 ? fcntl(want[i], F_DUPFD, 200) : -1;
+        if (want[i] >= 0 && high[i] < 0)
+            _exit(126);
+    }
+    for (int i = FD_LISTEN; i < FD_COUNT; i++) {
+        if (high[i] >= 0 && dup2(high[i], i) < 0)
+            _exit(126);
+    }
+    syscall(SYS_close_range, FD_COUNT, ~0U, 0);
+}
+
+/* The result of the set-up: its complaint, if any, then EOF; and D's pidfd. */
+static int read_result(int status_fd, int handover, int timeout_ms, int *pidfd,
+                       struct cove_error **err)
+{
+    char msg[600];
+    size_t len = 0;
+    int64_t deadline = cove_monotonic_ms() + timeout_ms;
+    for (;;) {
+        int left = (int)(deadline - cove_monotonic_ms());
+        struct pollfd p = {.fd = status_fd, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, left) == 0)
+            return cove_error_set(err, ETIMEDOUT, 500, "ISOLATED::START_FAILED",
+                                  "the session's set-up took more than %d ms", timeout_ms);
+        ssize_t n = read(status_fd, msg + len, sizeof(msg) - 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        if (len == sizeof(msg) - 1)
+            break;
+    }
+    msg[len] = '\0';
+    if (len > 0)
+        return cove_error_set(err, 0, 500, "ISOLATED::START_FAILED", "session set-up failed: %s",
+                              msg[0] == 'E' ? msg + 1 : msg);
+    char byte;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr m = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control.buf,
+                       .msg_controllen = sizeof(control.buf)};
+    ssize_t n = recvmsg(handover, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&m) : NULL;
+    if (c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
+        return cove_error_set(err, EPROTO, 500, "ISOLATED::START_FAILED",
+                              "the session's set-up ended without its process");
+    memcpy(pidfd, CMSG_DATA(c), sizeof(int));
+    return 0;
+}
+
+int runtime_isolated_start(struct runtime *rt, const struct runtime_isolated_spec *spec,
+                           struct runtime_isolated *out, struct cove_error **err)
+{
+    int status[2] = {-1, -1}, handover[2] = {-1, -1};
+    if (spec->sandbox->pidfd < 0)
+        return cove_error_set(err, ENOSYS, 503, "ISOLATED::NOT_SUPPORTED",
+                              "the sandbox's process cannot be reached here (no pidfd)");
+    if (pipe2(status, O_CLOEXEC) < 0 ||
+        socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, handover) < 0) {
+        cove_error_sys(err, "pipe");
+        goto fail;
+    }
+    int want[FD_COUNT] = {-1,
+                          -1,
+                          -1,
+                          spec->listen_fd,
+                          rt->agent_fd,
+                          status[1],
+                          spec->sandbox->pidfd,
+                          spec->upper_fd,
+                          spec->work_fd,
+                          handover[1]};
+    int setup_pidfd = -1;
+    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, NULL, &setup_pidfd, NULL, 0);
+    if (pid < 0) {
+        cove_error_sys(err, "fork the session's set-up");
+        goto fail;
+    }
+    if (pid == 0) {
+        place_fds(want);
+        session_setup(spec, &rt->cgroups);
+    }
+    close(status[1]);
+    close(handover[1]);
+    status[1] = handover[1] = -1;
+    int pidfd = -1;
+    int rc = read_result(status[0], handover[0], 10000, &pidfd, err);
+    close(status[0]);
+    close(handover[0]);
+    if (rc < 0) {
+        syscall(SYS_pidfd_send_signal, setup_pidfd, SIGKILL, NULL, 0);
+        wait_for(pid);
+        close(setup_pidfd);
+        return -1;
+    }
+    out->setup_pid = pid;
+    out->setup_pidfd = setup_pidfd;
+    out->init_pidfd = pidfd;
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (status[i] >= 0)
+            close(status[i]);
+        if (handover[i] >= 0)
+            close(handover[i]);
+    }
+    return -1;
+}
+
+void runtime_isolated_stop(struct runtime_isolated *s)
+{
+    if (s->init_pidfd >= 0) {
+        syscall(SYS_pidfd_send_signal, s->init_pidfd, SIGKILL, NULL, 0);
+        close(s->init_pidfd);
+        s->init_pidfd = -1;
+    }
+    if (s->setup_pidfd >= 0) {
+        /* C ends once D1 has, which ends once D (now killed) has: a moment. */
+        struct pollfd p = {.fd = s->setup_pidfd, .events = POLLIN};
+        if (poll(&p, 1, 2000) == 0)
+            syscall(SYS_pidfd_send_signal, s->setup_pidfd, SIGKILL, NULL, 0);
+        wait_for(s->setup_pid);
+        close(s->setup_pidfd);
+        s->setup_pidfd = -1;
+    }
+}

@@ -1,0 +1,83 @@
+/* Isolated sessions (OSEP-0013, the /v1/isolated/... API of a sandbox's execd endpoint): each
+ * a second cove-agent in a mount and pid namespace of its own inside a sandbox
+ * (runtime/isolated.c), its workspace an overlay (its upper directory on the sandbox's
+ * writable layer, in coved's own isolated/ directory there, out of the sandbox's reach), a
+ * read-only view, or as it is. coved's gateway sends a session's files, directories and run
+ * routes to its agent (on STATE/run/ID/iso-SID.sock) and the session routes themselves to
+ * api/isolated_api.c.
+ *
+ * Ownership: the registry owns its sessions. A session dies with its sandbox (its pid
+ * namespace is below the sandbox's), with coved (its processes die with their parents), on
+ * DELETE, or once idle for its idle_timeout_seconds; its record is dropped then, its layer
+ * directories removed. Sessions are not persisted: a restarted coved has none. */
+#pragma once
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "coved/runtime/runtime.h"
+#include "coved/sandbox/sandbox.h"
+#include "lib/error.h"
+
+#define ISOLATED_ID_SIZE 37 /* a UUID */
+/* The default and the cap of a session's private /tmp. */
+#define ISOLATED_TMP_BYTES (256LL << 20)
+#define ISOLATED_IDLE_DEFAULT_S 1800
+/* Sessions one sandbox may have at once. */
+#define ISOLATED_MAX_PER_SANDBOX 64
+
+struct isolated_session {
+    char id[ISOLATED_ID_SIZE];
+    char sandbox_id[SANDBOX_ID_SIZE];
+    bool balanced; /* the profile: strict (the default) or balanced */
+    char workspace[512];
+    enum runtime_isolated_mode mode;
+    bool share_net;
+    bool has_uid;
+    uint32_t uid, gid;
+    json_t *env_passthrough; /* as asked, for the state's echo; NULL: none */
+    int64_t idle_timeout_s;  /* 0: never */
+    int64_t created_ms, last_run_ms;
+    bool dead; /* its processes are gone */
+    struct runtime_isolated proc;
+    struct event *exit_event; /* its PID 1's pidfd */
+    struct isolated_registry *reg;
+};
+
+struct isolated_registry;
+
+int isolated_registry_new(struct event_base *base, struct runtime *rt,
+                          struct sandbox_manager *sandboxes, struct isolated_registry **out,
+                          struct cove_error **err);
+/* Stops every session. */
+void isolated_registry_free(struct isolated_registry *reg);
+
+/* A session in sb (Running) as the CreateIsolatedSessionRequest body asks: 400 for a bad
+ * request, 409 when sb is not running, 503 where sessions cannot be made. */
+int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, json_t *request,
+                            struct isolated_session **out, struct cove_error **err);
+/* NULL with a 404 SESSION_NOT_FOUND unless sb has that session. */
+struct isolated_session *isolated_session_find(struct isolated_registry *reg,
+                                               const char *sandbox_id, const char *id,
+                                               struct cove_error **err);
+/* Stops the session (if it still runs), removes its layer directories and frees it. */
+void isolated_session_delete(struct isolated_registry *reg, struct isolated_session *s);
+/* A run started: the idle clock starts again. */
+void isolated_session_touch(struct isolated_session *s);
+void isolated_foreach(struct isolated_registry *reg, const char *sandbox_id,
+                      void (*fn)(struct isolated_session *s, void *arg), void *arg);
+/* The unix socket of the session's agent. */
+void isolated_session_socket(const struct sandbox *sb, const char *id, char *out, size_t size);
+/* The upper directory of an overlay session (for diff and commit), opened: -1 with err for
+ * another mode or a sandbox that is gone. */
+int isolated_session_upper(struct isolated_registry *reg, const struct isolated_session *s,
+                           struct cove_error **err);
+
+/* SessionState, IsolatedSessionSummary. */
+json_t *isolated_session_state_json(const struct isolated_session *s);
+json_t *isolated_session_summary_json(const struct isolated_session *s);
+/* Whether id looks like a session id (a UUID's characters, its length): anything else never
+ * names a socket path. */
+bool isolated_id_valid(const char *id, size_t len);
