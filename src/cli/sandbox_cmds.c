@@ -430,7 +430,8 @@ const struct cli_command sandbox_create_command = {
     .run = create_run,
     .help = "Usage: cove create [OPTIONS] [--] [ENTRYPOINT [ARGS...]]\n"
             "\n"
-            "Create a sandbox from a template and print its id (all of it with -o json):\n"
+            "Create a sandbox from a template (or a snapshot: --snapshot) and print its id (all\n"
+            "of it with -o json):\n"
             "  ID=$(cove create -t base --timeout 30m)\n"
             "Without an entrypoint the sandbox idles until it is killed or expires. It expires\n"
             "after " SANDBOX_DEFAULT_TIMEOUT_TEXT
