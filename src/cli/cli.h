@@ -66,6 +66,7 @@ extern const struct cli_command exec_command;           /* exec_cmd.c */
 extern const struct cli_command run_code_command;       /* code_cmd.c */
 extern const struct cli_command template_command;       /* template_cmds.c */
 extern const struct cli_command volume_command;         /* volume_cmds.c */
+extern const struct cli_command snapshot_command;       /* snapshot_cmds.c */
 extern const struct cli_command config_command;         /* config_cmds.c */
 /* OpenSandbox's `osb` spellings: groups of the commands above and of their own */
 extern const struct cli_command sandbox_command; /* sandbox_cmds.c */

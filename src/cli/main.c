@@ -26,6 +26,7 @@ static const struct cli_command *const commands[] = {
     &run_code_command,
     &template_command,
     &volume_command,
+    &snapshot_command,
     &config_command,
     &mcp_command,
     NULL,

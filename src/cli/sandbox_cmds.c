@@ -134,6 +134,7 @@ enum {
     CREATE_OPTION_CREDENTIAL_PROXY,
     CREATE_OPTION_LAYER,
     CREATE_OPTION_VOLUME,
+    CREATE_OPTION_SNAPSHOT,
 };
 
 /* --volume host:PATH:MOUNT[:OPTS] or pvc:NAME[/SUBPATH]:MOUNT[:OPTS], OPTS comma-separated
@@ -286,9 +287,10 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         {"credential-proxy", no_argument, NULL, CREATE_OPTION_CREDENTIAL_PROXY},
         {"layer", required_argument, NULL, CREATE_OPTION_LAYER},
         {"volume", required_argument, NULL, CREATE_OPTION_VOLUME},
+        {"snapshot", required_argument, NULL, CREATE_OPTION_SNAPSHOT},
         {0},
     };
-    const char *template_name = SANDBOX_DEFAULT_TEMPLATE;
+    const char *template_name = NULL, *snapshot = NULL;
     const char *network = NULL, *layer = NULL;
     bool credential_proxy = false;
     cleanup_json json_t *request = json_object();
@@ -363,6 +365,9 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
             if (create_add_volume(volumes, optarg, err) < 0)
                 return -1;
             break;
+        case CREATE_OPTION_SNAPSHOT:
+            snapshot = optarg;
+            break;
         default:
             if (cli_common_option(cli, option, optarg, err) < 0)
                 return -1;
@@ -380,19 +385,30 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         json_object_set_new(request, "extensions", json_pack("{s:s}", "cove.layer", layer)) < 0)
         return cove_error_sys(err, "cannot build the request");
 
-    json_t *entrypoint;
-    if (optind < argc)
-        string_array((size_t)(argc - optind), (const char *const *)argv + optind, &entrypoint, err);
-    else
+    /* A snapshot brings its template; without an entrypoint the server picks one */
+    if (snapshot != NULL && template_name != NULL)
+        return cli_usage_error(err, "give --template or --snapshot, not both");
+    json_t *entrypoint = NULL;
+    if (optind < argc && string_array((size_t)(argc - optind), (const char *const *)argv + optind,
+                                      &entrypoint, err) < 0)
+        return -1;
+    if (optind >= argc && snapshot == NULL &&
         string_array(sizeof(SANDBOX_DEFAULT_ENTRYPOINT) / sizeof(SANDBOX_DEFAULT_ENTRYPOINT[0]),
-                     SANDBOX_DEFAULT_ENTRYPOINT, &entrypoint, err);
-    if (entrypoint == NULL)
+                     SANDBOX_DEFAULT_ENTRYPOINT, &entrypoint, err) < 0)
         return -1;
-    json_object_set_new(request, "entrypoint", entrypoint);
-    json_t *image = json_object();
-    json_object_set_new(request, "image", image);
-    if (set_string(image, "uri", template_name, "--template", err) < 0)
-        return -1;
+    if (entrypoint != NULL)
+        json_object_set_new(request, "entrypoint", entrypoint);
+    if (snapshot != NULL) {
+        if (set_string(request, "snapshotId", snapshot, "--snapshot", err) < 0)
+            return -1;
+    } else {
+        json_t *image = json_object();
+        json_object_set_new(request, "image", image);
+        if (set_string(image, "uri",
+                       template_name != NULL ? template_name : SANDBOX_DEFAULT_TEMPLATE,
+                       "--template", err) < 0)
+            return -1;
+    }
     json_object_set(request, "resourceLimits", limits);
     if (json_object_size(env) > 0)
         json_object_set(request, "env", env);
@@ -414,7 +430,8 @@ const struct cli_command sandbox_create_command = {
     .run = create_run,
     .help = "Usage: cove create [OPTIONS] [--] [ENTRYPOINT [ARGS...]]\n"
             "\n"
-            "Create a sandbox from a template and print its id (all of it with -o json):\n"
+            "Create a sandbox from a template (or a snapshot: --snapshot) and print its id (all\n"
+            "of it with -o json):\n"
             "  ID=$(cove create -t base --timeout 30m)\n"
             "Without an entrypoint the sandbox idles until it is killed or expires. It expires\n"
             "after " SANDBOX_DEFAULT_TIMEOUT_TEXT
@@ -425,6 +442,9 @@ const struct cli_command sandbox_create_command = {
             "Options:\n"
             "  -t, --template NAME   template to start from (" SANDBOX_DEFAULT_TEMPLATE ")\n"
             "      --image NAME      the same (osb's spelling)\n"
+            "      --snapshot ID     start from a snapshot instead: its template, with the files\n"
+            "                        its sandbox had ('cove snapshot --help'); without an\n"
+            "                        entrypoint, the server's default (tail -f /dev/null)\n"
             "      --cpu QUANTITY    CPU limit, e.g. 2 (" SANDBOX_DEFAULT_CPU ")\n"
             "      --memory SIZE     memory limit, e.g. 2Gi (" SANDBOX_DEFAULT_MEMORY
             "); units: Ki Mi Gi Ti,\n"

@@ -80,7 +80,7 @@ def parse_endpoint(stdout):
 # ---- help -------------------------------------------------------------------------------
 
 COMMANDS = ("create", "get", "list", "kill", "pause", "resume", "renew", "endpoint", "metadata",
-            "exec", "run-code", "template", "volume", "config", "mcp")
+            "exec", "run-code", "template", "volume", "snapshot", "config", "mcp")
 
 
 def test_help_lists_every_command_and_each_has_help(coved):
@@ -91,7 +91,8 @@ def test_help_lists_every_command_and_each_has_help(coved):
         r = cli(coved, command, "--help")
         assert r.stdout.startswith(f"Usage: cove {command}"), (command, r.stdout)
     for group, subs in (("config", ("set", "get", "unset", "path")), ("template", ("list", "add")),
-                        ("volume", ("ls", "rm"))):
+                        ("volume", ("ls", "rm")),
+                        ("snapshot", ("create", "ls", "get", "rm"))):
         for sub in subs:
             r = cli(coved, group, sub, "--help")
             assert r.stdout.startswith(f"Usage: cove {group} {sub}"), (group, sub, r.stdout)
