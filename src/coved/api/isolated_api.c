@@ -199,13 +199,12 @@ static void commit_end(struct commit_run *c)
     if (c->req != NULL) {
         http_request_on_abort(c->req, NULL, NULL);
         if (c->got == sizeof(*r) && r->ok)
-            api_respond_json(c->req, 200,
-                             json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "status", "committed",
-                                       "files", (json_int_t)r->stats.files, "bytes",
-                                       (json_int_t)r->stats.bytes, "dirs",
-                                       (json_int_t)r->stats.dirs, "removed",
-                                       (json_int_t)r->stats.removed, "skipped",
-                                       (json_int_t)r->stats.skipped));
+            api_respond_json(
+                c->req, 200,
+                json_pack("{s:s, s:I, s:I, s:I, s:I, s:I}", "status", "committed", "files",
+                          (json_int_t)r->stats.files, "bytes", (json_int_t)r->stats.bytes, "dirs",
+                          (json_int_t)r->stats.dirs, "removed", (json_int_t)r->stats.removed,
+                          "skipped", (json_int_t)r->stats.skipped));
         else
             http_respond_errorf(c->req, 500, "COMMIT_FAILED", "%s",
                                 c->got == sizeof(*r) ? r->message : "the commit ended early");
@@ -262,12 +261,11 @@ static void commit(struct api *api, struct http_request *req, struct sandbox *sb
     /* The sandbox's own workspace, resolved beneath its root, never through a link. */
     char root_path[64];
     snprintf(root_path, sizeof(root_path), "/proc/%d/root", (int)sb->proc.pid);
-    cleanup_fd int root = runtime_alive(&sb->proc)
-                              ? open(root_path, O_PATH | O_DIRECTORY | O_CLOEXEC)
-                              : -1;
+    cleanup_fd int root =
+        runtime_alive(&sb->proc) ? open(root_path, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
     struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
-                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS |
-                                      RESOLVE_NO_MAGICLINKS};
+                           .resolve =
+                               RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
     cleanup_fd int lower =
         root >= 0 ? (int)syscall(SYS_openat2, root, s->workspace + 1, &how, sizeof(how)) : -1;
     cleanup_fd int upper =

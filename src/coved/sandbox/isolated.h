@@ -73,6 +73,16 @@ void isolated_foreach(struct isolated_registry *reg, const char *sandbox_id,
 /* The unix socket of the session's agent. */
 void isolated_session_socket(const struct sandbox *sb, const char *id, char *out, size_t size);
 
+/* isolated_request.c: a CreateIsolatedSessionRequest into s's parameters (profile,
+ * workspace, mode, share_net, uid/gid, env_passthrough, idle timeout): 0, or -1 with a 400
+ * INVALID_REQUEST_BODY (503 NOT_SUPPORTED for uid_mode userns). */
+int isolated_request_parse(json_t *body, struct isolated_session *s, struct cove_error **err);
+/* The session's environment from the sandbox's (all: KEY=VALUE, NULL-terminated): allow
+ * keeps the keys listed (all when none are), deny drops them and, under strict, the
+ * blacklist of OSEP-0013 section 3; PATH, HOME and LANG always stay. A malloc'ed list of all's
+ * strings (NULL when out of memory). */
+char **isolated_session_env(const struct isolated_session *s, char **all);
+
 /* SessionState, IsolatedSessionSummary. */
 json_t *isolated_session_state_json(const struct isolated_session *s);
 json_t *isolated_session_summary_json(const struct isolated_session *s);
