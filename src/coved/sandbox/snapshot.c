@@ -37,6 +37,7 @@ struct snapshot_registry {
     char dir[512]; /* STATE/snapshots */
     struct snapshot **items;
     size_t count, cap;
+    struct removal *removals; /* under way (remove_dir_async) */
 };
 
 /* What the copying child reports, in one write to its pipe. */
@@ -248,18 +249,29 @@ struct removal {
     pid_t pid;
     int pidfd;
     struct event *event;
+    struct snapshot_registry *reg;
+    struct removal *next; /* the registry's list of removals under way */
 };
 
-static void on_removed(evutil_socket_t fd, short what, void *arg)
+static void removal_free(struct removal *r)
 {
-    (void)fd;
-    (void)what;
-    struct removal *r = arg;
+    struct removal **at = &r->reg->removals;
+    while (*at != NULL && *at != r)
+        at = &(*at)->next;
+    if (*at == r)
+        *at = r->next;
     while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
         ;
     event_free(r->event);
     close(r->pidfd);
     free(r);
+}
+
+static void on_removed(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    removal_free(arg);
 }
 
 static void remove_dir_async(struct snapshot_registry *reg, const char *name)
@@ -280,9 +292,13 @@ static void remove_dir_async(struct snapshot_registry *reg, const char *name)
     if (pid > 0) {
         r->pid = pid;
         r->pidfd = pidfd;
+        r->reg = reg;
         r->event = event_new(reg->base, pidfd, EV_READ, on_removed, r);
-        if (r->event != NULL && event_add(r->event, NULL) == 0)
+        if (r->event != NULL && event_add(r->event, NULL) == 0) {
+            r->next = reg->removals;
+            reg->removals = r;
             return;
+        }
         /* Not watched: waited for here, then. */
         if (r->event != NULL)
             event_free(r->event);
@@ -759,6 +775,11 @@ void snapshot_registry_free(struct snapshot_registry *reg)
             free(c);
         }
         snapshot_free(s);
+    }
+    /* Removals cut short finish at the next start (their names are .deleting-). */
+    while (reg->removals != NULL) {
+        syscall(SYS_pidfd_send_signal, reg->removals->pidfd, SIGKILL, NULL, 0);
+        removal_free(reg->removals);
     }
     free(reg->items);
     free(reg);
