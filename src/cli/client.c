@@ -517,3 +517,38 @@ void client_free(struct client *client)
     free(client);
     curl_global_cleanup();
 }
+
+int client_list_all(struct client *client, const char *route, const char *query, const char *what,
+                    json_t **out, struct cove_error **err)
+{
+    json_t *all = json_array();
+    if (all == NULL)
+        return cove_error_sys(err, "cannot build the %s", what);
+    for (long page = 1;; page++) {
+        char *path = NULL;
+        json_t *response = NULL;
+        if (asprintf(&path, "%s?page=%ld&pageSize=100%s", route, page, query ? query : "") < 0) {
+            json_decref(all);
+            return cove_error_sys(err, "cannot build the request path");
+        }
+        int rc = client_call(client, "GET", path, NULL, &response, err);
+        free(path);
+        json_t *items = rc == 0 ? json_object_get(response, "items") : NULL;
+        if (rc == 0 && !json_is_array(items))
+            rc = cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE, "the %s has no items", what);
+        if (rc < 0) {
+            json_decref(response);
+            json_decref(all);
+            return -1;
+        }
+        json_array_extend(all, items);
+        bool more =
+            json_array_size(items) > 0 &&
+            json_is_true(json_object_get(json_object_get(response, "pagination"), "hasNextPage"));
+        json_decref(response);
+        if (!more)
+            break;
+    }
+    *out = all;
+    return 0;
+}

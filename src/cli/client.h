@@ -35,6 +35,13 @@ int client_escape(struct client *client, const char *text, char **escaped, struc
 int client_call(struct client *client, const char *method, const char *path, const json_t *body,
                 json_t **response, struct cove_error **err);
 
+/* Every page of a paginated list of the API (`{"items": [...], "pagination": {...,
+ * "hasNextPage"}}`): GET route?page=N&pageSize=100 followed by query (a string of "&k=v"
+ * filters, or NULL), until there is no next page. *items: a new array of all of them. what
+ * names the list in errors ("sandbox list"). */
+int client_list_all(struct client *client, const char *route, const char *query, const char *what,
+                    json_t **items, struct cove_error **err);
+
 /* Receives each piece of a successful response body as it arrives. Returns 0 to read on,
  * 1 to stop reading (the call then succeeds), -1 with *err set to fail the call. */
 typedef int (*client_body_fn)(const char *data, size_t len, void *opaque, struct cove_error **err);

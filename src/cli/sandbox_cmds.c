@@ -28,7 +28,6 @@
 static const char *const SANDBOX_DEFAULT_ENTRYPOINT[] = {
     "/bin/sh", "-c", "sleep infinity 2>/dev/null || while sleep 3600; do :; done"};
 /* Pages are fetched until the last; fewer, larger pages mean fewer round trips. */
-#define SANDBOX_LIST_PAGE_SIZE 100
 
 static const char *const SANDBOX_TABLE_HEADERS[] = {"ID", "STATE", "TEMPLATE", "CREATED",
                                                     "EXPIRES"};
@@ -606,29 +605,9 @@ static int list_run(struct cli *cli, int argc, char **argv, struct cove_error **
         query_append(cli, &filters, "metadata", metadata_filter, err) < 0)
         return -1;
 
-    cleanup_json json_t *all = json_array();
-    if (all == NULL)
-        return cove_error_sys(err, "cannot build the list");
-    for (long page = 1;; page++) {
-        cleanup_free char *path = NULL;
-        cleanup_json json_t *response = NULL;
-        if (asprintf(&path, "/v1/sandboxes?page=%ld&pageSize=%d%s", page, SANDBOX_LIST_PAGE_SIZE,
-                     filters != NULL ? filters : "") < 0) {
-            path = NULL;
-            return cove_error_sys(err, "cannot build the request path");
-        }
-        if (client_call(cli->client, "GET", path, NULL, &response, err) < 0)
-            return -1;
-        json_t *items = json_object_get(response, "items");
-        if (!json_is_array(items))
-            return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
-                                  "the sandbox list has no items");
-        json_array_extend(all, items);
-        json_t *pagination = json_object_get(response, "pagination");
-        if (json_array_size(items) == 0 ||
-            !json_is_true(json_object_get(pagination, "hasNextPage")))
-            break;
-    }
+    cleanup_json json_t *all = NULL;
+    if (client_list_all(cli->client, "/v1/sandboxes", filters, "sandbox list", &all, err) < 0)
+        return -1;
 
     if (cli->output != CLI_OUTPUT_TABLE) {
         cleanup_json json_t *list = json_pack("{s:O}", "items", all);

@@ -18,7 +18,6 @@
 #define SNAPSHOT_POLL_MIN_MS 20
 #define SNAPSHOT_POLL_MAX_MS 500
 #define SNAPSHOT_WAIT_DEFAULT_TEXT "30m"
-#define SNAPSHOT_LIST_PAGE_SIZE 100
 #define SNAPSHOT_ERROR_FAILED "CLI::SNAPSHOT_FAILED"
 #define SNAPSHOT_ERROR_TIMEOUT "CLI::TIMEOUT"
 
@@ -305,29 +304,9 @@ static int snapshot_ls_run(struct cli *cli, int argc, char **argv, struct cove_e
             return -1;
     }
 
-    cleanup_json json_t *all = json_array();
-    if (all == NULL)
-        return cove_error_sys(err, "cannot build the list");
-    for (long page = 1;; page++) {
-        cleanup_free char *path = NULL;
-        cleanup_json json_t *response = NULL;
-        if (asprintf(&path, "/v1/snapshots?page=%ld&pageSize=%d%s", page, SNAPSHOT_LIST_PAGE_SIZE,
-                     filters != NULL ? filters : "") < 0) {
-            path = NULL;
-            return cove_error_sys(err, "cannot build the request path");
-        }
-        if (client_call(cli->client, "GET", path, NULL, &response, err) < 0)
-            return -1;
-        json_t *items = json_object_get(response, "items");
-        if (!json_is_array(items))
-            return cove_error_set(err, 0, 0, CLIENT_ERROR_BAD_RESPONSE,
-                                  "the snapshot list has no items");
-        json_array_extend(all, items);
-        json_t *pagination = json_object_get(response, "pagination");
-        if (json_array_size(items) == 0 ||
-            !json_is_true(json_object_get(pagination, "hasNextPage")))
-            break;
-    }
+    cleanup_json json_t *all = NULL;
+    if (client_list_all(cli->client, "/v1/snapshots", filters, "snapshot list", &all, err) < 0)
+        return -1;
     if (cli->output != CLI_OUTPUT_TABLE) {
         cleanup_json json_t *list = json_pack("{s:O}", "items", all);
         if (list == NULL)

@@ -42,6 +42,9 @@ void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg);
 /* network.c: loopback, a default route on lo and the egress rules (nftables) in the new
  * network namespace; the resolver and the egress CA bundle in the root being built (cwd). */
 void child_setup_network(int status_fd);
+/* seccomp.c: what every process of a sandbox is held to, once in its user namespace: Docker's
+ * capabilities, no_new_privs, the seccomp filter. */
+void child_confine(int status_fd);
 /* network.c: only lo, up, in a network namespace of its own (an isolated session without
  * the sandbox's network). */
 void child_loopback_only(int status_fd);

@@ -126,17 +126,7 @@ static __attribute__((noreturn)) void session_init(const struct runtime_isolated
             child_fail(status_fd, "unshare the network namespace");
         child_loopback_only(status_fd);
     }
-    struct cove_error *err = NULL;
-    if (runtime_caps_trim(&err) < 0) {
-        errno = err->errnum;
-        child_fail(status_fd, "%s", err->message);
-    }
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        child_fail(status_fd, "no_new_privs");
-    if (runtime_seccomp_load(&err) < 0) {
-        errno = err->errnum;
-        child_fail(status_fd, "%s", err->message);
-    }
+    child_confine(status_fd);
     die_with_parent(); /* the change of credentials cleared it */
     if (chdir(spec->workspace) < 0 && chdir("/") < 0)
         child_fail(status_fd, "chdir");

@@ -642,7 +642,7 @@ static int leave_dir(struct copier *c)
     return rc;
 }
 
-static void stat_of_statx(const struct statx *x, struct stat *st)
+void layer_copy_stat_of_statx(const struct statx *x, struct stat *st)
 {
     *st = (struct stat){
         .st_dev = makedev(x->stx_dev_major, x->stx_dev_minor),
@@ -667,7 +667,7 @@ static int copy_entry(struct copier *c, const char *name)
     if (statx(src, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_BASIC_STATS, &x) < 0)
         return copy_fail_sys(c, "stat");
     struct stat st;
-    stat_of_statx(&x, &st);
+    layer_copy_stat_of_statx(&x, &st);
     /* A mount point (another filesystem, or a bind mount of this one) is not the layer's. */
     if (st.st_dev != c->dev || (x.stx_attributes_mask & x.stx_attributes & STATX_ATTR_MOUNT_ROOT)) {
         skip(c, "on another mount");

@@ -71,6 +71,12 @@ int layer_copy_remove(int dir_fd, const char *name, struct cove_error **err);
  * 0, or -1 with errno (EIO if in is shorter than size). */
 int layer_copy_data(int in, int out, off_t size);
 
+/* A statx (STATX_BASIC_STATS) as a struct stat: dev, ino, mode, nlink, owners, rdev, size,
+ * atime and mtime. */
+struct statx;
+struct stat;
+void layer_copy_stat_of_statx(const struct statx *x, struct stat *st);
+
 /* s (len bytes, any bytes: a name or a relative path) for a message or a log line: every byte
  * that is not printable ASCII (and the backslash) as \xNN, only the end kept where it does not
  * fit in size (then starting with "..."). Returns out. size >= 8. */

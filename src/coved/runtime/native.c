@@ -203,17 +203,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     if (prctl(PR_SET_SECUREBITS, 0, 0, 0, 0) < 0)
         child_fail(status_fd, "securebits");
 
-    struct cove_error *err = NULL;
-    if (runtime_caps_trim(&err) < 0) {
-        errno = err->errnum;
-        child_fail(status_fd, "%s", err->message);
-    }
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        child_fail(status_fd, "no_new_privs");
-    if (runtime_seccomp_load(&err) < 0) {
-        errno = err->errnum;
-        child_fail(status_fd, "%s", err->message);
-    }
+    child_confine(status_fd);
 
     int argc = 0;
     while (a->spec->entrypoint && a->spec->entrypoint[argc])

@@ -2,11 +2,13 @@
  * and what has a history of kernel escapes. Namespace creation is refused too: the sandbox's
  * root is privileged in its own user namespace, and new namespaces would let it mount. */
 #include <errno.h>
+#include <sys/prctl.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stddef.h>
 #include <sys/socket.h>
 
+#include "coved/runtime/child.h"
 #include "coved/runtime/runtime.h"
 
 static const char *const denied_syscalls[] = {
@@ -118,4 +120,19 @@ int runtime_seccomp_load(struct cove_error **err)
 fail:
     seccomp_release(ctx);
     return cove_error_set(err, -rc, 500, "COVE::INTERNAL", "seccomp profile");
+}
+
+void child_confine(int status_fd)
+{
+    struct cove_error *err = NULL;
+    if (runtime_caps_trim(&err) < 0) {
+        errno = err->errnum;
+        child_fail(status_fd, "%s", err->message);
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        child_fail(status_fd, "no_new_privs");
+    if (runtime_seccomp_load(&err) < 0) {
+        errno = err->errnum;
+        child_fail(status_fd, "%s", err->message);
+    }
 }

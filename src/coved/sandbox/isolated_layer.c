@@ -178,21 +178,6 @@ static void walk_pop(struct walker *w)
         close(l->lower);
 }
 
-static void stat_of_statx(const struct statx *x, struct stat *st)
-{
-    *st = (struct stat){
-        .st_dev = makedev(x->stx_dev_major, x->stx_dev_minor),
-        .st_ino = x->stx_ino,
-        .st_mode = x->stx_mode,
-        .st_uid = x->stx_uid,
-        .st_gid = x->stx_gid,
-        .st_rdev = makedev(x->stx_rdev_major, x->stx_rdev_minor),
-        .st_size = (off_t)x->stx_size,
-        .st_atim = {.tv_sec = x->stx_atime.tv_sec, .tv_nsec = x->stx_atime.tv_nsec},
-        .st_mtim = {.tv_sec = x->stx_mtime.tv_sec, .tv_nsec = x->stx_mtime.tv_nsec},
-    };
-}
-
 struct walk_ops {
     /* An entry of the directory on top (w->path names it), not on another mount: 0 or -1. A
      * directory to be walked is pushed with walk_enter. */
@@ -229,7 +214,7 @@ static int walk_run(struct walker *w, const struct walk_ops *ops, void *ctx)
                   STATX_BASIC_STATS, &x) < 0)
             return walk_fail_sys(w, "stat");
         struct stat st;
-        stat_of_statx(&x, &st);
+        layer_copy_stat_of_statx(&x, &st);
         /* A mount point (another filesystem, or a bind mount of this one) is not the upper's. */
         if (st.st_dev != w->dev ||
             (x.stx_attributes_mask & x.stx_attributes & STATX_ATTR_MOUNT_ROOT)) {
