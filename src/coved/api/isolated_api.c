@@ -35,18 +35,33 @@ static void respond_error(struct http_request *req, struct cove_error *err)
     cove_error_free(err);
 }
 
-static void create_session(struct api *api, struct http_request *req, struct sandbox *sb)
+/* A create's request, answered once the session's agent runs. */
+struct create_wait {
+    struct http_request *req; /* NULL once the client went away */
+    struct isolated_registry *reg;
+};
+
+static void on_create_abort(struct http_request *req, void *arg)
 {
-    json_t *body = api_parse_json_object(req);
-    if (body == NULL)
+    (void)req;
+    struct create_wait *w = arg;
+    w->req = NULL;
+}
+
+static void on_created(struct isolated_session *s, const struct cove_error *err, void *arg)
+{
+    struct create_wait *w = arg;
+    struct http_request *req = w->req;
+    struct isolated_registry *reg = w->reg;
+    free(w);
+    if (req == NULL) {
+        if (s != NULL) /* nobody learnt its id: nobody could ever use or delete it */
+            isolated_session_delete(reg, s);
         return;
-    struct cove_error *err = NULL;
-    struct isolated_session *s = NULL;
-    if (isolated_session_create(api->isolated, sb, body, &s, &err) < 0) {
-        json_decref(body);
-        return respond_error(req, err);
     }
-    json_decref(body);
+    http_request_on_abort(req, NULL, NULL);
+    if (s == NULL)
+        return api_respond_error(req, err);
     char created[COVE_RFC3339_SIZE], diff[128], commit[128];
     cove_rfc3339_ms(s->created_ms, created);
     snprintf(diff, sizeof(diff), "/v1/isolated/session/%s/diff", s->id);
@@ -64,6 +79,29 @@ static void create_session(struct api *api, struct http_request *req, struct san
                             ? json_pack("{s:s, s:s}", "diff_url", diff, "commit_url", commit)
                             : json_null());
     api_respond_json(req, 201, out);
+}
+
+static void create_session(struct api *api, struct http_request *req, struct sandbox *sb)
+{
+    json_t *body = api_parse_json_object(req);
+    if (body == NULL)
+        return;
+    struct cove_error *err = NULL;
+    struct create_wait *w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        json_decref(body);
+        cove_error_sys(&err, "calloc");
+        return respond_error(req, err);
+    }
+    w->req = req;
+    w->reg = api->isolated;
+    int rc = isolated_session_create(api->isolated, sb, body, on_created, w, &err);
+    json_decref(body);
+    if (rc < 0) {
+        free(w);
+        return respond_error(req, err);
+    }
+    http_request_on_abort(req, on_create_abort, w);
 }
 
 static void collect(struct isolated_session *s, void *arg)

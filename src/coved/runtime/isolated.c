@@ -267,33 +267,38 @@ static void place_fds(const int want[FD_COUNT])
     syscall(SYS_close_range, FD_COUNT, ~0U, 0);
 }
 
-/* The result of the set-up: its complaint, if any, then EOF; and D's pidfd. */
-static int read_result(int status_fd, int handover, int timeout_ms, int *pidfd, int *layer,
-                       struct cove_error **err)
-{
+struct runtime_isolated_start {
+    pid_t setup_pid;
+    int setup_pidfd;
+    int status_fd; /* read end, non-blocking: 'E' and why, or EOF once the agent was exec'd */
+    int handover;  /* the layer's descriptor ('L'), then D's pidfd ('P') */
     char msg[600];
-    size_t len = 0;
-    int64_t deadline = cove_monotonic_ms() + timeout_ms;
-    for (;;) {
-        int left = (int)(deadline - cove_monotonic_ms());
-        struct pollfd p = {.fd = status_fd, .events = POLLIN};
-        if (left <= 0 || poll(&p, 1, left) == 0)
-            return cove_error_set(err, ETIMEDOUT, 500, "ISOLATED::START_FAILED",
-                                  "the session's set-up took more than %d ms", timeout_ms);
-        ssize_t n = read(status_fd, msg + len, sizeof(msg) - 1 - len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-        if (len == sizeof(msg) - 1)
-            break;
-    }
-    msg[len] = '\0';
-    if (len > 0)
-        return cove_error_set(err, 0, 500, "ISOLATED::START_FAILED", "session set-up failed: %s",
-                              msg[0] == 'E' ? msg + 1 : msg);
-    /* The layer's descriptor first (overlay sessions), then the pidfd. */
+    size_t len;
+};
+
+int runtime_isolated_start_fd(const struct runtime_isolated_start *op)
+{
+    return op->status_fd;
+}
+
+void runtime_isolated_cancel(struct runtime_isolated_start *op)
+{
+    if (op == NULL)
+        return;
+    syscall(SYS_pidfd_send_signal, op->setup_pidfd, SIGKILL, NULL, 0);
+    wait_for(op->setup_pid); /* its children die with it (PR_SET_PDEATHSIG) */
+    close(op->setup_pidfd);
+    close(op->status_fd);
+    close(op->handover);
+    free(op);
+}
+
+/* What the set-up handed over once it is done: the layer's descriptor first (overlay
+ * sessions), then the pidfd. */
+static int take_handover(struct runtime_isolated_start *op, struct runtime_isolated *out,
+                         struct cove_error **err)
+{
+    out->layer_fd = -1;
     for (;;) {
         char byte = 0;
         struct iovec iov = {.iov_base = &byte, .iov_len = 1};
@@ -305,36 +310,70 @@ static int read_result(int status_fd, int handover, int timeout_ms, int *pidfd, 
                            .msg_iovlen = 1,
                            .msg_control = control.buf,
                            .msg_controllen = sizeof(control.buf)};
-        ssize_t n = recvmsg(handover, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        ssize_t n = recvmsg(op->handover, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&m) : NULL;
         if (c == NULL || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int))) {
-            if (*layer >= 0)
-                close(*layer);
-            *layer = -1;
+            if (out->layer_fd >= 0)
+                close(out->layer_fd);
+            out->layer_fd = -1;
             return cove_error_set(err, EPROTO, 500, "ISOLATED::START_FAILED",
                                   "the session's set-up ended without its process");
         }
         int fd;
         memcpy(&fd, CMSG_DATA(c), sizeof(int));
         if (byte == 'P') {
-            *pidfd = fd;
+            out->init_pidfd = fd;
             return 0;
         }
-        if (byte == 'L' && *layer < 0)
-            *layer = fd;
+        if (byte == 'L' && out->layer_fd < 0)
+            out->layer_fd = fd;
         else
             close(fd);
     }
 }
 
-int runtime_isolated_start(struct runtime *rt, const struct runtime_isolated_spec *spec,
-                           struct runtime_isolated *out, struct cove_error **err)
+int runtime_isolated_step(struct runtime_isolated_start *op, struct runtime_isolated *out,
+                          struct cove_error **err)
+{
+    for (;;) {
+        ssize_t n = read(op->status_fd, op->msg + op->len, sizeof(op->msg) - 1 - op->len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return 1;
+        if (n > 0) {
+            op->len += (size_t)n;
+            if (op->len < sizeof(op->msg) - 1)
+                continue;
+        }
+        break; /* EOF, an error, or a full message */
+    }
+    op->msg[op->len] = '\0';
+    int rc = op->len > 0 ? cove_error_set(err, 0, 500, "ISOLATED::START_FAILED",
+                                          "session set-up failed: %s",
+                                          op->msg[0] == 'E' ? op->msg + 1 : op->msg)
+                         : take_handover(op, out, err);
+    if (rc < 0) {
+        runtime_isolated_cancel(op);
+        return -1;
+    }
+    out->setup_pid = op->setup_pid;
+    out->setup_pidfd = op->setup_pidfd;
+    close(op->status_fd);
+    close(op->handover);
+    free(op);
+    return 0;
+}
+
+int runtime_isolated_begin(struct runtime *rt, const struct runtime_isolated_spec *spec,
+                           struct runtime_isolated_start **out, struct cove_error **err)
 {
     int status[2] = {-1, -1}, handover[2] = {-1, -1};
     if (spec->sandbox->pidfd < 0)
         return cove_error_set(err, ENOSYS, 503, "ISOLATED::NOT_SUPPORTED",
                               "the sandbox's process cannot be reached here (no pidfd)");
-    if (pipe2(status, O_CLOEXEC) < 0 ||
+    struct runtime_isolated_start *op = calloc(1, sizeof(*op));
+    if (op == NULL || pipe2(status, O_CLOEXEC) < 0 ||
         socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, handover) < 0) {
         cove_error_sys(err, "pipe");
         goto fail;
@@ -353,21 +392,12 @@ int runtime_isolated_start(struct runtime *rt, const struct runtime_isolated_spe
     }
     close(status[1]);
     close(handover[1]);
-    status[1] = handover[1] = -1;
-    int pidfd = -1, layer = -1;
-    int rc = read_result(status[0], handover[0], 10000, &pidfd, &layer, err);
-    close(status[0]);
-    close(handover[0]);
-    if (rc < 0) {
-        syscall(SYS_pidfd_send_signal, setup_pidfd, SIGKILL, NULL, 0);
-        wait_for(pid);
-        close(setup_pidfd);
-        return -1;
-    }
-    out->setup_pid = pid;
-    out->setup_pidfd = setup_pidfd;
-    out->init_pidfd = pidfd;
-    out->layer_fd = layer;
+    fcntl(status[0], F_SETFL, fcntl(status[0], F_GETFL) | O_NONBLOCK);
+    op->setup_pid = pid;
+    op->setup_pidfd = setup_pidfd;
+    op->status_fd = status[0];
+    op->handover = handover[0];
+    *out = op;
     return 0;
 fail:
     for (int i = 0; i < 2; i++) {
@@ -376,6 +406,7 @@ fail:
         if (handover[i] >= 0)
             close(handover[i]);
     }
+    free(op);
     return -1;
 }
 

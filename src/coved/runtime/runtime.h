@@ -215,9 +215,18 @@ struct runtime_isolated {
     int layer_fd; /* OVERLAY: the tmpfs holding the workspace's upper/ and work/; else -1 */
 };
 
-/* Starts a session and waits (at most 10 s, usually a few ms) until its agent was exec'd. */
-int runtime_isolated_start(struct runtime *rt, const struct runtime_isolated_spec *spec,
-                           struct runtime_isolated *out, struct cove_error **err);
+/* Starting a session without waiting, as runtime_start_begin does a sandbox: begin forks its
+ * set-up (spec is not needed after it returns); the caller waits for start_fd to be readable
+ * and calls step, which answers 1 while the set-up goes on, 0 once the session's agent was
+ * exec'd (*out filled) and -1 if it failed (its processes killed). After 0 or -1 the start is
+ * over and freed; cancel ends one before that. */
+struct runtime_isolated_start;
+int runtime_isolated_begin(struct runtime *rt, const struct runtime_isolated_spec *spec,
+                           struct runtime_isolated_start **out, struct cove_error **err);
+int runtime_isolated_start_fd(const struct runtime_isolated_start *op);
+int runtime_isolated_step(struct runtime_isolated_start *op, struct runtime_isolated *out,
+                          struct cove_error **err);
+void runtime_isolated_cancel(struct runtime_isolated_start *op);
 /* Kills the session (every process in its pid namespace) and reaps its set-up process. */
 void runtime_isolated_stop(struct runtime_isolated *s);
 

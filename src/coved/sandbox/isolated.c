@@ -52,7 +52,7 @@ struct isolated_session *isolated_session_find(struct isolated_registry *reg,
 {
     for (size_t i = 0; i < reg->count; i++) {
         struct isolated_session *s = reg->items[i];
-        if (strcmp(s->id, id) == 0 && strcmp(s->sandbox_id, sandbox_id) == 0)
+        if (s->starting == NULL && strcmp(s->id, id) == 0 && strcmp(s->sandbox_id, sandbox_id) == 0)
             return s;
     }
     cove_error_set(err, 0, 404, "SESSION_NOT_FOUND", "isolated session %.64s not found", id);
@@ -63,7 +63,7 @@ void isolated_foreach(struct isolated_registry *reg, const char *sandbox_id,
                       void (*fn)(struct isolated_session *s, void *arg), void *arg)
 {
     for (size_t i = 0; i < reg->count; i++)
-        if (strcmp(reg->items[i]->sandbox_id, sandbox_id) == 0)
+        if (reg->items[i]->starting == NULL && strcmp(reg->items[i]->sandbox_id, sandbox_id) == 0)
             fn(reg->items[i], arg);
 }
 
@@ -141,8 +141,75 @@ static void free_strv(char **v)
     free(v);
 }
 
+/* A session that did not make it: its socket goes, its waiter is told, it is freed. */
+static void start_failed(struct isolated_registry *reg, struct isolated_session *s,
+                         const struct cove_error *why)
+{
+    if (s->start_event != NULL)
+        event_free(s->start_event);
+    runtime_isolated_cancel(s->starting);
+    registry_remove(reg, s);
+    struct sandbox *sb = sandbox_find_any(reg->sandboxes, s->sandbox_id);
+    if (sb != NULL) {
+        char path[120];
+        isolated_session_socket(sb, s->id, path, sizeof(path));
+        unlink(path);
+    }
+    log_warn("isolated session %s of sandbox %s: not started: %s", s->id, s->sandbox_id,
+             why->message);
+    isolated_created_fn done = s->on_created;
+    void *arg = s->created_arg;
+    json_decref(s->env_passthrough);
+    free(s);
+    done(NULL, why, arg);
+}
+
+static void on_start_progress(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    struct isolated_session *s = arg;
+    struct isolated_registry *reg = s->reg;
+    struct cove_error *err = NULL;
+    if (what & EV_TIMEOUT) {
+        cove_error_set(&err, ETIMEDOUT, 500, "ISOLATED::START_FAILED",
+                       "the session's set-up took more than %d s", ISOLATED_START_TIMEOUT_S);
+        start_failed(reg, s, err);
+        cove_error_free(err);
+        return;
+    }
+    int rc = runtime_isolated_step(s->starting, &s->proc, &err);
+    if (rc > 0)
+        return;
+    s->starting = NULL; /* over and freed, either way */
+    if (rc == 0) {
+        s->exit_event = event_new(reg->base, s->proc.init_pidfd, EV_READ, on_exit_event, s);
+        if (s->exit_event == NULL || event_add(s->exit_event, NULL) < 0) {
+            runtime_isolated_stop(&s->proc);
+            rc = cove_error_set(&err, ENOMEM, 500, "COVE::INTERNAL", "cannot watch a session");
+        }
+    }
+    if (rc < 0) {
+        start_failed(reg, s, err);
+        cove_error_free(err);
+        return;
+    }
+    event_free(s->start_event);
+    s->start_event = NULL;
+    log_info("isolated session %s of sandbox %s: started in %lld ms (%s, workspace %s %s)", s->id,
+             s->sandbox_id, (long long)(sandbox_now_ms() - s->created_ms),
+             s->balanced ? "balanced" : "strict", s->workspace,
+             s->mode == RUNTIME_ISOLATED_OVERLAY ? "overlay"
+             : s->mode == RUNTIME_ISOLATED_RO    ? "ro"
+                                                 : "rw");
+    isolated_created_fn done = s->on_created;
+    void *done_arg = s->created_arg;
+    s->on_created = NULL;
+    s->created_arg = NULL;
+    done(s, NULL, done_arg);
+}
+
 int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, json_t *request,
-                            struct isolated_session **out, struct cove_error **err)
+                            isolated_created_fn done, void *arg, struct cove_error **err)
 {
     if (sb->state != SANDBOX_RUNNING || sb->snapshotting)
         return cove_error_set(err, 0, 409, "SANDBOX_NOT_RUNNING",
@@ -223,23 +290,23 @@ int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, j
         spec.upper_bytes = clamp(mem / 2, 16LL << 20, ISOLATED_UPPER_BYTES);
         spec.tmp_bytes = clamp(mem / 4, 16LL << 20, ISOLATED_TMP_BYTES);
     }
-    int64_t started = cove_monotonic_ms();
-    if (runtime_isolated_start(reg->rt, &spec, &s->proc, err) < 0)
+    if (runtime_isolated_begin(reg->rt, &spec, &s->starting, err) < 0)
         goto out;
-    s->exit_event = event_new(reg->base, s->proc.init_pidfd, EV_READ, on_exit_event, s);
-    if (s->exit_event == NULL || event_add(s->exit_event, NULL) < 0) {
-        runtime_isolated_stop(&s->proc);
-        cove_error_set(err, ENOMEM, 500, "COVE::INTERNAL", "cannot watch a session");
+    struct timeval limit = {.tv_sec = ISOLATED_START_TIMEOUT_S};
+    s->start_event = event_new(reg->base, runtime_isolated_start_fd(s->starting),
+                               EV_READ | EV_PERSIST, on_start_progress, s);
+    if (s->start_event == NULL || event_add(s->start_event, &limit) < 0) {
+        if (s->start_event != NULL)
+            event_free(s->start_event);
+        s->start_event = NULL;
+        runtime_isolated_cancel(s->starting);
+        s->starting = NULL;
+        cove_error_set(err, ENOMEM, 500, "COVE::INTERNAL", "cannot watch a session's start");
         goto out;
     }
-    reg->items[reg->count++] = s;
-    log_info("isolated session %s of sandbox %s: started in %lld ms (%s, workspace %s %s)", s->id,
-             sb->id, (long long)(cove_monotonic_ms() - started),
-             s->balanced ? "balanced" : "strict", s->workspace,
-             s->mode == RUNTIME_ISOLATED_OVERLAY ? "overlay"
-             : s->mode == RUNTIME_ISOLATED_RO    ? "ro"
-                                                 : "rw");
-    *out = s;
+    s->on_created = done;
+    s->created_arg = arg;
+    reg->items[reg->count++] = s; /* Pending: found by nobody until it runs */
     rc = 0;
 out:
     if (listen_fd >= 0)
@@ -313,6 +380,10 @@ static void on_gc(evutil_socket_t fd, short what, void *arg)
     int64_t now = sandbox_now_ms();
     for (size_t i = 0; i < reg->count;) {
         struct isolated_session *s = reg->items[i];
+        if (s->starting != NULL) {
+            i++;
+            continue;
+        }
         bool idle = s->idle_timeout_s > 0 && now - s->last_run_ms > s->idle_timeout_s * 1000;
         bool orphan = s->dead && sandbox_find_any(reg->sandboxes, s->sandbox_id) == NULL;
         if (idle || orphan) {
@@ -349,8 +420,18 @@ void isolated_registry_free(struct isolated_registry *reg)
 {
     if (reg == NULL)
         return;
-    while (reg->count > 0)
-        isolated_session_delete(reg, reg->items[reg->count - 1]);
+    while (reg->count > 0) {
+        struct isolated_session *s = reg->items[reg->count - 1];
+        if (s->starting != NULL) {
+            struct cove_error *why = NULL;
+            cove_error_set(&why, 0, 503, "COVE::SHUTTING_DOWN",
+                           "coved stopped while the session was being made");
+            start_failed(reg, s, why);
+            cove_error_free(why);
+        } else {
+            isolated_session_delete(reg, s);
+        }
+    }
     if (reg->gc != NULL)
         event_free(reg->gc);
     free(reg->items);

@@ -27,8 +27,15 @@
 #define ISOLATED_TMP_BYTES (256LL << 20)
 #define ISOLATED_UPPER_BYTES (1LL << 30)
 #define ISOLATED_IDLE_DEFAULT_S 1800
+/* A set-up that takes longer fails. */
+#define ISOLATED_START_TIMEOUT_S 10
 /* Sessions one sandbox may have at once. */
 #define ISOLATED_MAX_PER_SANDBOX 64
+
+struct isolated_session;
+/* Called once a create ends: with the running session, or with s NULL and why it failed. */
+typedef void (*isolated_created_fn)(struct isolated_session *s, const struct cove_error *err,
+                                    void *arg);
 
 struct isolated_session {
     char id[ISOLATED_ID_SIZE];
@@ -46,6 +53,11 @@ struct isolated_session {
     struct runtime_isolated proc;
     struct event *exit_event; /* its PID 1's pidfd */
     struct isolated_registry *reg;
+    /* While it is being made: the set-up under way, and who waits for it. */
+    struct runtime_isolated_start *starting;
+    struct event *start_event;
+    isolated_created_fn on_created;
+    void *created_arg;
 };
 
 struct isolated_registry;
@@ -56,10 +68,13 @@ int isolated_registry_new(struct event_base *base, struct runtime *rt,
 /* Stops every session. */
 void isolated_registry_free(struct isolated_registry *reg);
 
-/* A session in sb (Running) as the CreateIsolatedSessionRequest body asks: 400 for a bad
- * request, 409 when sb is not running, 503 where sessions cannot be made. */
+/* Starts a session in sb (Running) as the CreateIsolatedSessionRequest body asks, without
+ * waiting: on 0, done is called once, later (never from inside this call), with the session
+ * once its agent runs, or with why it failed; -1 (400 for a bad request, 409 when sb is not
+ * running, 429 past the per-sandbox limit, 503 where sessions cannot be made): nothing made,
+ * done not called. */
 int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, json_t *request,
-                            struct isolated_session **out, struct cove_error **err);
+                            isolated_created_fn done, void *arg, struct cove_error **err);
 /* NULL with a 404 SESSION_NOT_FOUND unless sb has that session. */
 struct isolated_session *isolated_session_find(struct isolated_registry *reg,
                                                const char *sandbox_id, const char *id,
