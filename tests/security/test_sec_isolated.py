@@ -108,3 +108,53 @@ def test_filling_a_session_stops_at_its_cap(coved, make_sandbox):
     s2 = session(coved, sid)
     r = run(coved, sid, s2, "dd if=/dev/zero of=/workspace/f bs=1M count=100 2>&1 | tail -1")
     assert r.exit_code == 0, r.stdout
+
+
+def test_links_the_sandbox_plants_are_never_followed(coved, make_sandbox):
+    """The sandbox's root swaps /tmp (or /dev/shm) for a link before a session is made: coved
+    (host root, building the session) refuses it rather than mounting through it."""
+    sid = make_sandbox()
+    coved.sh(sid, "mv /tmp /tmp.real && ln -s /etc /tmp")
+    status, resp, _ = coved.request("POST", base(sid) + "/session",
+                                    {"workspace": {"path": "/workspace"}})
+    assert status == 500 and "symbolic" in resp["message"], resp
+    assert coved.sh(sid, "ls /etc | wc -l").strip() != "0"  # nothing mounted over it
+    coved.sh(sid, "rm /tmp && mv /tmp.real /tmp")
+    s = session(coved, sid)
+    assert run(coved, sid, s, "ls /tmp | wc -l; ls /dev/shm | wc -l").stdout == "0\n0\n"
+
+
+def test_private_ipc_and_shm_under_strict(coved, make_sandbox):
+    sid = make_sandbox()
+    coved.sh(sid, "echo sandbox > /dev/shm/mine; python3 -c \"import sysv_ipc\" 2>/dev/null; "
+                  "ipcmk -M 4096 >/dev/null")
+    strict = session(coved, sid)
+    balanced = session(coved, sid, profile="balanced")
+    assert run(coved, sid, strict, "ls /dev/shm | wc -l; ipcs -m | grep -c '^0x' || true"
+               ).stdout.split() == ["0", "0"]
+    out = run(coved, sid, balanced, "cat /dev/shm/mine; ipcs -m | grep -c '^0x'").stdout.split()
+    assert out[0] == "sandbox" and int(out[1]) >= 1
+
+
+def test_idle_sessions_of_a_paused_sandbox_go_without_stalling_coved(coved, make_sandbox):
+    """A paused sandbox's sessions are frozen with it; their idle GC kills them and leaves
+    their (frozen) set-up processes to be reaped once thawed, never waiting on the loop."""
+    import time
+    sid = make_sandbox()
+    for _ in range(3):
+        session(coved, sid, idle_timeout_seconds=1)
+    coved.pause(sid)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        # A loop blocked on a frozen process would never answer.
+        assert coved.health(timeout=20)["status"] == "healthy"
+        if "idle past its timeout" in coved.log() and coved.log().count("idle past") >= 3:
+            break
+        time.sleep(0.5)
+    coved.resume(sid)
+    status, body, _ = coved.request("GET", base(sid) + "/sessions")
+    assert status == 200 and body["sessions"] == []
+    deadline = time.time() + 10
+    while time.time() < deadline and coved.sh(sid, "ps -e -o comm= | grep -c cove-agent").strip() != "1":
+        time.sleep(0.2)
+    assert coved.sh(sid, "ps -e -o comm= | grep -c cove-agent").strip() == "1"

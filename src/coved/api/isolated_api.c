@@ -115,8 +115,27 @@ struct diff_stream {
     struct http_request *req; /* NULL once the client went away */
     int fd, pidfd;
     struct event *event;
+    struct isolated_registry *reg;
     char session[ISOLATED_ID_SIZE];
+    char sandbox[SANDBOX_ID_SIZE];
 };
+
+/* The session's one diff or commit ended: another may start. */
+static void op_ended(struct isolated_registry *reg, const char *sandbox, const char *session)
+{
+    struct isolated_session *s = isolated_session_find(reg, sandbox, session, NULL);
+    if (s != NULL)
+        isolated_session_set_op(s, -1);
+}
+
+/* 409 while the session has a diff or commit under way. */
+static int check_idle_op(const struct isolated_session *s, struct cove_error **err)
+{
+    if (s->op_pidfd < 0)
+        return 0;
+    return cove_error_set(err, 0, 409, "SESSION_BUSY",
+                          "session %s has a diff or commit under way: one at a time", s->id);
+}
 
 static void diff_end(struct diff_stream *d)
 {
@@ -129,6 +148,7 @@ static void diff_end(struct diff_stream *d)
     while (waitid(P_PIDFD, (id_t)d->pidfd, &info, WEXITED | __WALL) < 0 && errno == EINTR)
         ;
     close(d->pidfd);
+    op_ended(d->reg, d->sandbox, d->session);
     bool whole = info.si_code == CLD_EXITED && info.si_status == 0;
     if (d->req != NULL) {
         if (!whole)
@@ -178,6 +198,8 @@ static void diff(struct api *api, struct http_request *req, struct isolated_sess
                        s->dead ? "has ended" : "has no overlay workspace: nothing to diff");
         return respond_error(req, err);
     }
+    if (check_idle_op(s, &err) < 0)
+        return respond_error(req, err);
     cleanup_fd int upper =
         openat(s->proc.layer_fd, "upper", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct diff_stream *d = calloc(1, sizeof(*d));
@@ -192,7 +214,10 @@ static void diff(struct api *api, struct http_request *req, struct isolated_sess
         return respond_error(req, err);
     }
     d->req = req;
+    d->reg = api->isolated;
     snprintf(d->session, sizeof(d->session), "%s", s->id);
+    snprintf(d->sandbox, sizeof(d->sandbox), "%s", s->sandbox_id);
+    isolated_session_set_op(s, fcntl(d->pidfd, F_DUPFD_CLOEXEC, 3));
     d->event = event_new(api->base, d->fd, EV_READ | EV_PERSIST, on_diff_data, d);
     if (d->event == NULL || event_add(d->event, NULL) < 0) {
         d->req = NULL;
@@ -222,6 +247,9 @@ struct commit_run {
     struct event *event;
     struct commit_result result;
     size_t got;
+    struct isolated_registry *reg;
+    char session[ISOLATED_ID_SIZE];
+    char sandbox[SANDBOX_ID_SIZE];
 };
 
 static void commit_end(struct commit_run *c)
@@ -233,6 +261,7 @@ static void commit_end(struct commit_run *c)
     while (waitid(P_PIDFD, (id_t)c->pidfd, &info, WEXITED | __WALL) < 0 && errno == EINTR)
         ;
     close(c->pidfd);
+    op_ended(c->reg, c->sandbox, c->session);
     struct commit_result *r = &c->result;
     if (c->req != NULL) {
         http_request_on_abort(c->req, NULL, NULL);
@@ -296,6 +325,8 @@ static void commit(struct api *api, struct http_request *req, struct sandbox *sb
                        s->dead ? "has ended" : "has no overlay workspace: nothing to commit");
         return respond_error(req, err);
     }
+    if (check_idle_op(s, &err) < 0)
+        return respond_error(req, err);
     /* The sandbox's own workspace, resolved beneath its root, never through a link. */
     char root_path[64];
     snprintf(root_path, sizeof(root_path), "/proc/%d/root", (int)sb->proc.pid);
@@ -319,14 +350,26 @@ static void commit(struct api *api, struct http_request *req, struct sandbox *sb
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, NULL, &pidfd, NULL, 0);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        fcntl(pipe_fds[1], F_SETFL, 0);
+        /* Nothing of coved's but the two trees, the result pipe and the sandbox's pidfd; and
+         * in the sandbox's mount namespace, so that no name resolved on the way (it only
+         * uses descriptors, and follows no link) could ever mean a host file. */
+        int keep[4] = {fcntl(upper, F_DUPFD, 100), fcntl(lower, F_DUPFD, 100),
+                       fcntl(pipe_fds[1], F_DUPFD, 100), fcntl(sb->proc.pidfd, F_DUPFD, 100)};
+        for (int i = 0; i < 4; i++)
+            if (keep[i] < 0 || dup2(keep[i], 3 + i) < 0)
+                _exit(1);
+        syscall(SYS_close_range, 7, ~0U, 0);
+        fcntl(5, F_SETFL, 0);
         struct commit_result r = {0};
         struct cove_error *cerr = NULL;
-        if (isolated_commit(upper, lower, false, &r.stats, &cerr) == 0)
+        if (setns(6, CLONE_NEWNS) < 0)
+            snprintf(r.message, sizeof(r.message), "enter the sandbox's mount namespace: %s",
+                     strerror(errno));
+        else if (isolated_commit(3, 4, false, &r.stats, &cerr) == 0)
             r.ok = 1;
         else
             snprintf(r.message, sizeof(r.message), "%s", cerr->message);
-        ssize_t ignored = write(pipe_fds[1], &r, sizeof(r));
+        ssize_t ignored = write(5, &r, sizeof(r));
         (void)ignored;
         _exit(0);
     }
@@ -340,6 +383,10 @@ static void commit(struct api *api, struct http_request *req, struct sandbox *sb
     c->req = req;
     c->fd = pipe_fds[0];
     c->pidfd = pidfd;
+    c->reg = api->isolated;
+    snprintf(c->session, sizeof(c->session), "%s", s->id);
+    snprintf(c->sandbox, sizeof(c->sandbox), "%s", s->sandbox_id);
+    isolated_session_set_op(s, fcntl(pidfd, F_DUPFD_CLOEXEC, 3));
     c->event = event_new(api->base, c->fd, EV_READ | EV_PERSIST, on_commit_data, c);
     if (c->event == NULL || event_add(c->event, NULL) < 0) {
         syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);

@@ -52,6 +52,7 @@ enum {
     FD_STATUS,     /* 'E' and why, then EOF once the agent was exec'd */
     FD_SANDBOX,    /* pidfd of the sandbox's PID 1 */
     FD_HANDOVER,   /* unix socket: D's pidfd to coved */
+    FD_ROOT,       /* C: the sandbox's root (O_PATH), once in its mount namespace */
     FD_COUNT,
 };
 
@@ -104,16 +105,20 @@ static __attribute__((noreturn)) void session_init(const struct runtime_isolated
 {
     int status_fd = FD_STATUS;
     die_with_parent();
+    close(FD_ROOT);
     if (chdir("/") < 0)
         child_fail(status_fd, "chdir /");
     child_mount_proc(status_fd);
     hand_over_pidfd(status_fd);
     /* The sandbox's namespaces but the user one (owned by the host's user namespace: joined
      * as host root), then its user namespace. */
-    int shared =
-        CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP | (spec->share_net ? CLONE_NEWNET : 0);
+    int shared = CLONE_NEWUTS | CLONE_NEWCGROUP | (spec->share_net ? CLONE_NEWNET : 0) |
+                 (spec->private_tmp ? 0 : CLONE_NEWIPC);
     if (setns(FD_SANDBOX, shared) < 0)
         child_fail(status_fd, "join the sandbox's namespaces");
+    /* strict: System V IPC of its own (never the host's, where this process still is). */
+    if (spec->private_tmp && unshare(CLONE_NEWIPC) < 0)
+        child_fail(status_fd, "unshare the IPC namespace");
     if (setns(FD_SANDBOX, CLONE_NEWUSER) < 0)
         child_fail(status_fd, "join the sandbox's user namespace");
     close(FD_SANDBOX);
@@ -142,47 +147,75 @@ static __attribute__((noreturn)) void session_init(const struct runtime_isolated
     child_fail(status_fd, "exec cove-agent");
 }
 
-/* The workspace's overlay, mounted on it. Its upper and work directories are on a tmpfs of
- * the session's own (charged to the sandbox's memory, capped at upper_bytes), gone with the
- * session. An overlay's layers must be mounts of the namespace that mounts it: the tmpfs is
- * staged on /tmp, the overlay mounted on a staging directory there, then moved onto the
- * workspace (by descriptor: no path of the sandbox's is resolved again); the staging mounts
- * go, the overlay keeps its own clones of its layers. */
+/* A new tmpfs, not attached anywhere yet: its mount's descriptor. */
+static int new_tmpfs(int status_fd, const char *what, int64_t bytes, const char *mode,
+                     uint32_t owner)
+{
+    int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
+    char size[32], id[16];
+    snprintf(size, sizeof(size), "%lld", (long long)bytes);
+    snprintf(id, sizeof(id), "%u", owner);
+    if (fs < 0 || fsconfig(fs, FSCONFIG_SET_STRING, "size", size, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_STRING, "mode", mode, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_STRING, "uid", id, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_STRING, "gid", id, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        child_fail(status_fd, "make the %s tmpfs (fsopen: Linux 5.2 or later)", what);
+    int mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    if (mnt < 0)
+        child_fail(status_fd, "mount the %s tmpfs", what);
+    close(fs);
+    return mnt;
+}
+
+/* The workspace's overlay, mounted on it (lower: its O_PATH descriptor). Nothing here is
+ * found by a name in the sandbox's tree, where the sandbox could swap any directory for a
+ * link meanwhile: the overlay's changes go on a tmpfs of the session's own (charged to the
+ * sandbox's memory, capped at upper_bytes), which is attached on the workspace for a moment
+ * (an overlay's layers must be mounts of the namespace that mounts it) and worked in as the
+ * current directory; the workspace itself is bound there from its descriptor. The overlay,
+ * mounted on the tmpfs's merged/ by relative names, is then moved onto the workspace's
+ * descriptor, and the tmpfs detached: the overlay keeps its own clones of its layers. */
 static void mount_overlay(int status_fd, const struct runtime_isolated_spec *spec, int lower)
 {
     struct stat st;
     if (fstat(lower, &st) < 0)
         child_fail(status_fd, "stat the workspace");
-    child_mount(status_fd, "cove-stage", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700");
-    char opts[1200];
-    snprintf(opts, sizeof(opts), "mode=0700,size=%lld", (long long)spec->upper_bytes);
-    child_mkdir(status_fd, "/tmp/layer", 0700);
-    child_mount(status_fd, "cove-upper", "/tmp/layer", "tmpfs", MS_NOSUID | MS_NODEV, opts);
-    child_mkdir(status_fd, "/tmp/layer/upper", 0755);
-    child_mkdir(status_fd, "/tmp/layer/work", 0700);
-    child_mkdir(status_fd, "/tmp/merged", 0700);
+    int workspace = open_tree(lower, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+    if (workspace < 0)
+        child_fail(status_fd, "clone the workspace");
+    int stage = new_tmpfs(status_fd, "changes'", spec->upper_bytes, "0700", 0);
+    if (move_mount(stage, "", lower, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0 ||
+        fchdir(stage) < 0)
+        child_fail(status_fd, "attach the changes' tmpfs");
+    child_mkdir(status_fd, "upper", 0755);
+    child_mkdir(status_fd, "work", 0700);
+    child_mkdir(status_fd, "lower", 0700);
+    child_mkdir(status_fd, "merged", 0700);
     /* The merged workspace's own owner and mode are its upper directory's. */
-    if (chown("/tmp/layer/upper", st.st_uid, st.st_gid) < 0 ||
-        chmod("/tmp/layer/upper", st.st_mode & 07777) < 0)
+    if (chown("upper", st.st_uid, st.st_gid) < 0 || chmod("upper", st.st_mode & 07777) < 0)
         child_fail(status_fd, "give the workspace's owner to its upper directory");
-    snprintf(opts, sizeof(opts),
-             "lowerdir=%s,upperdir=/tmp/layer/upper,workdir=/tmp/layer/work,metacopy=off",
-             spec->workspace);
-    child_mount(status_fd, "cove-isolated", "/tmp/merged", "overlay", MS_NOSUID | MS_NODEV, opts);
-    int tree = open_tree(AT_FDCWD, "/tmp/merged", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-    if (tree < 0 ||
-        move_mount(tree, "", lower, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
-        child_fail(status_fd, "mount the workspace's overlay");
-    close(tree);
+    if (move_mount(workspace, "", AT_FDCWD, "lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        child_fail(status_fd, "bind the workspace under its overlay");
+    close(workspace);
+    child_mount(status_fd, "cove-isolated", "merged", "overlay", MS_NOSUID | MS_NODEV,
+                "lowerdir=lower,upperdir=upper,workdir=work,metacopy=off");
+    int tree = open_tree(AT_FDCWD, "merged", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0)
+        child_fail(status_fd, "clone the workspace's overlay");
     /* The changes' tmpfs for coved ('L': diff and commit read its upper/), which keeps it
      * for as long as the session. */
-    int layer = open("/tmp/layer", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int layer = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (layer < 0)
         child_fail(status_fd, "open the session's layer");
     hand_over(status_fd, 'L', layer);
     close(layer);
-    if (umount2("/tmp", MNT_DETACH) < 0)
-        child_fail(status_fd, "unmount the staging tmpfs");
+    if (umount2(".", MNT_DETACH) < 0 || fchdir(FD_ROOT) < 0)
+        child_fail(status_fd, "detach the changes' tmpfs");
+    close(stage);
+    if (move_mount(tree, "", lower, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        child_fail(status_fd, "mount the workspace's overlay");
+    close(tree);
 }
 
 /* C: builds the session's mount namespace, then starts its pid namespace. */
@@ -201,12 +234,13 @@ static __attribute__((noreturn)) void session_setup(const struct runtime_isolate
     if (setns(FD_SANDBOX, CLONE_NEWNS) < 0 || unshare(CLONE_NEWNS) < 0)
         child_fail(status_fd, "enter the sandbox's mount namespace");
     int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (root < 0)
+    if (root < 0 || (root != FD_ROOT && dup3(root, FD_ROOT, O_CLOEXEC) < 0))
         child_fail(status_fd, "open /");
+    if (root != FD_ROOT)
+        close(root);
     /* The workspace, made where missing, beneath the sandbox's root, never through a link. */
     int lower =
-        child_make_path(status_fd, root, spec->workspace, true, spec->host_id_base, "workspace");
-    close(root);
+        child_make_path(status_fd, FD_ROOT, spec->workspace, true, spec->host_id_base, "workspace");
     if (spec->mode == RUNTIME_ISOLATED_OVERLAY) {
         mount_overlay(status_fd, spec, lower);
     } else if (spec->mode == RUNTIME_ISOLATED_RO) {
@@ -220,10 +254,20 @@ static __attribute__((noreturn)) void session_setup(const struct runtime_isolate
     }
     close(lower);
     if (spec->private_tmp) {
-        char opts[128];
-        snprintf(opts, sizeof(opts), "mode=1777,size=%lld,uid=%u,gid=%u",
-                 (long long)spec->tmp_bytes, spec->host_id_base, spec->host_id_base);
-        child_mount(status_fd, "cove-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts);
+        /* /tmp (and /dev/shm) found beneath the root without following a link, the tmpfs
+         * attached by descriptor. */
+        static const char *const private_dirs[] = {"/tmp", "/dev/shm"};
+        for (size_t i = 0; i < sizeof(private_dirs) / sizeof(private_dirs[0]); i++) {
+            int target = child_make_path(status_fd, FD_ROOT, private_dirs[i], true,
+                                         spec->host_id_base, "directory");
+            int tmp =
+                new_tmpfs(status_fd, private_dirs[i], spec->tmp_bytes, "1777", spec->host_id_base);
+            if (move_mount(tmp, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) <
+                0)
+                child_fail(status_fd, "mount a private %s", private_dirs[i]);
+            close(tmp);
+            close(target);
+        }
     }
     if (setns(FD_SANDBOX, CLONE_NEWPID) < 0)
         child_fail(status_fd, "enter the sandbox's pid namespace");
@@ -379,7 +423,8 @@ int runtime_isolated_begin(struct runtime *rt, const struct runtime_isolated_spe
         goto fail;
     }
     int want[FD_COUNT] = {
-        -1, -1, -1, spec->listen_fd, rt->agent_fd, status[1], spec->sandbox->pidfd, handover[1]};
+        -1,          -1, -1, spec->listen_fd, rt->agent_fd, status[1], spec->sandbox->pidfd,
+        handover[1], -1};
     int setup_pidfd = -1;
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, NULL, &setup_pidfd, NULL, 0);
     if (pid < 0) {
@@ -410,7 +455,7 @@ fail:
     return -1;
 }
 
-void runtime_isolated_stop(struct runtime_isolated *s)
+int runtime_isolated_stop(struct runtime_isolated *s)
 {
     if (s->layer_fd >= 0)
         close(s->layer_fd);
@@ -420,13 +465,22 @@ void runtime_isolated_stop(struct runtime_isolated *s)
         close(s->init_pidfd);
         s->init_pidfd = -1;
     }
-    if (s->setup_pidfd >= 0) {
-        /* C ends once D1 has, which ends once D (now killed) has: a moment. */
-        struct pollfd p = {.fd = s->setup_pidfd, .events = POLLIN};
-        if (poll(&p, 1, 2000) == 0)
-            syscall(SYS_pidfd_send_signal, s->setup_pidfd, SIGKILL, NULL, 0);
-        wait_for(s->setup_pid);
-        close(s->setup_pidfd);
-        s->setup_pidfd = -1;
-    }
+    if (s->setup_pidfd < 0)
+        return 0;
+    /* C and D1 only wait: they go at once (a frozen sandbox's only once thawed). */
+    syscall(SYS_pidfd_send_signal, s->setup_pidfd, SIGKILL, NULL, 0);
+    return runtime_isolated_reap(s);
+}
+
+int runtime_isolated_reap(struct runtime_isolated *s)
+{
+    if (s->setup_pidfd < 0)
+        return 0;
+    siginfo_t info = {0};
+    int rc = waitid(P_PIDFD, (id_t)s->setup_pidfd, &info, WEXITED | WNOHANG);
+    if ((rc < 0 && errno != ECHILD) || (rc == 0 && info.si_pid == 0))
+        return 1; /* not yet (ECHILD: reaped already) */
+    close(s->setup_pidfd);
+    s->setup_pidfd = -1;
+    return 0;
 }

@@ -227,8 +227,11 @@ int runtime_isolated_start_fd(const struct runtime_isolated_start *op);
 int runtime_isolated_step(struct runtime_isolated_start *op, struct runtime_isolated *out,
                           struct cove_error **err);
 void runtime_isolated_cancel(struct runtime_isolated_start *op);
-/* Kills the session (every process in its pid namespace) and reaps its set-up process. */
-void runtime_isolated_stop(struct runtime_isolated *s);
+/* Kills the session (every process in its pid namespace) and its set-up processes: 0 once
+ * reaped, 1 while the set-up process is still to be reaped (runtime_isolated_reap, when its
+ * pidfd, still open, is readable: a frozen sandbox's processes die once thawed). */
+int runtime_isolated_stop(struct runtime_isolated *s);
+int runtime_isolated_reap(struct runtime_isolated *s);
 
 /* PID 1 of a sandbox through its pidfd (process.c). */
 /* True while the sandbox's PID 1 is the process that was started (not a reused pid). */

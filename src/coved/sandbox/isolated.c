@@ -2,6 +2,7 @@
 #include "coved/sandbox/isolated.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -21,7 +23,17 @@
 
 #define GC_INTERVAL_S 10
 
+/* A session's set-up process still to be reaped once it is killed (that of a frozen sandbox
+ * dies only when thawed): watched on its pidfd, never waited for on the event loop. */
+struct reaper {
+    struct runtime_isolated proc;
+    struct event *event;
+    struct isolated_registry *reg;
+    struct reaper *next;
+};
+
 struct isolated_registry {
+    struct reaper *reapers;
     struct event_base *base;
     struct runtime *rt;
     struct sandbox_manager *sandboxes;
@@ -72,14 +84,94 @@ void isolated_session_touch(struct isolated_session *s)
     s->last_run_ms = sandbox_now_ms();
 }
 
-/* Its processes are gone (its sandbox ended, it was killed): reaped, no longer watched. */
+static void reaper_free(struct reaper *r)
+{
+    struct reaper **at = &r->reg->reapers;
+    while (*at != NULL && *at != r)
+        at = &(*at)->next;
+    if (*at == r)
+        *at = r->next;
+    if (r->event != NULL)
+        event_free(r->event);
+    if (r->proc.setup_pidfd >= 0)
+        close(r->proc.setup_pidfd);
+    free(r);
+}
+
+static void on_reapable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct reaper *r = arg;
+    if (runtime_isolated_reap(&r->proc) == 0)
+        reaper_free(r);
+}
+
+/* Its processes are killed (or gone: its sandbox ended), and a diff or commit of it stopped;
+ * its set-up process reaped now or later. */
 static void session_stopped(struct isolated_session *s)
 {
     if (s->exit_event != NULL)
         event_free(s->exit_event);
     s->exit_event = NULL;
-    runtime_isolated_stop(&s->proc);
+    if (s->op_pidfd >= 0) {
+        syscall(SYS_pidfd_send_signal, s->op_pidfd, SIGKILL, NULL, 0);
+        close(s->op_pidfd);
+        s->op_pidfd = -1;
+    }
     s->dead = true;
+    if (runtime_isolated_stop(&s->proc) == 0)
+        return;
+    struct reaper *r = calloc(1, sizeof(*r));
+    if (r != NULL) {
+        r->proc = s->proc;
+        r->reg = s->reg;
+        r->event =
+            event_new(s->reg->base, r->proc.setup_pidfd, EV_READ | EV_PERSIST, on_reapable, r);
+        if (r->event != NULL && event_add(r->event, NULL) == 0) {
+            r->next = s->reg->reapers;
+            s->reg->reapers = r;
+            s->proc.setup_pidfd = -1;
+            return;
+        }
+        if (r->event != NULL)
+            event_free(r->event);
+        free(r);
+    }
+    log_warn("isolated session %s: cannot watch its set-up process; it is left a zombie", s->id);
+    close(s->proc.setup_pidfd);
+    s->proc.setup_pidfd = -1;
+}
+
+void isolated_session_set_op(struct isolated_session *s, int pidfd)
+{
+    if (s->op_pidfd >= 0)
+        close(s->op_pidfd);
+    s->op_pidfd = pidfd;
+}
+
+/* Whether the session's agent has children: something runs in it (a run, a bash session). */
+static bool session_busy(const struct isolated_session *s)
+{
+    if (s->proc.init_pidfd < 0)
+        return false;
+    char path[64], line[128];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", s->proc.init_pidfd);
+    FILE *f = fopen(path, "re");
+    long pid = -1;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "Pid: %ld", &pid) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    if (pid <= 0)
+        return false;
+    snprintf(path, sizeof(path), "/proc/%ld/task/%ld/children", pid, pid);
+    f = fopen(path, "re");
+    bool busy = f != NULL && fgetc(f) != EOF;
+    if (f != NULL)
+        fclose(f);
+    return busy;
 }
 
 static void on_exit_event(evutil_socket_t fd, short what, void *arg)
@@ -234,7 +326,7 @@ int isolated_session_create(struct isolated_registry *reg, struct sandbox *sb, j
     if (s == NULL)
         return cove_error_sys(err, "calloc");
     s->reg = reg;
-    s->proc.setup_pidfd = s->proc.init_pidfd = s->proc.layer_fd = -1;
+    s->proc.setup_pidfd = s->proc.init_pidfd = s->proc.layer_fd = s->op_pidfd = -1;
     if (isolated_request_parse(request, s, err) < 0) {
         json_decref(s->env_passthrough);
         free(s);
@@ -385,6 +477,10 @@ static void on_gc(evutil_socket_t fd, short what, void *arg)
             continue;
         }
         bool idle = s->idle_timeout_s > 0 && now - s->last_run_ms > s->idle_timeout_s * 1000;
+        if (idle && session_busy(s)) { /* a run still going counts as activity */
+            s->last_run_ms = now;
+            idle = false;
+        }
         bool orphan = s->dead && sandbox_find_any(reg->sandboxes, s->sandbox_id) == NULL;
         if (idle || orphan) {
             log_info("isolated session %s of sandbox %s: %s", s->id, s->sandbox_id,
@@ -431,6 +527,11 @@ void isolated_registry_free(struct isolated_registry *reg)
         } else {
             isolated_session_delete(reg, s);
         }
+    }
+    /* Set-up processes not reaped yet (a frozen sandbox's): once more, then left to init. */
+    while (reg->reapers != NULL) {
+        runtime_isolated_reap(&reg->reapers->proc);
+        reaper_free(reg->reapers);
     }
     if (reg->gc != NULL)
         event_free(reg->gc);

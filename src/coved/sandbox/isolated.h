@@ -53,6 +53,7 @@ struct isolated_session {
     struct runtime_isolated proc;
     struct event *exit_event; /* its PID 1's pidfd */
     struct isolated_registry *reg;
+    int op_pidfd; /* the diff or commit of it under way (killed with it), or -1 */
     /* While it is being made: the set-up under way, and who waits for it. */
     struct runtime_isolated_start *starting;
     struct event *start_event;
@@ -81,6 +82,9 @@ struct isolated_session *isolated_session_find(struct isolated_registry *reg,
                                                struct cove_error **err);
 /* Stops the session (if it still runs), removes its layer directories and frees it. */
 void isolated_session_delete(struct isolated_registry *reg, struct isolated_session *s);
+/* A diff or commit of s started (pidfd: its child's, the session's to keep), or ended (-1).
+ * One at a time per session. */
+void isolated_session_set_op(struct isolated_session *s, int pidfd);
 /* A run started: the idle clock starts again. */
 void isolated_session_touch(struct isolated_session *s);
 void isolated_foreach(struct isolated_registry *reg, const char *sandbox_id,

@@ -636,14 +636,12 @@ static int commit_metadata_fd(struct walker *w, int fd, const struct stat *st)
     return 0;
 }
 
-/* For a symbolic link or a FIFO just made as name under dir. */
+/* For a symbolic link just made as name under dir (Linux has no mode on links; nothing here
+ * follows one: the sandbox may have swapped the name for a link meanwhile). */
 static int commit_metadata_at(struct walker *w, int dir, const char *name, const struct stat *st)
 {
     if (fchownat(dir, name, st->st_uid, st->st_gid, AT_SYMLINK_NOFOLLOW) < 0)
         return walk_fail_sys(w, "chown in the workspace");
-    /* fchmodat follows links (and Linux has no mode on them): not asked for on one. */
-    if (!S_ISLNK(st->st_mode) && fchmodat(dir, name, st->st_mode & 07777, 0) < 0)
-        return walk_fail_sys(w, "chmod in the workspace");
     const struct timespec times[2] = {st->st_atim, st->st_mtim};
     if (utimensat(dir, name, times, AT_SYMLINK_NOFOLLOW) < 0)
         return walk_fail_sys(w, "set the times in the workspace");
@@ -706,7 +704,16 @@ static int commit_fifo(struct walker *w, struct commit *c, int lower, const char
         return -1;
     if (mknodat(lower, name, S_IFIFO | 0600, 0) < 0)
         return walk_fail_sys(w, "make the FIFO in the workspace");
-    if (commit_metadata_at(w, lower, name, st) < 0)
+    /* Its metadata through a descriptor of the FIFO itself (a read end opens at once with
+     * O_NONBLOCK), never through a name the sandbox could have swapped for a link. */
+    cleanup_fd int fd =
+        openat(lower, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+    struct stat made;
+    if (fd < 0 || fstat(fd, &made) < 0)
+        return walk_fail_sys(w, "open the FIFO in the workspace");
+    if (!S_ISFIFO(made.st_mode))
+        return walk_fail(w, "the FIFO in the workspace changed while being made");
+    if (commit_metadata_fd(w, fd, st) < 0)
         return -1;
     c->stats.files++;
     return 0;
