@@ -40,6 +40,20 @@ ssize_t cove_read_all(int fd, void *buf, size_t size)
     return (ssize_t)got;
 }
 
+int cove_read_result(int fd, void *buf, size_t size, size_t *got)
+{
+    char spill[64];
+    size_t room = size - *got;
+    ssize_t n = read(fd, room > 0 ? (char *)buf + *got : spill, room > 0 ? room : sizeof(spill));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 1;
+    if (n <= 0)
+        return 0;
+    if (room > 0)
+        *got += (size_t)n;
+    return 1;
+}
+
 ssize_t cove_read_text(int dirfd, const char *path, char *buf, size_t size)
 {
     int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);

@@ -53,6 +53,24 @@ json_t *api_parse_json_body(struct http_request *req)
     return j;
 }
 
+int api_parse_positive(const char *s, long max, long *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < 1 || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+json_t *api_pagination_json(long page, long page_size, size_t total)
+{
+    size_t pages = (total + (size_t)page_size - 1) / (size_t)page_size;
+    return json_pack("{s:i, s:i, s:I, s:I, s:b}", "page", (int)page, "pageSize", (int)page_size,
+                     "totalItems", (json_int_t)total, "totalPages", (json_int_t)pages,
+                     "hasNextPage", (size_t)page < pages);
+}
+
 json_t *api_parse_json_object(struct http_request *req)
 {
     json_t *j = api_parse_json_body(req);

@@ -122,6 +122,10 @@ void api_public_host(struct api *api, const char *host_header, char *out, size_t
  * .localhost without one, with public's port if it has one. */
 void api_host_endpoint(struct api *api, const char *public, const char *label, char *out,
                        size_t size);
+/* A page or pageSize query value: an integer from 1 to max. 0, or -1. */
+int api_parse_positive(const char *s, long max, long *out);
+/* The contract's PaginationInfo of a list of total items cut in pages. */
+json_t *api_pagination_json(long page, long page_size, size_t total);
 /* Parses the body as a JSON object; on failure answers 400 itself and returns NULL. */
 json_t *api_parse_json_object(struct http_request *req);
 /* Any JSON value (answered with a 400 and NULL when malformed). */

@@ -22,6 +22,7 @@
 #include "coved/sandbox/isolated_layer.h"
 #include "lib/cleanup.h"
 #include "lib/clock.h"
+#include "lib/io.h"
 #include "lib/log.h"
 
 /* A diff's archive is at most this big (OSEP-0013's --isolation-diff-max-bytes default). */
@@ -283,18 +284,8 @@ static void on_commit_data(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     struct commit_run *c = arg;
-    char *into = (char *)&c->result + c->got;
-    size_t room = sizeof(c->result) - c->got;
-    char spill[64];
-    ssize_t n = read(fd, room > 0 ? into : spill, room > 0 ? room : sizeof(spill));
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n > 0) {
-        if (room > 0)
-            c->got += (size_t)n;
-        return;
-    }
-    commit_end(c);
+    if (cove_read_result(fd, &c->result, sizeof(c->result), &c->got) == 0)
+        commit_end(c); /* EOF (the child exited) or an error */
 }
 
 static void on_commit_abort(struct http_request *req, void *arg)

@@ -612,16 +612,6 @@ static void collect_ended(const struct sandbox_ended *ended, void *arg)
     f->total++;
 }
 
-static int parse_positive(const char *s, long max, long *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < 1 || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 void api_sandboxes_list(struct api *api, struct http_request *req, const struct api_caller *c)
 {
     struct evkeyvalq query;
@@ -657,13 +647,13 @@ void api_sandboxes_list(struct api *api, struct http_request *req, const struct 
             }
             f.has_metadata = true;
         } else if (strcmp(kv->key, "page") == 0) {
-            if (parse_positive(kv->value, 1000000, &page) < 0) {
+            if (api_parse_positive(kv->value, 1000000, &page) < 0) {
                 http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
                                     "page must be an integer >= 1");
                 goto out;
             }
         } else if (strcmp(kv->key, "pageSize") == 0) {
-            if (parse_positive(kv->value, 1000, &page_size) < 0) {
+            if (api_parse_positive(kv->value, 1000, &page_size) < 0) {
                 http_respond_errorf(req, 400, "SANDBOX::INVALID_PARAMETER",
                                     "pageSize must be an integer from 1 to 1000");
                 goto out;
@@ -679,10 +669,7 @@ void api_sandboxes_list(struct api *api, struct http_request *req, const struct 
     sandbox_foreach(api->sandboxes, c->owner[0] ? c->owner : NULL, collect, &f);
     if (f.terminated)
         sandbox_foreach_ended(api->sandboxes, c->owner[0] ? c->owner : NULL, collect_ended, &f);
-    size_t pages = (f.total + page_size - 1) / page_size;
-    json_t *pagination = json_pack("{s:i, s:i, s:I, s:I, s:b}", "page", (int)page, "pageSize",
-                                   (int)page_size, "totalItems", (json_int_t)f.total, "totalPages",
-                                   (json_int_t)pages, "hasNextPage", (size_t)page < pages);
+    json_t *pagination = api_pagination_json(page, page_size, f.total);
     api_respond_json(req, 200, json_pack("{s:O, s:o}", "items", f.items, "pagination", pagination));
 out:
     json_decref(f.items);

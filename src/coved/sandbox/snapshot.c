@@ -22,6 +22,7 @@
 #include "coved/store/store.h"
 #include "lib/cleanup.h"
 #include "lib/clock.h"
+#include "lib/io.h"
 #include "lib/log.h"
 #include "lib/random.h"
 
@@ -431,18 +432,8 @@ static void on_capture(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     struct snapshot_capture *c = arg;
-    char *into = (char *)&c->result + c->got;
-    size_t room = sizeof(c->result) - c->got;
-    char spill[64];
-    ssize_t n = read(fd, room > 0 ? into : spill, room > 0 ? room : sizeof(spill));
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    if (n > 0) {
-        if (room > 0)
-            c->got += (size_t)n;
-        return;
-    }
-    capture_end(c); /* EOF (the child exited) or an error */
+    if (cove_read_result(fd, &c->result, sizeof(c->result), &c->got) == 0)
+        capture_end(c); /* EOF (the child exited) or an error */
 }
 
 int snapshot_take(struct snapshot_registry *reg, struct sandbox *sb, const char *name,
