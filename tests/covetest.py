@@ -134,8 +134,10 @@ class Coved:
             args += ["--admin-api-key", k]
         args += self.extra_args
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log,
-                                     env=self.env or os.environ.copy(),
+        env = dict(self.env or os.environ)
+        # Tests never reach a registry off this host: images come from loopback ones only.
+        env.setdefault("COVE_IMAGE_REGISTRIES", "loopback")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env,
                                      start_new_session=new_session)
         line = self.proc.stdout.readline().decode()
         if "ready on" not in line:

@@ -7,7 +7,7 @@
  *              [--session-idle-timeout SECONDS] [--session-max N] [--ready-fd N]
  *              [--disk-cap BYTES] [--layer-fd N]
  *              [--route-prefix PREFIX] [--run-as UID:GID] [--workdir DIR]
- *              [--] [entrypoint argv...]
+ *              [--user USER[:GROUP]] [--] [entrypoint argv...]
  *
  * --ready-fd: closed once the entrypoint started, after "P" and why when it could not be
  * (coved's start handshake: such a sandbox is Failed, not Running);
@@ -25,7 +25,9 @@
  * every request path starts with, taken off before routing, and adds POST PREFIX/run
  * (runInIsolatedSession, api.h); --run-as is the identity of every process started without a
  * uid of its own and the owner of files and directories made without an explicit one
- * (identity.h); --workdir is the agent's working directory, so that of commands naming none. */
+ * (identity.h); --workdir is the agent's working directory, so that of commands naming none
+ * (made if missing, as an OCI image's WorkingDir is). --user is --run-as by the names or
+ * numbers of the sandbox's own /etc/passwd and /etc/group (an OCI image's User). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -58,6 +60,7 @@
 #include "agent/pty.h"
 #include "agent/reaper.h"
 #include "agent/session.h"
+#include "agent/users.h"
 #include "lib/error.h"
 #include "lib/http.h"
 #include "lib/log.h"
@@ -83,7 +86,7 @@ static void usage(FILE *out)
                  "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
                  "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
                  "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--route-prefix PREFIX] "
-                 "[--run-as UID:GID] [--workdir DIR] [--] [entrypoint argv...]\n");
+                 "[--run-as UID:GID] [--workdir DIR] [--user USER[:GROUP]] [--] [entrypoint argv...]\n");
 }
 
 /* Children get stdio at 0-2; if the agent was started with any of them closed, pipes it
@@ -309,6 +312,38 @@ static long long parse_count(const char *text, long long min, long long max)
     return text[0] != '\0' && *end == '\0' && errno == 0 && v >= min && v <= max ? v : -1;
 }
 
+/* USER[:GROUP] by the sandbox's /etc/passwd and /etc/group, names or numbers; a user alone
+ * gets its primary group. */
+static bool resolve_user(const char *text, uid_t *uid, gid_t *gid)
+{
+    char user[256];
+    const char *colon = strchr(text, ':');
+    size_t len = colon != NULL ? (size_t)(colon - text) : strlen(text);
+    if (len == 0 || len >= sizeof(user))
+        return false;
+    memcpy(user, text, len);
+    user[len] = '\0';
+    users_refresh();
+    if (!users_find_user(user, uid, gid))
+        return false;
+    return colon == NULL || users_find_group(colon + 1, gid);
+}
+
+/* mkdir -p, as root of the sandbox: for a working directory an image names but lacks. */
+static void make_path(const char *path)
+{
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *p = buf + 1; *p != '\0'; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        mkdir(buf, 0755);
+        *p = '/';
+    }
+    mkdir(buf, 0755);
+}
+
 /* UID:GID, two numbers up to 4294967294 (-1 is "no change" to the kernel). */
 static bool parse_user(const char *text, uid_t *uid, gid_t *gid)
 {
@@ -437,6 +472,15 @@ int main(int argc, char **argv)
             identity_set_default(uid, gid);
         } else if (strcmp(arg, "--workdir") == 0 && i + 1 < argc) {
             workdir = argv[++i];
+        } else if (strcmp(arg, "--user") == 0 && i + 1 < argc) {
+            uid_t uid;
+            gid_t gid;
+            if (!resolve_user(argv[++i], &uid, &gid)) {
+                fprintf(stderr, "cove-agent: unknown --user %s: no such user or group in "
+                        "/etc/passwd or /etc/group\n", argv[i]);
+                return 2;
+            }
+            identity_set_default(uid, gid);
         } else if (strcmp(arg, "--session-max") == 0 && i + 1 < argc &&
                    parse_count(argv[i + 1], 1, 100000) >= 0) {
             idle.max = (size_t)parse_count(argv[++i], 1, 100000);
@@ -452,6 +496,8 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    if (workdir != NULL && chdir(workdir) < 0 && errno == ENOENT && workdir[0] == '/')
+        make_path(workdir);
     if (workdir != NULL && chdir(workdir) < 0) {
         fprintf(stderr, "cove-agent: cannot enter --workdir %s: %s\n", workdir, strerror(errno));
         return 2;

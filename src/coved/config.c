@@ -156,6 +156,23 @@ static const char usage[] =
     "      image names clients send, mapped to templates: IMAGE=TEMPLATE,... where IMAGE\n"
     "      is a repository (any tag, any registry host) or repository:tag (default\n"
     "      " IMAGE_ALIASES_DEFAULT "; \"\" for none)\n"
+    "  --registry-auth-file FILE        registry_auth_file COVE_REGISTRY_AUTH_FILE\n"
+    "      registry credentials, as podman's auth.json or docker's config.json\n"
+    "      ({\"auths\": {\"HOST\": {\"auth\": BASE64(USER:PASSWORD)}}}; default\n"
+    "      STATE_DIR/auth.json if it exists)\n"
+    "  --registry-mirror REGISTRY=MIRROR registry_mirrors (comma-separated)\n"
+    "                                   COVE_REGISTRY_MIRRORS\n"
+    "      pull REGISTRY's images from MIRROR first (repeatable; docker.io=HOST:PORT)\n"
+    "  --insecure-registry HOST[:PORT]  insecure_registries (comma-separated)\n"
+    "                                   COVE_INSECURE_REGISTRIES\n"
+    "      a registry reached over plain HTTP or unverified TLS (repeatable; registries\n"
+    "      on loopback addresses need no entry)\n"
+    "  --image-registries LIST          image_registries  COVE_IMAGE_REGISTRIES\n"
+    "      the registries images may be pulled from, comma-separated: HOST[:PORT],\n"
+    "      *.DOMAIN, loopback (registries on loopback addresses) or * (default: any)\n"
+    "  --image-store-max-bytes BYTES    image_store_max_bytes COVE_IMAGE_STORE_MAX_BYTES\n"
+    "      disk budget of the pulled images' layers (default 0: the disk's free space\n"
+    "      less 1 GiB)\n"
     "  --ended-retention SECONDS        ended_retention_seconds\n"
     "                                   COVE_ENDED_RETENTION\n"
     "      how long a deleted or expired sandbox is remembered, so that a get answers\n"
@@ -189,6 +206,23 @@ static char *trim(char *s)
     while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t'))
         s[--len] = '\0';
     return s;
+}
+
+static int set_key_list(char **keys, size_t *count, const char *list, struct cove_error **err);
+
+/* A repeatable flag: the first one replaces what the file and environment said. */
+static int append_flag(char **list, size_t *count, bool *seen, const char *value,
+                       const char *flag, struct cove_error **err)
+{
+    if (!*seen && set_key_list(list, count, "", err) < 0)
+        return -1;
+    *seen = true;
+    if (*count == CONFIG_MAX_KEYS)
+        return cove_error_set(err, 0, 2, "CONFIG::INVALID", "too many %s", flag);
+    if ((list[*count] = strdup(value)) == NULL)
+        return cove_error_sys(err, "strdup");
+    list[++*count] = NULL;
+    return 0;
 }
 
 static int set_key_list(char **keys, size_t *count, const char *list, struct cove_error **err)
@@ -389,6 +423,21 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         cfg->max_template_bytes = v;
     } else if (strcmp(key, "volume_host_roots") == 0) {
         return set_key_list(cfg->volume_host_roots, &cfg->volume_host_root_count, value, err);
+    } else if (strcmp(key, "registry_auth_file") == 0) {
+        snprintf(cfg->registry_auth_file, sizeof(cfg->registry_auth_file), "%s", value);
+    } else if (strcmp(key, "registry_mirrors") == 0) {
+        return set_key_list(cfg->registry_mirrors, &cfg->registry_mirror_count, value, err);
+    } else if (strcmp(key, "insecure_registries") == 0) {
+        return set_key_list(cfg->insecure_registries, &cfg->insecure_registry_count, value, err);
+    } else if (strcmp(key, "image_registries") == 0) {
+        return set_key_list(cfg->image_registries, &cfg->image_registry_count, value, err);
+    } else if (strcmp(key, "image_store_max_bytes") == 0) {
+        int64_t v = strcmp(value, "0") == 0 ? 0 : quantity_parse_bytes(value);
+        if (v < 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: image_store_max_bytes takes bytes, like 20Gi (0: none)",
+                                  from);
+        cfg->image_store_max_bytes = v;
     } else if (strcmp(key, "volume_size_default") == 0) {
         int64_t v = quantity_parse_bytes(value);
         if (v < (16LL << 20))
@@ -482,6 +531,11 @@ enum {
     OPTION_ADMIN_API_KEY,
     OPTION_VOLUME_HOST_ROOT,
     OPTION_VOLUME_SIZE_DEFAULT,
+    OPTION_REGISTRY_AUTH_FILE,
+    OPTION_REGISTRY_MIRROR,
+    OPTION_INSECURE_REGISTRY,
+    OPTION_IMAGE_STORE_MAX_BYTES,
+    OPTION_IMAGE_REGISTRIES,
 };
 static const char *const admission_keys[] = {
     "quota_sandboxes", "quota_cpu",         "quota_memory",
@@ -530,6 +584,11 @@ static const struct {
     {"COVE_IMAGE_ALIASES", "image_aliases"},
     {"COVE_ENDED_RETENTION", "ended_retention_seconds"},
     {"COVE_VOLUME_HOST_ROOTS", "volume_host_roots"},
+    {"COVE_REGISTRY_AUTH_FILE", "registry_auth_file"},
+    {"COVE_REGISTRY_MIRRORS", "registry_mirrors"},
+    {"COVE_INSECURE_REGISTRIES", "insecure_registries"},
+    {"COVE_IMAGE_STORE_MAX_BYTES", "image_store_max_bytes"},
+    {"COVE_IMAGE_REGISTRIES", "image_registries"},
     {"COVE_VOLUME_SIZE_DEFAULT", "volume_size_default"},
 };
 
@@ -623,6 +682,11 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"layer", required_argument, NULL, 1107},
         {"volume-host-root", required_argument, NULL, OPTION_VOLUME_HOST_ROOT},
         {"volume-size-default", required_argument, NULL, OPTION_VOLUME_SIZE_DEFAULT},
+        {"registry-auth-file", required_argument, NULL, OPTION_REGISTRY_AUTH_FILE},
+        {"registry-mirror", required_argument, NULL, OPTION_REGISTRY_MIRROR},
+        {"insecure-registry", required_argument, NULL, OPTION_INSECURE_REGISTRY},
+        {"image-store-max-bytes", required_argument, NULL, OPTION_IMAGE_STORE_MAX_BYTES},
+        {"image-registries", required_argument, NULL, OPTION_IMAGE_REGISTRIES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -664,6 +728,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     optind = 1;
     opterr = 1;
     bool flag_keys = false, flag_admin_keys = false, flag_roots = false;
+    bool flag_mirrors = false, flag_insecure = false;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         const char *key = NULL;
         switch (c) {
@@ -791,6 +856,25 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         case OPTION_VOLUME_SIZE_DEFAULT:
             key = "volume_size_default";
             break;
+        case OPTION_REGISTRY_AUTH_FILE:
+            key = "registry_auth_file";
+            break;
+        case OPTION_IMAGE_STORE_MAX_BYTES:
+            key = "image_store_max_bytes";
+            break;
+        case OPTION_IMAGE_REGISTRIES:
+            key = "image_registries";
+            break;
+        case OPTION_REGISTRY_MIRROR:
+            if (append_flag(cfg->registry_mirrors, &cfg->registry_mirror_count, &flag_mirrors,
+                            optarg, "--registry-mirror", err) < 0)
+                return -1;
+            continue;
+        case OPTION_INSECURE_REGISTRY:
+            if (append_flag(cfg->insecure_registries, &cfg->insecure_registry_count,
+                            &flag_insecure, optarg, "--insecure-registry", err) < 0)
+                return -1;
+            continue;
         case OPTION_QUOTA_SANDBOXES:
         case OPTION_QUOTA_CPU:
         case OPTION_QUOTA_MEMORY:
@@ -828,6 +912,9 @@ void config_free(struct coved_config *cfg)
     for (size_t i = 0; i < cfg->volume_host_root_count; i++)
         free(cfg->volume_host_roots[i]);
     cfg->volume_host_root_count = 0;
+    set_key_list(cfg->registry_mirrors, &cfg->registry_mirror_count, "", NULL);
+    set_key_list(cfg->insecure_registries, &cfg->insecure_registry_count, "", NULL);
+    set_key_list(cfg->image_registries, &cfg->image_registry_count, "", NULL);
 }
 
 static int on_ini_state_dir(void *user, const char *section, const char *name, const char *value)

@@ -59,6 +59,17 @@ struct coved_config {
     char *volume_host_roots[CONFIG_MAX_KEYS + 1];
     size_t volume_host_root_count;
     int64_t volume_size_default;
+    /* Images (image/image.h): registry credentials in auth.json's shape ("": STATE/auth.json
+     * if it exists), REGISTRY=MIRROR pairs, registries reached over plain HTTP, and the
+     * store's disk budget (0: the disk's free space). */
+    char registry_auth_file[PATH_MAX];
+    char *registry_mirrors[CONFIG_MAX_KEYS + 1];
+    size_t registry_mirror_count;
+    char *insecure_registries[CONFIG_MAX_KEYS + 1];
+    size_t insecure_registry_count;
+    int64_t image_store_max_bytes;
+    char *image_registries[CONFIG_MAX_KEYS + 1]; /* where pulls may go (image.h); none: any */
+    size_t image_registry_count;
 };
 
 /* Fills cfg; on a usage error returns -1 with err set (status 2 for the caller). --help

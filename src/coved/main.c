@@ -14,6 +14,7 @@
 #include "coved/api/api.h"
 #include "coved/config.h"
 #include "coved/egress/egress.h"
+#include "coved/image/image.h"
 #include "coved/route_key_command.h"
 #include "coved/runtime/runtime.h"
 #include "coved/sandbox/sandbox.h"
@@ -65,6 +66,54 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 /* Every client connection and gateway tunnel holds descriptors: take all the hard limit
  * allows (raising it needs CAP_SYS_RESOURCE) and say so if it is small. */
 /* The daemon-wide egress (egress.h) and the policy of sandboxes created without one. */
+struct template_use {
+    const char *name;
+    bool used;
+};
+
+static void find_template_use(struct sandbox *sb, void *arg)
+{
+    struct template_use *use = arg;
+    use->used = use->used || strcmp(sb->template_name, use->name) == 0;
+}
+
+/* Every sandbox counts, whoever owns it and in whatever state: a restored one holds no
+ * reference to its template but reads its files. */
+static bool template_in_use(const char *name, void *arg)
+{
+    struct template_use use = {.name = name};
+    sandbox_foreach(arg, NULL, find_template_use, &use);
+    return use.used;
+}
+
+static int open_images(struct event_base *base, const struct coved_config *o,
+                       struct template_registry *templates, struct sandbox_manager *sandboxes,
+                       struct image_store **out, struct cove_error **err)
+{
+    char auth[PATH_MAX + 16];
+    snprintf(auth, sizeof(auth), "%s", o->registry_auth_file);
+    if (auth[0] == '\0') {
+        snprintf(auth, sizeof(auth), "%s/auth.json", o->state_dir);
+        if (access(auth, F_OK) < 0)
+            auth[0] = '\0';
+    }
+    struct image_store_config cfg = {
+        .auth_file = auth[0] ? auth : NULL,
+        .mirrors = (const char *const *)o->registry_mirrors,
+        .mirror_count = o->registry_mirror_count,
+        .insecure = (const char *const *)o->insecure_registries,
+        .insecure_count = o->insecure_registry_count,
+        .max_bytes = o->image_store_max_bytes,
+        .allowed = (const char *const *)o->image_registries,
+        .allowed_count = o->image_registry_count,
+    };
+    if (image_store_open(o->state_dir, base, templates, &cfg, out, err) < 0)
+        return -1;
+    image_store_set_in_use(*out, template_in_use, sandboxes);
+    sandbox_manager_set_images(sandboxes, *out);
+    return 0;
+}
+
 static int open_egress(struct event_base *base, const struct coved_config *o,
                        struct egress **egress, struct egress_policy **policy,
                        struct cove_error **err)
@@ -152,6 +201,7 @@ int main(int argc, char **argv)
     struct sandbox_manager *sandboxes = NULL;
     struct sandbox_health *health = NULL;
     struct volume_registry *volumes = NULL;
+    struct image_store *images = NULL;
     struct snapshot_registry *snapshots = NULL;
     struct isolated_registry *isolated = NULL;
     struct egress *egress = NULL;
@@ -194,7 +244,8 @@ int main(int argc, char **argv)
         goto out;
     sandbox_manager_set_egress(sandboxes, egress, default_policy);
     sandbox_manager_set_retention(sandboxes, o.ended_retention_s, SANDBOX_ENDED_MAX);
-    if (template_registry_set_aliases(templates, o.image_aliases, &err) < 0)
+    if (template_registry_set_aliases(templates, o.image_aliases, &err) < 0 ||
+        open_images(base, &o, templates, sandboxes, &images, &err) < 0)
         goto out;
     if (volume_registry_open(o.state_dir, store, o.volume_host_roots, o.volume_size_default,
                              &volumes, &err) < 0)
@@ -214,6 +265,7 @@ int main(int argc, char **argv)
     api.volumes = volumes;
     api.snapshots = snapshots;
     api.isolated = isolated;
+    api.images = images;
     api.config = (struct api_config){
         .listen_host = host,
         .listen_port = port,
@@ -272,6 +324,7 @@ out:
     sandbox_health_free(health);   /* after the sandboxes, which drop their probes */
     egress_policy_unref(default_policy);
     egress_free(egress); /* after the sandboxes, whose egress it serves */
+    image_store_free(images); /* before the templates it registered */
     template_registry_free(templates);
     store_close(store);
     runtime_fini(&rt);

@@ -148,7 +148,9 @@ export class Coved {
       "--api-key", this.apiKey, ...this.extraArgs];
     let proc;
     try {
-      proc = spawn(COVED, args, { stdio: ["ignore", "pipe", logFd], detached: true });
+      // Tests never reach a registry off this host: images come from loopback ones only.
+      const env = { COVE_IMAGE_REGISTRIES: "loopback", ...process.env };
+      proc = spawn(COVED, args, { stdio: ["ignore", "pipe", logFd], detached: true, env });
     } finally {
       closeSync(logFd);
     }

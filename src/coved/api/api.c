@@ -152,6 +152,18 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
         return api_templates_create(api, req, c);
     case API_ROUTE_TEMPLATE_DELETE:
         return api_template_delete(api, req, c, p0);
+    case API_ROUTE_IMAGES_LIST:
+        return api_images_list(api, req, c);
+    case API_ROUTE_IMAGES_PULL:
+        return api_images_pull(api, req, c);
+    case API_ROUTE_IMAGES_PULLS:
+        return api_images_pulls(api, req, c);
+    case API_ROUTE_IMAGES_PRUNE:
+        return api_images_prune(api, req, c);
+    case API_ROUTE_IMAGE_GET:
+        return api_image_get(api, req, c, p0);
+    case API_ROUTE_IMAGE_DELETE:
+        return api_image_delete(api, req, c, p0);
     case API_ROUTE_QUOTA_GET:
         return api_quota_get(api, req, c);
     case API_ROUTE_ADMIN_QUOTAS_LIST:
@@ -202,7 +214,7 @@ static void on_request(struct http_request *req, void *arg)
 static bool on_head(struct http_request *req, void *arg)
 {
     struct api *api = arg;
-    if (api_templates_head(api, req))
+    if (api_templates_head(api, req) || api_images_head(api, req))
         return false; /* streamed into an import, or answered */
     return gateway_handle(api->gateway, req);
 }

@@ -72,6 +72,7 @@ struct api {
     struct volume_registry *volumes;     /* named volumes (sandbox/volume.h) */
     struct snapshot_registry *snapshots; /* sandbox/snapshot.h */
     struct isolated_registry *isolated;  /* sandbox/isolated.h */
+    struct image_store *images;          /* image/image.h */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint): the
@@ -155,6 +156,18 @@ void api_template_delete(struct api *api, struct http_request *req, const struct
 /* From on_head: true if this is an archive upload to POST /v1/templates, which it then
  * streams (or answers at once). */
 bool api_templates_head(struct api *api, struct http_request *req);
+/* Images (api/images.c, image/image.h). */
+void api_images_pull(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_images_list(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_images_pulls(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_images_prune(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_image_get(struct api *api, struct http_request *req, const struct api_caller *c,
+                   const char *id);
+void api_image_delete(struct api *api, struct http_request *req, const struct api_caller *c,
+                      const char *id);
+/* From on_head: true if this is an archive upload to POST /v1/images/import, which it then
+ * streams (or answers at once). */
+bool api_images_head(struct api *api, struct http_request *req);
 /* Echoes a sane X-Request-ID or makes one (on_request does it for every other route). */
 void api_add_request_id(struct http_request *req);
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "coved/api/api.h"
+#include "coved/image/image.h"
 #include "coved/sandbox/snapshot.h"
 #include "coved/api/quantity.h"
 #include "lib/clock.h"
@@ -314,6 +315,68 @@ static json_t *default_restore_entrypoint(void)
     return value;
 }
 
+/* image {"uri", "auth"?}: a template (by name or alias), an image in the store, or one to
+ * pull first (req->pull_reference, with req->pull_credentials from auth). */
+static int parse_image(struct api *api, json_t *image, struct sandbox_request *req,
+                       struct cove_error **err)
+{
+    json_t *uri = json_is_object(image) ? json_object_get(image, "uri") : NULL;
+    if (!json_is_string(uri) || json_string_length(uri) == 0 ||
+        json_string_length(uri) >= TEMPLATE_NAME_SIZE ||
+        strlen(json_string_value(uri)) != json_string_length(uri))
+        return invalid(err, "%s is required: {\"uri\": \"<template name or image reference>\"} "
+                            "(or a snapshotId)",
+                       "image");
+    const char *key;
+    json_t *value;
+    json_object_foreach(image, key, value)
+    {
+        if (strcmp(key, "uri") != 0 && strcmp(key, "auth") != 0)
+            return invalid(err, "%s has only uri and auth", "image");
+    }
+    const char *name = json_string_value(uri);
+    json_t *auth = json_object_get(image, "auth");
+    if (auth != NULL && !json_is_null(auth)) {
+        const char *user = json_string_value(json_object_get(auth, "username"));
+        const char *password = json_string_value(json_object_get(auth, "password"));
+        if (!json_is_object(auth) || user == NULL || password == NULL ||
+            strlen(user) >= sizeof(req->credentials.username) ||
+            strlen(password) >= sizeof(req->credentials.password))
+            return invalid(err, "%s must be {\"username\", \"password\"} (strings)",
+                           "image.auth");
+        snprintf(req->credentials.username, sizeof(req->credentials.username), "%s", user);
+        snprintf(req->credentials.password, sizeof(req->credentials.password), "%s", password);
+        req->pull_credentials = &req->credentials;
+    }
+    struct cove_error *unknown = NULL, *refused = NULL;
+    req->template = template_resolve(api->templates, name, &unknown);
+    if (req->template == NULL && api->images != NULL && image_is_reference(name) &&
+        image_store_may_pull(api->images, name, &refused) == 0) {
+        /* A registry this coved does not pull from: as unknown as before images. */
+        cove_error_set(err, 0, 400, unknown->code, "%s; %s", unknown->message, refused->message);
+        cove_error_free(unknown);
+        cove_error_free(refused);
+        return -1;
+    }
+    cove_error_free(refused);
+    if (req->template != NULL || api->images == NULL || !image_is_reference(name)) {
+        if (req->template == NULL) {
+            *err = unknown;
+            return -1;
+        }
+        cove_error_free(unknown);
+        return 0;
+    }
+    cove_error_free(unknown);
+    req->template = image_store_find(api->images, name, err);
+    if (req->template != NULL)
+        return 0;
+    if (err != NULL && *err != NULL)
+        return -1; /* not a reference */
+    req->pull_reference = name;
+    return 0;
+}
+
 static int parse_create(struct api *api, json_t *body, struct sandbox_request *req,
                         struct cove_error **err)
 {
@@ -355,22 +418,21 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
         /* The contract's default for a sandbox restored without an entrypoint. */
         if (entrypoint == NULL || json_is_null(entrypoint))
             entrypoint = default_restore_entrypoint();
-    } else {
-        json_t *uri = json_is_object(image) ? json_object_get(image, "uri") : NULL;
-        if (!json_is_string(uri) || json_string_length(uri) == 0)
-            return invalid(err, "%s is required: {\"uri\": \"<template name>\"} (or a snapshotId)",
-                           "image");
-        req->template = template_resolve(api->templates, json_string_value(uri), err);
-        if (req->template == NULL)
-            return -1;
+    } else if (parse_image(api, image, req, err) < 0) {
+        return -1;
     }
 
-    if (!json_is_array(entrypoint) || json_array_size(entrypoint) == 0 ||
-        json_array_size(entrypoint) > MAX_ENTRYPOINT_ARGS)
+    /* An image's own Entrypoint and Cmd stand in for one left out (sandbox.c). */
+    bool image_default = (req->template == NULL || req->template->image_config != NULL) &&
+                         (entrypoint == NULL || json_is_null(entrypoint));
+    if (image_default)
+        entrypoint = NULL;
+    else if (!json_is_array(entrypoint) || json_array_size(entrypoint) == 0 ||
+             json_array_size(entrypoint) > MAX_ENTRYPOINT_ARGS)
         return invalid(err, "%s must be a non-empty array of strings", "entrypoint");
     size_t i;
     json_t *arg;
-    json_array_foreach(entrypoint, i, arg)
+    json_array_foreach(entrypoint, i, arg) /* nothing for NULL */
     {
         if (!json_is_string(arg) || json_string_length(arg) > MAX_STRING ||
             strlen(json_string_value(arg)) != json_string_length(arg))

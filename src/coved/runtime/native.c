@@ -208,7 +208,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int argc = 0;
     while (a->spec->entrypoint && a->spec->entrypoint[argc])
         argc++;
-    char **argv = calloc(argc + 17, sizeof(char *));
+    char **argv = calloc(argc + 21, sizeof(char *));
     if (argv == NULL)
         child_fail(status_fd, "calloc");
     int i = 0;
@@ -240,6 +240,14 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     if (a->session_idle_timeout[0] != '\0') {
         argv[i++] = "--session-idle-timeout";
         argv[i++] = (char *)a->session_idle_timeout;
+    }
+    if (a->spec->user != NULL) {
+        argv[i++] = "--user";
+        argv[i++] = (char *)a->spec->user;
+    }
+    if (a->spec->workdir != NULL) {
+        argv[i++] = "--workdir";
+        argv[i++] = (char *)a->spec->workdir;
     }
     argv[i++] = "--";
     for (int j = 0; j < argc; j++)

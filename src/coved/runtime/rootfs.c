@@ -114,8 +114,8 @@ static void build_lowers(int status_fd, const struct runtime_spec *spec, uint32_
 {
     bool shared = spec->host_id_base == ID_RANGE_SHARED_BASE;
     size_t len = 0;
-    if (spec->layer_count > RUNTIME_MAX_LAYERS)
-        child_fail(status_fd, "more than %d snapshot layers", RUNTIME_MAX_LAYERS);
+    if (spec->layer_count > RUNTIME_MAX_LOWER_LAYERS)
+        child_fail(status_fd, "more than %d lower layers", RUNTIME_MAX_LOWER_LAYERS);
     for (size_t i = 0; i <= spec->layer_count; i++) {
         bool template = i == spec->layer_count;
         const char *source = template ? spec->rootfs : spec->layers[i];
@@ -136,6 +136,47 @@ static void build_lowers(int status_fd, const struct runtime_spec *spec, uint32_
         if (n < 0 || (size_t)n >= size - len)
             child_fail(status_fd, "the overlay's lower layers are too long a list");
         len += (size_t)n;
+    }
+}
+
+/* Makes path, if it is there as anything else than a plain directory (or regular file), one
+ * of the new root's own, in its writable layer: a symbolic link is removed, not followed. A
+ * missing one is left for its maker. */
+static void plain_path(int status_fd, const char *path, bool directory, mode_t mode)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0) {
+        if (errno != ENOENT)
+            child_fail(status_fd, "lstat %s", path);
+        return;
+    }
+    if (directory ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))
+        return;
+    if ((S_ISDIR(st.st_mode) ? rmdir(path) : unlink(path)) < 0)
+        child_fail(status_fd, "replace /%s (the template's is no %s)", path,
+                   directory ? "directory" : "file");
+    if (directory)
+        child_mkdir(status_fd, path, mode);
+    else
+        child_touch(status_fd, path);
+}
+
+/* Until the pivot, "/" is still the host's: a symbolic link in the template's, an image's or
+ * a snapshot's layers where the set-up writes (etc/resolv.conf, the CA bundle) or mounts
+ * would lead it to the host's files ("etc -> /etc"). Each such name is made the new root's
+ * own first. */
+static void plain_paths(int status_fd, const struct runtime_spec *spec)
+{
+    static const char *const dirs[] = {"proc", "sys", "dev", "etc"};
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+        plain_path(status_fd, dirs[i], true, 0755);
+    plain_path(status_fd, "tmp", true, 01777);
+    if (spec->host_os)
+        plain_path(status_fd, "usr", true, 0755);
+    if (spec->ca_bundle != NULL) {
+        plain_path(status_fd, "etc/ssl", true, 0755);
+        plain_path(status_fd, "etc/ssl/certs", true, 0755);
+        plain_path(status_fd, "etc/ssl/certs/ca-certificates.crt", false, 0644);
     }
 }
 
@@ -273,7 +314,7 @@ int runtime_layer_forget_setup(int copy, const char *rootfs)
 
 void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner)
 {
-    char path[4096], opts[RUNTIME_MAX_LAYERS * 600 + 8192];
+    char path[4096], opts[RUNTIME_MAX_LOWER_LAYERS * 600 + 8192];
     /* Nothing mounted from here on may propagate back to the host. */
     child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 
@@ -296,7 +337,7 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     if (layer < 0 || dup3(layer, RUNTIME_LAYER_FD, 0) < 0)
         child_fail(status_fd, "keep the writable layer open");
     close(layer);
-    char lower[RUNTIME_MAX_LAYERS * 600 + 4200];
+    char lower[RUNTIME_MAX_LOWER_LAYERS * 600 + 4200];
     build_lowers(status_fd, spec, owner, lower, sizeof(lower));
     /* metacopy=off: a copied-up file's data is in the upper layer, always (a snapshot copies
      * that layer alone, layer_copy.h). */
@@ -308,6 +349,7 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     child_mount(status_fd, "cove-root", "root", "overlay", MS_NOSUID, opts);
     if (chdir("root") < 0)
         child_fail(status_fd, "chdir root");
+    plain_paths(status_fd, spec);
 
     if (spec->host_os) {
         child_mkdir(status_fd, "usr", 0755);

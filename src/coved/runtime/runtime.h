@@ -70,6 +70,9 @@ struct runtime {
 
 /* At most this many snapshot layers under a sandbox's writable layer. */
 #define RUNTIME_MAX_LAYERS 16
+/* At most this many lower layers in all over a template's root (snapshots' and an image's):
+ * overlayfs stacks up to 500. */
+#define RUNTIME_MAX_LOWER_LAYERS 160
 
 /* At most this many volumes per sandbox. */
 #define RUNTIME_MAX_VOLUMES 16
@@ -93,10 +96,15 @@ struct runtime_spec {
     /* Snapshot layers (snapshot.h) over the template, the topmost first: directories whose
      * files are owned like a template's. */
     const char *const *layers;
-    size_t layer_count;      /* at most RUNTIME_MAX_LAYERS */
+    size_t layer_count;      /* at most RUNTIME_MAX_LOWER_LAYERS */
     bool host_os;            /* bind the host's /usr read-only (the `base` template) */
     char *const *entrypoint; /* NULL-terminated argv, or NULL */
     char *const *env;        /* NULL-terminated KEY=VALUE list */
+    /* An image's config: the user its processes run as (USER[:GROUP], names or numbers, as
+     * the sandbox's /etc/passwd and /etc/group tell) and their working directory (made if
+     * missing), or NULL. */
+    const char *user;
+    const char *workdir;
     const char *prestart;    /* language whose kernel the agent starts at once, or NULL */
     struct cgroup_limits limits;
     int64_t disk_bytes;       /* cap of the writable layer */

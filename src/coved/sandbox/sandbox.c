@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "coved/egress/egress.h"
+#include "coved/image/image.h"
 #include "coved/sandbox/health.h"
 #include "coved/sandbox/volume.h"
 #include "coved/store/store.h"
@@ -38,7 +39,13 @@ struct sandbox_manager {
     size_t ended_head, ended_count, ended_max;
     int64_t retention_ms;
     struct volume_registry *volumes;
+    struct image_store *images;
 };
+
+void sandbox_manager_set_images(struct sandbox_manager *mgr, struct image_store *images)
+{
+    mgr->images = images;
+}
 
 int64_t sandbox_now_ms(void)
 {
@@ -66,10 +73,14 @@ int sandbox_check(const struct sandbox *sb, enum sandbox_action action, struct c
     return sandbox_state_check(sb->state, action, sb->id, sb->message, err);
 }
 
+static void start_args_free(struct sandbox_start_args *a);
+
 static void sandbox_free(struct sandbox *sb)
 {
     if (sb == NULL)
         return;
+    image_wait_cancel(sb->pulling);
+    start_args_free(sb->start_args);
     sandbox_health_forget(sb);
     if (sb->agent_log)
         event_free(sb->agent_log);
@@ -439,6 +450,10 @@ static int watch_exit(struct sandbox_manager *mgr, struct sandbox *sb);
 /* Ends a Pending sandbox's set-up: its process, its cgroups, its event. */
 static void start_cancel(struct sandbox_manager *mgr, struct sandbox *sb)
 {
+    image_wait_cancel(sb->pulling);
+    sb->pulling = NULL;
+    start_args_free(sb->start_args);
+    sb->start_args = NULL;
     if (sb->start_event != NULL)
         event_free(sb->start_event);
     sb->start_event = NULL;
@@ -553,6 +568,165 @@ static void on_start_progress(evutil_socket_t fd, short what, void *arg)
     cove_error_free(err);
 }
 
+/* What a start needs of the create request beyond what the sandbox keeps: held while its
+ * image is pulled. It owns the policy's reference and the volumes' mounts. */
+struct sandbox_start_args {
+    struct cgroup_limits cgroup;
+    int64_t disk_bytes;
+    enum runtime_layer layer;
+    uint64_t nofile_soft, nofile_hard;
+    const struct egress_policy *policy;
+    struct runtime_volume mounts[RUNTIME_MAX_VOLUMES];
+    size_t volume_count;
+    char **layers; /* snapshot layers (borrowed from the request: only for an immediate start) */
+    size_t layer_count;
+};
+
+static void start_args_free(struct sandbox_start_args *a)
+{
+    if (a == NULL)
+        return;
+    volume_mounts_close(a->mounts, a->volume_count);
+    egress_policy_unref(a->policy);
+    free(a);
+}
+
+/* An image's config (template.h's image_config) where the request left things out: its Env
+ * under the request's, its Entrypoint and Cmd when the request gave no entrypoint. */
+static int apply_image_config(struct sandbox *sb, const struct template *t,
+                              struct cove_error **err)
+{
+    json_t *config = t->image_config;
+    if (config == NULL) {
+        if (sb->entrypoint == NULL)
+            return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                  "entrypoint must be a non-empty array of strings");
+        return 0;
+    }
+    json_t *env = json_object();
+    size_t i;
+    json_t *kv;
+    json_array_foreach(json_object_get(config, "env"), i, kv)
+    {
+        const char *text = json_string_value(kv);
+        const char *eq = text != NULL ? strchr(text, '=') : NULL;
+        if (eq == NULL || eq == text || (size_t)(eq - text) > 255)
+            continue;
+        char key[256];
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - text), text);
+        json_object_set_new(env, key, json_string(eq + 1));
+    }
+    json_object_update(env, sb->env);
+    json_decref(sb->env);
+    sb->env = env;
+    if (sb->entrypoint == NULL) {
+        json_t *argv = json_array();
+        json_array_extend(argv, json_object_get(config, "entrypoint"));
+        json_array_extend(argv, json_object_get(config, "cmd"));
+        sb->entrypoint = argv;
+    }
+    if (sb->env == NULL || sb->entrypoint == NULL)
+        return cove_error_sys(err, "the image's config");
+    return 0;
+}
+
+static char **spec_layers(const struct sandbox_start_args *a, const struct template *t)
+{
+    char **layers = calloc(a->layer_count + t->image_layer_count + 1, sizeof(char *));
+    if (layers == NULL)
+        return NULL;
+    for (size_t i = 0; i < a->layer_count; i++)
+        layers[i] = a->layers[i];
+    for (size_t i = 0; i < t->image_layer_count; i++)
+        layers[a->layer_count + i] = t->image_layers[i];
+    return layers;
+}
+
+/* Starts the set-up of a registered or about-to-be-registered sandbox from its template. */
+static int start_sandbox(struct sandbox_manager *mgr, struct sandbox *sb,
+                         struct sandbox_start_args *a, struct cove_error **err)
+{
+    const struct template *t = sb->template;
+    if (apply_image_config(sb, t, err) < 0)
+        return -1;
+    const char *workdir = json_string_value(json_object_get(t->image_config, "workingDir"));
+    const char *user = json_string_value(json_object_get(t->image_config, "user"));
+    char **env = sandbox_build_env(sb);
+    char **argv = build_argv(sb->entrypoint);
+    char **layers = spec_layers(a, t);
+    struct runtime_spec spec = {
+        .id = sb->id,
+        .run_dir = sb->run_dir,
+        .rootfs = t->rootfs,
+        .layers = (const char *const *)layers,
+        .layer_count = a->layer_count + t->image_layer_count,
+        .host_os = t->host_os,
+        .prestart = t->prestart,
+        .entrypoint = argv,
+        .env = env,
+        .workdir = workdir != NULL && workdir[0] ? workdir : NULL,
+        .user = user != NULL && user[0] ? user : NULL,
+        .limits = a->cgroup,
+        .disk_bytes = a->disk_bytes,
+        .layer = a->layer,
+        .host_id_base = id_range_host_base(sb->id_slot),
+        .nofile_soft = a->nofile_soft,
+        .nofile_hard = a->nofile_hard,
+        .ca_bundle =
+            sb->credential_proxy && mgr->egress ? egress_ca_bundle_path(mgr->egress) : NULL,
+        .volumes = a->mounts,
+        .volume_count = a->volume_count,
+    };
+    int rc = (env && argv && layers) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
+                                     : cove_error_sys(err, "calloc");
+    volume_mounts_close(a->mounts, a->volume_count); /* the set-up child has its copies */
+    a->volume_count = 0;
+    /* Its sockets exist before anything of the sandbox runs: the child is still being set up. */
+    if (rc == 0 && mgr->egress != NULL && a->policy != NULL &&
+        (rc = egress_sandbox_open(mgr->egress, sb->id, runtime_start_pid(sb->starting), a->policy,
+                                  sb->credential_proxy, &sb->egress, err)) < 0 &&
+        err != NULL && *err != NULL) /* its set-up child died early, say */
+        snprintf((*err)->code, sizeof((*err)->code), "SANDBOX::START_FAILED");
+    free_strv(env, true);
+    free_strv(argv, false);
+    free(layers);
+    if (rc == 0) {
+        struct timeval limit = {.tv_sec = START_TIMEOUT_S};
+        int fd = runtime_start_fd(sb->starting);
+        sb->start_event = event_new(mgr->base, fd, EV_READ | EV_PERSIST, on_start_progress, sb);
+        if (sb->start_event == NULL || event_add(sb->start_event, &limit) < 0)
+            rc = cove_error_set(err, ENOMEM, 500, "COVE::INTERNAL", "cannot watch a sandbox start");
+    }
+    return rc;
+}
+
+static void on_image_progress(const char *description, void *arg)
+{
+    struct sandbox *sb = arg;
+    set_state(sb, SANDBOX_PENDING, "IMAGE_PULLING", description);
+}
+
+static void on_image_pulled(const struct template *t, const struct cove_error *why, void *arg)
+{
+    struct sandbox *sb = arg;
+    struct sandbox_manager *mgr = sb->manager;
+    sb->pulling = NULL; /* the wait is over and freed */
+    struct sandbox_start_args *a = sb->start_args;
+    sb->start_args = NULL;
+    struct cove_error *err = NULL;
+    if (t == NULL) {
+        create_failed(mgr, sb, why);
+    } else {
+        sb->template = template_ref(t);
+        set_state(sb, SANDBOX_PENDING, "provisioning", "sandbox is being created");
+        if (start_sandbox(mgr, sb, a, &err) < 0) {
+            create_failed(mgr, sb, err);
+            cove_error_free(err);
+        }
+    }
+    start_args_free(a);
+}
+
 int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
                    sandbox_created_fn done, void *arg, struct cove_error **err)
 {
@@ -560,12 +734,19 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     if (file_budget_limits(&mgr->rt->files, req->cgroup.pids_max, req->nofile, &nofile_soft,
                            &nofile_hard, err) < 0)
         return -1;
+    if (req->template == NULL && (req->pull_reference == NULL || mgr->images == NULL))
+        return cove_error_set(err, 0, 400, "SANDBOX::IMAGE_NOT_FOUND", "no image to start from");
     struct sandbox *sb = calloc(1, sizeof(*sb));
-    if (sb == NULL)
+    struct sandbox_start_args *a = calloc(1, sizeof(*a));
+    if (sb == NULL || a == NULL) {
+        free(sb);
+        free(a);
         return cove_error_sys(err, "calloc");
+    }
     sb->id_slot = ID_RANGE_NO_SLOT;
     if (!mgr->rt->shared_ids && id_range_pool_take(&mgr->id_ranges, &sb->id_slot, err) < 0) {
         free(sb);
+        free(a);
         return -1;
     }
     sb->proc.log_fd = sb->proc.pidfd = -1;
@@ -574,13 +755,14 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->created_arg = arg;
     new_id(sb->id, sizeof(sb->id) < 17 ? sizeof(sb->id) : 17);
     snprintf(sb->owner, sizeof(sb->owner), "%s", req->owner);
-    snprintf(sb->template_name, sizeof(sb->template_name), "%s", req->template->name);
+    snprintf(sb->template_name, sizeof(sb->template_name), "%s",
+             req->template != NULL ? req->template->name : req->pull_reference);
     sb->template = template_ref(req->template);
     sb->created_ms = sandbox_now_ms();
     sb->expires_ms = req->timeout_s > 0 ? sb->created_ms + req->timeout_s * 1000 : 0;
     sb->renew_on_access_s = req->renew_on_access_s;
-    sb->entrypoint = json_incref(req->entrypoint);
-    sb->env = req->env ? json_incref(req->env) : json_object();
+    sb->entrypoint = req->entrypoint != NULL ? json_incref(req->entrypoint) : NULL;
+    sb->env = req->env ? json_deep_copy(req->env) : json_object();
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
     sb->layer = runtime_layer_resolve(mgr->rt, req->layer);
@@ -592,63 +774,47 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     if (req->snapshot_id != NULL)
         snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s", req->snapshot_id);
     set_state(sb, SANDBOX_PENDING, "provisioning", "sandbox is being created");
+    *a = (struct sandbox_start_args){
+        .cgroup = req->cgroup,
+        .disk_bytes = req->disk_bytes,
+        .layer = req->layer,
+        .nofile_soft = nofile_soft,
+        .nofile_hard = nofile_hard,
+        .policy = egress_policy_ref(policy),
+        .layers = req->layers,
+        .layer_count = req->layer_count,
+    };
 
     if (req->volume_count > 0)
         sb->volumes = json_incref(req->volumes);
-    struct runtime_volume mounts[RUNTIME_MAX_VOLUMES];
     if (req->volume_count > 0 &&
         (mgr->volumes == NULL ||
          volume_registry_attach(mgr->volumes, sb->owner, sb->id, req->volume_specs,
-                                req->volume_count, mounts, err) < 0)) {
+                                req->volume_count, a->mounts, err) < 0)) {
         if (mgr->volumes == NULL)
             cove_error_set(err, 0, 400, "VOLUME::UNSUPPORTED", "volumes are off in this coved");
         id_range_pool_release(&mgr->id_ranges, sb->id_slot);
+        start_args_free(a);
         sandbox_free(sb);
         return -1;
     }
-    char **env = sandbox_build_env(sb);
-    char **argv = build_argv(sb->entrypoint);
-    struct runtime_spec spec = {
-        .id = sb->id,
-        .run_dir = sb->run_dir,
-        .rootfs = req->template->rootfs,
-        .layers = (const char *const *)req->layers,
-        .layer_count = req->layer_count,
-        .host_os = req->template->host_os,
-        .prestart = req->template->prestart,
-        .entrypoint = argv,
-        .env = env,
-        .limits = req->cgroup,
-        .disk_bytes = req->disk_bytes,
-        .layer = req->layer,
-        .host_id_base = id_range_host_base(sb->id_slot),
-        .nofile_soft = nofile_soft,
-        .nofile_hard = nofile_hard,
-        .ca_bundle =
-            sb->credential_proxy && mgr->egress ? egress_ca_bundle_path(mgr->egress) : NULL,
-        .volumes = mounts,
-        .volume_count = req->volume_count,
-    };
-    int rc = (env && argv) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
-                           : cove_error_sys(err, "calloc");
-    volume_mounts_close(mounts, req->volume_count); /* the set-up child has its copies */
-    /* Its sockets exist before anything of the sandbox runs: the child is still being set up. */
-    if (rc == 0 && mgr->egress != NULL && policy != NULL &&
-        (rc = egress_sandbox_open(mgr->egress, sb->id, runtime_start_pid(sb->starting), policy,
-                                  sb->credential_proxy, &sb->egress, err)) < 0 &&
-        err != NULL && *err != NULL) /* its set-up child died early, say */
-        snprintf((*err)->code, sizeof((*err)->code), "SANDBOX::START_FAILED");
-    free_strv(env, true);
-    free_strv(argv, false);
-    if (rc == 0) {
-        struct timeval limit = {.tv_sec = START_TIMEOUT_S};
-        int fd = runtime_start_fd(sb->starting);
-        sb->start_event = event_new(mgr->base, fd, EV_READ | EV_PERSIST, on_start_progress, sb);
-        if (sb->start_event == NULL || event_add(sb->start_event, &limit) < 0)
-            rc = cove_error_set(err, ENOMEM, 500, "COVE::INTERNAL", "cannot watch a sandbox start");
+    a->volume_count = req->volume_count;
+    int rc;
+    if (sb->template != NULL) {
+        rc = start_sandbox(mgr, sb, a, err);
+    } else {
+        /* Listed as Pending while its image is pulled; the start follows (on_image_pulled). */
+        a->layers = NULL;
+        a->layer_count = 0;
+        sb->start_args = a;
+        set_state(sb, SANDBOX_PENDING, "IMAGE_PULLING", "pulling its image");
+        rc = image_pull(mgr->images, req->pull_reference, req->pull_credentials, on_image_pulled,
+                        on_image_progress, sb, &sb->pulling, err);
+        a = NULL;
     }
     if (rc == 0)
         rc = registry_add(mgr, sb, err);
+    start_args_free(a);
     if (rc < 0) {
         start_cancel(mgr, sb);
         egress_sandbox_close(sb->egress);
@@ -780,7 +946,7 @@ int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *
     if (sandbox_check(sb, SANDBOX_ACTION_DELETE, err) < 0)
         return -1;
     note_end(sb, reason);
-    if (sb->starting != NULL) {
+    if (sb->starting != NULL || sb->pulling != NULL) {
         remember_end(mgr, sb);
         struct cove_error *why = NULL;
         cove_error_set(&why, 0, 409, "SANDBOX::DELETED",

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "coved/image/registry.h"
 #include "coved/runtime/runtime.h"
 #include "coved/sandbox/state.h"
 #include "coved/sandbox/template.h"
@@ -18,6 +19,9 @@ struct egress_policy;
 struct egress_sandbox;
 struct volume_spec;
 struct volume_registry;
+struct image_store;
+struct image_wait;
+struct sandbox_start_args;
 
 #define SANDBOX_ID_SIZE 24
 
@@ -82,6 +86,9 @@ struct sandbox {
     char snapshot_id[SANDBOX_ID_SIZE];
     /* While a snapshot of it is being taken (it is frozen then): no pause or resume. */
     bool snapshotting;
+    /* While Pending on its image's pull (image.h): the wait, and what the start then needs. */
+    struct image_wait *pulling;
+    struct sandbox_start_args *start_args;
 };
 
 /* A sandbox that ended (deleted, expired, or deleted after it failed), remembered for a
@@ -125,6 +132,11 @@ struct sandbox_request {
     const char *snapshot_id;
     char **layers;
     size_t layer_count;
+    /* template NULL: the image to pull first (image.h), and the credentials for it (NULL: the
+     * auth file's). */
+    const char *pull_reference;
+    const struct registry_credentials *pull_credentials;
+    struct registry_credentials credentials; /* where the API keeps image.auth */
 };
 
 struct sandbox_manager;
@@ -147,6 +159,8 @@ void sandbox_foreach_ended(struct sandbox_manager *mgr, const char *owner,
                            void (*fn)(const struct sandbox_ended *ended, void *arg), void *arg);
 /* Why a sandbox ended (struct sandbox_ended's reason) in words: "its expiration time passed". */
 const char *sandbox_end_explained(const char *reason);
+/* Images pulled for creates from here on (NULL: a create needs a present template). */
+void sandbox_manager_set_images(struct sandbox_manager *mgr, struct image_store *images);
 /* Volumes for every sandbox from here on (before restore); NULL: every volume is refused. */
 void sandbox_manager_set_volumes(struct sandbox_manager *mgr, struct volume_registry *volumes);
 /* Re-adopts the sandboxes the store knows: running ones keep running, gone ones are Failed. */

@@ -205,11 +205,25 @@ const struct template *template_ref(const struct template *t)
     return t;
 }
 
+/* What an image's template owns beyond itself. */
+static void template_fields_free(struct template *t)
+{
+    for (size_t i = 0; i < t->image_layer_count; i++)
+        free(t->image_layers[i]);
+    free(t->image_layers);
+    json_decref(t->image_config);
+    t->image_layers = NULL;
+    t->image_layer_count = 0;
+    t->image_config = NULL;
+}
+
 void template_unref(const struct template *t)
 {
     struct template *mutable = (struct template *)t;
-    if (mutable != NULL && --mutable->refs == 0)
+    if (mutable != NULL && --mutable->refs == 0) {
+        template_fields_free(mutable);
         free(mutable);
+    }
 }
 
 static struct template *template_new(const struct template *fields)
@@ -222,16 +236,20 @@ static struct template *template_new(const struct template *fields)
     return t;
 }
 
+/* Takes what fields owns (an image's layers and config), even on error. */
 static int registry_append(struct template_registry *reg, const struct template *fields,
                            struct cove_error **err)
 {
     struct template **items = realloc(reg->items, (reg->count + 1) * sizeof(*items));
-    if (items == NULL)
-        return cove_error_sys(err, "realloc");
+    struct template *t = items != NULL ? template_new(fields) : NULL;
+    if (t == NULL) {
+        struct template copy = *fields;
+        template_fields_free(&copy);
+        if (items != NULL)
+            reg->items = items;
+        return cove_error_sys(err, "allocate a template");
+    }
     reg->items = items;
-    struct template *t = template_new(fields);
-    if (t == NULL)
-        return cove_error_sys(err, "malloc");
     reg->items[reg->count++] = t;
     return 0;
 }
@@ -476,9 +494,24 @@ static void registry_reload(struct template_registry *reg)
     }
 }
 
+const struct template *template_find(struct template_registry *reg, const char *name)
+{
+    return template_ref(registry_find(reg, name));
+}
+
+void template_foreach(struct template_registry *reg,
+                      void (*fn)(const struct template *t, void *arg), void *arg)
+{
+    for (size_t i = 0; i < reg->count; i++)
+        fn(reg->items[i], arg);
+}
+
 const struct template *template_resolve(struct template_registry *reg, const char *uri,
                                         struct cove_error **err)
 {
+    const struct template *exact = registry_find(reg, uri);
+    if (exact != NULL)
+        return template_ref(exact);
     char name[TEMPLATE_NAME_SIZE + 8];
     snprintf(name, sizeof(name), "%s", uri);
     size_t len = strlen(name);
@@ -508,10 +541,46 @@ const struct template *template_resolve(struct template_registry *reg, const cha
 int template_registry_add(struct template_registry *reg, const struct template *t,
                           struct cove_error **err)
 {
-    if (registry_find(reg, t->name) != NULL)
+    if (registry_find(reg, t->name) != NULL) {
+        struct template copy = *t;
+        template_fields_free(&copy);
         return cove_error_set(err, 0, 409, "TEMPLATE::EXISTS", "template %s already exists",
                               t->name);
+    }
     return registry_append(reg, t, err);
+}
+
+int template_registry_put(struct template_registry *reg, const struct template *t,
+                          struct cove_error **err)
+{
+    ssize_t i = registry_index(reg, t->name);
+    if (i < 0)
+        return registry_append(reg, t, err);
+    struct template *fresh = template_new(t);
+    if (fresh == NULL) {
+        struct template copy = *t;
+        template_fields_free(&copy);
+        return cove_error_sys(err, "allocate a template");
+    }
+    template_unref(reg->items[i]);
+    reg->items[i] = fresh;
+    return 0;
+}
+
+int template_registry_drop(struct template_registry *reg, const char *name,
+                           struct cove_error **err)
+{
+    ssize_t i = registry_index(reg, name);
+    if (i < 0)
+        return 0;
+    struct template *t = reg->items[i];
+    if (t->refs > 1)
+        return cove_error_set(err, 0, 409, "IMAGE::IN_USE", "image %s is in use by a sandbox",
+                              name);
+    memmove(&reg->items[i], &reg->items[i + 1], (reg->count - (size_t)i - 1) * sizeof(*reg->items));
+    reg->count--;
+    template_unref(t);
+    return 0;
 }
 
 int template_remove(struct template_registry *reg, const char *name, struct cove_error **err)
@@ -523,6 +592,10 @@ int template_remove(struct template_registry *reg, const char *name, struct cove
     if (i < 0)
         return cove_error_set(err, 0, 404, "TEMPLATE::NOT_FOUND", "template %.64s not found", name);
     struct template *t = reg->items[i];
+    if (t->image_id[0])
+        return cove_error_set(err, 0, 409, "TEMPLATE::IS_IMAGE",
+                              "template %s is an image's: remove the image (DELETE /v1/images/%s)",
+                              name, t->image_id);
     if (t->refs > 1)
         return cove_error_set(err, 0, 409, "TEMPLATE::IN_USE", "template %s is in use by a sandbox",
                               name);
@@ -548,8 +621,12 @@ int template_remove(struct template_registry *reg, const char *name, struct cove
 
 json_t *template_to_json(const struct template *t)
 {
-    return json_pack("{s:s, s:b, s:s*}", "name", t->name, "hostOs", t->host_os, "prestart",
-                     t->prestart[0] ? t->prestart : NULL);
+    json_t *j = json_pack("{s:s, s:b, s:s*}", "name", t->name, "hostOs", t->host_os, "prestart",
+                          t->prestart[0] ? t->prestart : NULL);
+    if (j != NULL && t->image_id[0])
+        json_object_set_new(j, "image", json_pack("{s:s, s:I}", "id", t->image_id, "layers",
+                                                  (json_int_t)t->image_layer_count + 1));
+    return j;
 }
 
 json_t *template_list_json(struct template_registry *reg)

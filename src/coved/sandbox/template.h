@@ -14,7 +14,11 @@
 
 #include "lib/error.h"
 
-#define TEMPLATE_NAME_SIZE 64
+/* Room for any name a template is known by: an OCI image's canonical reference (image.h)
+ * such as "127.0.0.1:5000/team/env:v3" too. Names of templates registered from a directory
+ * or an archive are shorter (template_name_valid). */
+#define TEMPLATE_NAME_SIZE 512
+#define TEMPLATE_PLAIN_NAME_MAX 63
 #define TEMPLATE_BASE "base"
 #define TEMPLATE_CODE_INTERPRETER "code-interpreter"
 
@@ -27,6 +31,13 @@ struct template
      * sandbox, so its first run_code does not wait for it; "" for none. template.json
      * "prestart"; `code-interpreter` has "python". */
     char prestart[32];
+    /* An OCI image's template (image.h): its id (the manifest digest's hex), rootfs is its
+     * bottom layer and these the others' roots, the topmost first; its config ({"env",
+     * "entrypoint", "cmd", "workingDir", "user"}). Owned by the template. Else "", NULL, 0. */
+    char image_id[65];
+    char **image_layers;
+    size_t image_layer_count;
+    json_t *image_config;
     unsigned refs; /* template_ref / template_unref only */
 };
 
@@ -53,7 +64,8 @@ const struct template *template_resolve(struct template_registry *reg, const cha
 const struct template *template_ref(const struct template *t);
 void template_unref(const struct template *t); /* NULL is ignored */
 /* Adds an imported template whose directory (rootfs/ and template.json) is already in place
- * at STATE/templates/NAME; the registry takes its own reference. */
+ * at STATE/templates/NAME, or an image's (image.h: in memory only); the registry takes its
+ * own reference, and owns t's image_layers and image_config from here on, even on error. */
 int template_registry_add(struct template_registry *reg, const struct template *t,
                           struct cove_error **err);
 /* True while a registered template has that name. */
@@ -62,6 +74,18 @@ bool template_registry_has(struct template_registry *reg, const char *name);
 int template_registry_reserve(struct template_registry *reg, const char *name,
                               struct cove_error **err);
 void template_registry_release(struct template_registry *reg, const char *name);
+/* Registers t (an image's) under its name in place of the template that had it, if any
+ * (whoever holds that one keeps it); takes what t owns, even on error. */
+int template_registry_put(struct template_registry *reg, const struct template *t,
+                          struct cove_error **err);
+/* An image's template (image_id set) is only unregistered: 0, or 409 while held elsewhere. */
+int template_registry_drop(struct template_registry *reg, const char *name,
+                           struct cove_error **err);
+/* The registered template of that exact name (no alias, no ":latest"), with a reference. */
+const struct template *template_find(struct template_registry *reg, const char *name);
+/* Calls fn for every registered template. */
+void template_foreach(struct template_registry *reg,
+                      void (*fn)(const struct template *t, void *arg), void *arg);
 /* Unregisters a template and deletes its files: 404 if unknown, 409 for a built-in one or
  * while anyone else holds a reference. */
 int template_remove(struct template_registry *reg, const char *name, struct cove_error **err);
@@ -73,7 +97,7 @@ json_t *template_to_json(const struct template *t);
 static inline bool template_name_valid(const char *name)
 {
     size_t len = strlen(name);
-    if (len == 0 || len >= TEMPLATE_NAME_SIZE)
+    if (len == 0 || len > TEMPLATE_PLAIN_NAME_MAX)
         return false;
     for (size_t i = 0; i < len; i++) {
         char c = name[i];
