@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/mount.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
 
@@ -106,6 +107,58 @@ static void test_basic_tree(enum tar_filter filter)
     close(dir);
 }
 
+/* What a real overlay shows of the layer in dir above a lower with the names it removes. */
+static void check_through_overlay(int dir)
+{
+    char lower[256], merged[256], layer[64], options[700];
+    close(fresh_dir(top, merged, sizeof(merged)));
+    int low = fresh_dir(top, lower, sizeof(lower));
+    const char *lower_files[] = {"etc/passwd",    "opt/app/old", "srv/keep/old", "srv/gone/old",
+                                 "srv/other/old", "srv/same",    "srv/lower"};
+    for (size_t i = 0; i < sizeof(lower_files) / sizeof(lower_files[0]); i++) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", lower, lower_files[i]);
+        for (char *slash = strchr(path + strlen(lower) + 1, '/'); slash != NULL;
+             slash = strchr(slash + 1, '/')) {
+            *slash = '\0';
+            mkdir(path, 0755);
+            *slash = '/';
+        }
+        close(open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    }
+    close(low);
+    snprintf(layer, sizeof(layer), "/proc/self/fd/%d", dir);
+    char layer_path[256] = {0};
+    CHECK(readlink(layer, layer_path, sizeof(layer_path) - 1) > 0);
+    snprintf(options, sizeof(options), "lowerdir=%s:%s", layer_path, lower);
+    if (mount("overlay", merged, "overlay", MS_RDONLY, options) < 0) {
+        fprintf(stderr, "  (no overlay mount here: %s; the overlay check skipped)\n",
+                strerror(errno));
+        return;
+    }
+    struct {
+        const char *path;
+        bool present;
+    } want[] = {
+        {"etc/passwd", false},   {"opt/app/old", false},   {"opt/app/new", true},
+        {"srv/keep/old", false}, {"srv/keep/file", true},  {"srv/gone/old", false},
+        {"srv/gone", true},      {"srv/other/old", false}, {"srv/other/x", true},
+        {"srv/same", true},      {"srv/lower", true},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        char path[512];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", merged, want[i].path);
+        bool present = lstat(path, &st) == 0;
+        if (present != want[i].present)
+            fprintf(stderr, "overlay: %s is %s\n", want[i].path, present ? "there" : "gone");
+        CHECK(present == want[i].present);
+    }
+    CHECK(strcmp(slurp(AT_FDCWD, strcat(merged, "/srv/same")), "s") == 0);
+    merged[strlen(merged) - strlen("/srv/same")] = '\0';
+    CHECK(umount(merged) == 0);
+}
+
 static void test_whiteouts(void)
 {
     struct tar_build t;
@@ -141,6 +194,7 @@ static void test_whiteouts(void)
     CHECK(!has_opaque(dir, "srv"));
     CHECK(fstatat(dir, ".wh..wh.plnk", &st, AT_SYMLINK_NOFOLLOW) < 0);
     CHECK(fstatat(dir, "plnk", &st, AT_SYMLINK_NOFOLLOW) < 0);
+    check_through_overlay(dir);
     close(dir);
 }
 
