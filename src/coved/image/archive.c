@@ -224,6 +224,40 @@ static bool platform_matches(const json_t *desc)
     return os != NULL && arch != NULL && strcmp(os, "linux") == 0 && strcmp(arch, HOST_ARCH) == 0;
 }
 
+/* Each layer of a manifest checked by check, which gives its path: a NULL-terminated array. */
+static int layer_paths(struct parser *p, const json_t *layers,
+                       int (*check)(struct parser *p, const json_t *layer, char *path, size_t size),
+                       char ***out)
+{
+    size_t n = json_array_size(layers);
+    char **paths = calloc(n + 1, sizeof(char *));
+    if (paths == NULL)
+        return cove_error_sys(p->err, "calloc");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char path[512];
+        if (check(p, json_array_get(layers, i), path, sizeof(path)) < 0)
+            rc = -1;
+        else if ((paths[i] = strdup(path)) == NULL)
+            rc = cove_error_sys(p->err, "strdup");
+    }
+    if (rc < 0) {
+        free_strings(paths, n);
+        return -1;
+    }
+    *out = paths;
+    return 0;
+}
+
+/* An OCI layer descriptor: its blob there and what its digest says. */
+static int oci_layer(struct parser *p, const json_t *layer, char *path, size_t size)
+{
+    char hex[65];
+    if (digest_hex(p, json_string_value(json_object_get(layer, "digest")), hex) < 0)
+        return -1;
+    return check_blob(p, hex, path, size);
+}
+
 static int oci_manifest(struct parser *p, const json_t *manifest, const char *digest,
                         const char *reference, const char *tag)
 {
@@ -235,22 +269,11 @@ static int oci_manifest(struct parser *p, const json_t *manifest, const char *di
     if (digest_hex(p, json_string_value(json_object_get(config, "digest")), hex) < 0 ||
         check_blob(p, hex, config_path, sizeof(config_path)) < 0)
         return -1;
+    char **paths;
     size_t n = json_array_size(layers);
-    char **paths = calloc(n + 1, sizeof(char *));
-    if (paths == NULL)
-        return cove_error_sys(p->err, "calloc");
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        char path[128];
-        const json_t *layer = json_array_get(layers, i);
-        if (digest_hex(p, json_string_value(json_object_get(layer, "digest")), hex) < 0 ||
-            check_blob(p, hex, path, sizeof(path)) < 0)
-            rc = -1;
-        else if ((paths[i] = strdup(path)) == NULL)
-            rc = cove_error_sys(p->err, "strdup");
-    }
-    if (rc == 0)
-        rc = add_entry(p, reference, tag, config_path, digest, paths, n);
+    if (layer_paths(p, layers, oci_layer, &paths) < 0)
+        return -1;
+    int rc = add_entry(p, reference, tag, config_path, digest, paths, n);
     free_strings(paths, n);
     return rc;
 }
@@ -293,6 +316,23 @@ static int oci_descriptor(struct parser *p, const json_t *desc, const char *refe
     return rc;
 }
 
+/* An image manifest's or index's media type (or none given: the blob says what it is). */
+static bool image_media_type(const char *type)
+{
+    static const char *const types[] = {
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    };
+    if (type == NULL)
+        return true;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (strcmp(type, types[i]) == 0)
+            return true;
+    return false;
+}
+
 static int oci_layout(struct parser *p, json_t *layout)
 {
     const char *version = json_string_value(json_object_get(layout, "imageLayoutVersion"));
@@ -317,6 +357,8 @@ static int oci_layout(struct parser *p, json_t *layout)
             break;
         if (json_object_get(desc, "platform") != NULL && !platform_matches(desc))
             continue; /* another platform's image, listed directly */
+        if (!image_media_type(json_string_value(json_object_get(desc, "mediaType"))))
+            continue; /* a signature, an SBOM ...: not an image */
         const json_t *annotations = json_object_get(desc, "annotations");
         const char *full =
             json_string_value(json_object_get(annotations, "io.containerd.image.name"));
@@ -368,6 +410,16 @@ static int docker_file(struct parser *p, const char *path, char actual[65])
     return 0;
 }
 
+static int docker_layer(struct parser *p, const json_t *layer, char *path, size_t size)
+{
+    char hex[65];
+    const char *name = json_string_value(layer);
+    if (docker_file(p, name, hex) < 0)
+        return -1;
+    snprintf(path, size, "%s", name);
+    return 0;
+}
+
 static int docker_image(struct parser *p, const json_t *image)
 {
     const char *config = json_string_value(json_object_get(image, "Config"));
@@ -381,18 +433,11 @@ static int docker_image(struct parser *p, const json_t *image)
     if (docker_file(p, config, hex) < 0)
         return -1;
     snprintf(digest, sizeof(digest), "sha256:%s", hex);
+    char **paths;
     size_t n = json_array_size(layers);
-    char **paths = calloc(n + 1, sizeof(char *));
-    if (paths == NULL)
-        return cove_error_sys(p->err, "calloc");
+    if (layer_paths(p, layers, docker_layer, &paths) < 0)
+        return -1;
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        const char *path = json_string_value(json_array_get(layers, i));
-        if (docker_file(p, path, hex) < 0)
-            rc = -1;
-        else if ((paths[i] = strdup(path)) == NULL)
-            rc = cove_error_sys(p->err, "strdup");
-    }
     size_t tag_count = json_array_size(tags);
     for (size_t i = 0; i < tag_count && rc == 0; i++) {
         const char *tag = json_string_value(json_array_get(tags, i));

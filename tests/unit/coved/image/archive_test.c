@@ -110,8 +110,9 @@ static int oci_layout(struct oci_blobs *b, bool corrupt, bool missing_layer)
              "\"digest\":\"sha256:%s\",\"annotations\":{\"org.opencontainers.image.ref.name\":"
              "\"2\",\"io.containerd.image.name\":\"docker.io/library/x:2\"}},"
              "{\"digest\":\"sha256:%s\",\"platform\":{\"os\":\"linux\",\"architecture\":"
-             "\"s390x\"}}]}",
-             b->index, b->single, b->arm64);
+             "\"s390x\"}},"
+             "{\"mediaType\":\"application/vnd.example.signature\",\"digest\":\"sha256:%s\"}]}",
+             b->index, b->single, b->arm64, b->layer1);
     tar_file(&t, "index.json", doc);
     return tar_end(&t);
 }
@@ -246,6 +247,16 @@ static void test_refused(void)
     tar_begin(&t, TAR_PLAIN);
     tar_file(&t, "manifest.json", "[{\"Config\":");
     CHECK(strcmp(read_archive(tar_end(&t), &e, &n), "IMAGE::BAD_ARCHIVE") == 0);
+    /* an altered manifest blob */
+    char hex[65], doc[512];
+    sha256_of("{\"config\":{},\"layers\":[]}", hex);
+    tar_begin(&t, TAR_PLAIN);
+    tar_file(&t, "oci-layout", "{\"imageLayoutVersion\":\"1.0.0\"}");
+    snprintf(doc, sizeof(doc), "blobs/sha256/%s", hex);
+    tar_file(&t, doc, "{\"config\":{},\"layers\":[{}]}");
+    snprintf(doc, sizeof(doc), "{\"manifests\":[{\"digest\":\"sha256:%s\"}]}", hex);
+    tar_file(&t, "index.json", doc);
+    CHECK(strcmp(read_archive(tar_end(&t), &e, &n), "IMAGE::DIGEST_MISMATCH") == 0);
     tar_begin(&t, TAR_PLAIN);
     tar_file(&t, "oci-layout", "{\"imageLayoutVersion\":\"2.0.0\"}");
     CHECK(strcmp(read_archive(tar_end(&t), &e, &n), "IMAGE::UNSUPPORTED") == 0);
