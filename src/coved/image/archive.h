@@ -18,9 +18,10 @@
 
 /* Extracts the archive read from archive_fd into dest_fd, an empty directory: directories and
  * regular files only, owned by root, set-id bits dropped; a hard link to a regular file earlier
- * in the archive is a hard link; symlinks (a legacy docker save links a layer shared by two of
- * its images), FIFOs and devices are skipped, so a layer reached only through a symlink is
- * missing when the archive is read. Paths are checked as a layer's (layer_unpack.h). Beyond
+ * in the archive is a hard link; a relative symlink to a regular file inside the archive (a
+ * legacy docker save links a layer shared by two of its images) becomes a hard link to it once
+ * the whole archive is in; other symlinks, FIFOs and devices are skipped. Paths are checked as
+ * a layer's (layer_unpack.h). Beyond
  * max_bytes of file data or a million entries: 507 IMAGE::TOO_LARGE; a corrupt archive or a
  * bad path: 400 IMAGE::BAD_ARCHIVE. On failure dest_fd holds a partial tree. */
 int image_archive_extract(int archive_fd, int dest_fd, int64_t max_bytes, struct cove_error **err);

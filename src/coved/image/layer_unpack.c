@@ -35,6 +35,10 @@ struct dir_time {
     struct timespec times[2];
 };
 
+struct symlink {
+    char *path, *target;
+};
+
 struct unpacker {
     const struct layer_unpack_options *opt;
     int dest_fd;
@@ -46,6 +50,9 @@ struct unpacker {
     /* Directories' times, set once nothing more is made in them. */
     struct dir_time *dirs;
     size_t dir_count, dir_size;
+    /* Symlinks of an extraction that makes none (see link_symlinked_files). */
+    struct symlink *links;
+    size_t link_count, link_size;
 };
 
 /* ---- errors ---- */
@@ -475,12 +482,9 @@ static int unpack_dir(struct unpacker *u, struct archive_entry *e, int dir, cons
     return rc < 0 ? -1 : remember_dir_time(u, path, e);
 }
 
-static int unpack_hardlink(struct unpacker *u, struct archive_entry *e, int dir, const char *base,
-                           const char *path)
+/* A hard link at dir/base (path) to target (a clean path), which must be in the tree already. */
+static int link_to(struct unpacker *u, int dir, const char *base, const char *path, char *target)
 {
-    char target[PATH_MAX];
-    if (clean_path(u, archive_entry_hardlink(e), target, sizeof(target)) < 0)
-        return -1;
     if (strcmp(target, path) == 0)
         return 0; /* itself */
     char *target_base = split_base(target);
@@ -500,6 +504,102 @@ static int unpack_hardlink(struct unpacker *u, struct archive_entry *e, int dir,
         rc = call_failed(u, "link", path);
     close(target_dir);
     return rc;
+}
+
+static int unpack_hardlink(struct unpacker *u, struct archive_entry *e, int dir, const char *base,
+                           const char *path)
+{
+    char target[PATH_MAX];
+    if (clean_path(u, archive_entry_hardlink(e), target, sizeof(target)) < 0)
+        return -1;
+    return link_to(u, dir, base, path, target);
+}
+
+/* The path a relative symlink at path names, resolved by its text; false when it is absolute
+ * or leaves the tree. */
+static bool resolve_link(const char *path, const char *target, char *out, size_t size)
+{
+    char joined[2 * PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (target[0] == '/')
+        return false;
+    snprintf(joined, sizeof(joined), "%.*s/%s", slash ? (int)(slash - path) : 0, path, target);
+    size_t len = 0;
+    out[0] = '\0';
+    for (const char *c = joined; *c != '\0';) {
+        while (*c == '/')
+            c++;
+        const char *end = strchrnul(c, '/');
+        size_t n = (size_t)(end - c);
+        if (n == 2 && c[0] == '.' && c[1] == '.') {
+            if (len == 0)
+                return false;
+            char *last = strrchr(out, '/');
+            len = last ? (size_t)(last - out) : 0;
+            out[len] = '\0';
+        } else if (n > 0 && !(n == 1 && c[0] == '.')) {
+            if (len + n + 2 > size)
+                return false;
+            if (len > 0)
+                out[len++] = '/';
+            memcpy(out + len, c, n);
+            len += n;
+            out[len] = '\0';
+        }
+        c = end;
+    }
+    return len > 0;
+}
+
+/* An extraction without symlinks (image_archive_extract): each one to a regular file inside
+ * the tree becomes a hard link to it, once everything else is in; the others are left out. */
+static int link_symlinked_files(struct unpacker *u)
+{
+    for (size_t i = 0; i < u->link_count; i++) {
+        char target[PATH_MAX], parent[PATH_MAX];
+        if (!resolve_link(u->links[i].path, u->links[i].target, target, sizeof(target)))
+            continue;
+        snprintf(parent, sizeof(parent), "%s", u->links[i].path);
+        const char *base = split_base(parent);
+        struct stat st;
+        int dir = open_dir(u, parent, true);
+        if (dir < 0)
+            return -1;
+        if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            struct cove_error *ignored = NULL, **err = u->err;
+            u->err = &ignored;
+            link_to(u, dir, base, u->links[i].path, target); /* nothing there: left out */
+            u->err = err;
+            cove_error_free(ignored);
+        }
+        close(dir);
+    }
+    return 0;
+}
+
+static int remember_symlink(struct unpacker *u, const char *path, struct archive_entry *e)
+{
+    const char *target = archive_entry_symlink(e);
+    if (target == NULL)
+        return 0;
+    if (u->link_count == u->link_size) {
+        size_t size = u->link_size ? u->link_size * 2 : 16;
+        struct symlink *links = realloc(u->links, size * sizeof(*links));
+        if (links == NULL)
+            return cove_error_sys(u->err, "realloc");
+        u->links = links;
+        u->link_size = size;
+    }
+    struct symlink *l = &u->links[u->link_count];
+    l->path = strdup(path);
+    l->target = strdup(target);
+    if (l->path == NULL || l->target == NULL) {
+        free(l->path);
+        free(l->target);
+        return cove_error_sys(u->err, "strdup");
+    }
+    u->link_count++;
+    return 0;
 }
 
 static int unpack_symlink_or_fifo(struct unpacker *u, struct archive_entry *e, int dir,
@@ -579,6 +679,8 @@ static int unpack_entry(struct unpacker *u, struct archive *a, struct archive_en
     if (!whiteout && hardlink == NULL) {
         if (type == AE_IFCHR || type == AE_IFBLK || type == AE_IFSOCK)
             return 0; /* each sandbox has its own /dev; a socket is nothing without its process */
+        if (!u->opt->overlay && type == AE_IFLNK)
+            return remember_symlink(u, path, e);
         if (!u->opt->overlay && type != AE_IFREG && type != AE_IFDIR)
             return 0;
         if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK && type != AE_IFIFO)
@@ -636,7 +738,7 @@ int layer_unpack_with(int archive_fd, int dest_fd, const struct layer_unpack_opt
         if (unpack_entry(&u, a, e) < 0)
             goto out;
     }
-    if (apply_dir_times(&u) < 0)
+    if (link_symlinked_files(&u) < 0 || apply_dir_times(&u) < 0)
         goto out;
     if (bytes_out != NULL)
         *bytes_out = u.bytes;
@@ -646,6 +748,11 @@ out:
     for (size_t i = 0; i < u.dir_count; i++)
         free(u.dirs[i].path);
     free(u.dirs);
+    for (size_t i = 0; i < u.link_count; i++) {
+        free(u.links[i].path);
+        free(u.links[i].target);
+    }
+    free(u.links);
     archive_read_free(a);
     return rc;
 }

@@ -54,7 +54,8 @@ struct layer_unpack_options {
     uint32_t id_base;
     /* Overlay semantics (whiteouts, opaque directories), owners shifted; false: every owner
      * is id_base, ".wh." names are plain names, only directories, regular files and hard
-     * links to regular files are made (symlinks, FIFOs and devices are skipped). */
+     * links to regular files are made (a relative symlink to a regular file in the tree
+     * becomes a hard link to it at the end; other symlinks, FIFOs and devices are skipped). */
     bool overlay;
     const char *error_code; /* of a 400: "IMAGE::BAD_LAYER", "IMAGE::BAD_ARCHIVE" */
     struct layer_unpack_limits limits;

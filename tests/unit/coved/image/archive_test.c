@@ -160,13 +160,18 @@ static void test_docker_save(void)
     tar_begin(&t, TAR_ZSTD);
     tar_file(&t, path, config);
     tar_file(&t, "aaaa/layer.tar", "layer bytes");
-    tar_hardlink(&t, "bbbb/layer.tar", "aaaa/layer.tar");   /* kept: a hard link */
-    tar_symlink(&t, "cccc/layer.tar", "../aaaa/layer.tar"); /* skipped */
+    tar_hardlink(&t, "bbbb/layer.tar", "aaaa/layer.tar");     /* kept: a hard link */
+    tar_symlink(&t, "cccc/layer.tar", "../dddd/./layer.tar"); /* a hard link, once dddd is in */
+    tar_file(&t, "dddd/layer.tar", "other layer");
+    tar_symlink(&t, "out1", "../../../etc/passwd"); /* skipped: leaves the tree */
+    tar_symlink(&t, "out2", "/etc/passwd");         /* skipped: absolute */
+    tar_symlink(&t, "out3", "aaaa");                /* skipped: a directory */
+    tar_symlink(&t, "out4", "nothing");             /* skipped: nothing there */
     tar_put(&t, tar_entry("dev/sda", AE_IFBLK, 0600, 0, 0), NULL);
     tar_put(&t, tar_entry("setuid", AE_IFREG, 04755, 1000, 1000), "x");
     snprintf(manifest, sizeof(manifest),
              "[{\"Config\":\"%s\",\"RepoTags\":[\"team/app:v3\",\"app:latest\"],"
-             "\"Layers\":[\"aaaa/layer.tar\",\"bbbb/layer.tar\"]},"
+             "\"Layers\":[\"aaaa/layer.tar\",\"bbbb/layer.tar\",\"cccc/layer.tar\"]},"
              "{\"Config\":\"%s\",\"RepoTags\":null,\"Layers\":[]}]",
              path, path);
     tar_file(&t, "manifest.json", manifest);
@@ -179,7 +184,14 @@ static void test_docker_save(void)
     CHECK(image_archive_extract(fd, dir, 1 << 20, &err) == 0);
     close(fd);
     struct stat st;
-    CHECK(fstatat(dir, "cccc/layer.tar", &st, AT_SYMLINK_NOFOLLOW) < 0);
+    CHECK(fstatat(dir, "cccc/layer.tar", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+          st.st_nlink == 2);
+    CHECK(strcmp(slurp(dir, "cccc/layer.tar"), "other layer") == 0);
+    for (int i = 1; i <= 4; i++) {
+        char name[8];
+        snprintf(name, sizeof(name), "out%d", i);
+        CHECK(fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT);
+    }
     CHECK(fstatat(dir, "dev/sda", &st, AT_SYMLINK_NOFOLLOW) < 0);
     CHECK(fstatat(dir, "bbbb/layer.tar", &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_nlink == 2);
     CHECK(fstatat(dir, "setuid", &st, AT_SYMLINK_NOFOLLOW) == 0);
@@ -195,8 +207,9 @@ static void test_docker_save(void)
         CHECK(strcmp(e[2].reference, "") == 0);
         CHECK(strcmp(e[0].manifest_digest, digest) == 0);
         CHECK(strcmp(e[0].config_path, path) == 0);
-        CHECK_EQ_INT(e[0].layer_count, 2);
+        CHECK_EQ_INT(e[0].layer_count, 3);
         CHECK(strcmp(e[1].layer_paths[1], "bbbb/layer.tar") == 0);
+        CHECK(strcmp(e[1].layer_paths[2], "cccc/layer.tar") == 0);
         CHECK_EQ_INT(e[2].layer_count, 0);
     }
     image_archive_free(e, n);
