@@ -29,6 +29,14 @@
 #define HOST_ARCH "arm64"
 #elif defined(__i386__)
 #define HOST_ARCH "386"
+#elif defined(__arm__)
+#define HOST_ARCH "arm"
+#elif defined(__powerpc64__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HOST_ARCH "ppc64le"
+#elif defined(__s390x__)
+#define HOST_ARCH "s390x"
+#elif defined(__riscv) && __riscv_xlen == 64
+#define HOST_ARCH "riscv64"
 #else
 #error "no OCI architecture name for this host"
 #endif
