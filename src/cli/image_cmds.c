@@ -688,8 +688,9 @@ static int image_import_run(struct cli *cli, int argc, char **argv, struct cove_
     snprintf(label, sizeof(label), "import %s", strcmp(file, "-") == 0 ? "stdin" : file);
     struct progress progress;
     progress_init(&progress, label, true);
-    /* coved tells tar, gzip and zstd apart by their content */
-    struct client_part body = {.type = "application/octet-stream", .fd = fd, .size = size};
+    /* a tar, whatever compresses it: coved tells gzip and zstd apart by their content (and
+     * stdin could not be looked at first) */
+    struct client_part body = {.type = "application/x-tar", .fd = fd, .size = size};
     cleanup_json json_t *answer = NULL;
     struct client_request request = {.method = "POST",
                                      .path = path,
