@@ -1,5 +1,6 @@
 #include "cli/image_text.h"
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #define DIGEST_PREFIX "sha256:"
 #define DIGEST_HEX 64
 #define TAG_MAX 128
+#define REGISTRY_MAX 255
 
 static bool is_lower_hex(char c)
 {
@@ -55,7 +57,7 @@ static bool repository_ok(const char *s, size_t len)
 }
 
 /* host[:port]: letters, digits, '.', '-', and the port's ':' (or an IPv6 address in
- * brackets); case is kept, as Docker does. */
+ * brackets). */
 static bool registry_ok(const char *s, size_t len)
 {
     if (len == 0)
@@ -119,6 +121,7 @@ int image_text_canonical(const char *typed, char *out, size_t size)
     }
 
     /* a first component with '.' or ':', "localhost", or upper case, is a registry */
+    char lowered[REGISTRY_MAX + 1];
     const char *registry = DOCKER_HUB;
     size_t registry_len = strlen(DOCKER_HUB);
     const char *repository = typed;
@@ -131,9 +134,12 @@ int image_text_canonical(const char *typed, char *out, size_t size)
         for (size_t i = 0; i < first && !host; i++)
             host = typed[i] >= 'A' && typed[i] <= 'Z';
         if (host) {
-            if (!registry_ok(typed, first))
+            if (first > REGISTRY_MAX || !registry_ok(typed, first))
                 return -1;
-            registry = typed;
+            /* host names are not case-sensitive: coved lists them in lower case */
+            for (size_t i = 0; i < first; i++)
+                lowered[i] = (char)tolower((unsigned char)typed[i]);
+            registry = lowered;
             registry_len = first;
             repository = slash + 1;
             repository_len = name_len - first - 1;
@@ -176,19 +182,17 @@ static bool without_tag(const char *canonical, char *out, size_t size)
 
 bool image_text_reference_matches(const char *reference, const char *typed)
 {
-    char want[IMAGE_TEXT_REFERENCE_SIZE], have[IMAGE_TEXT_REFERENCE_SIZE];
+    char want[IMAGE_TEXT_REFERENCE_SIZE];
     if (image_text_canonical(typed, want, sizeof(want)) < 0)
         return false;
-    /* coved lists canonical references; brought to the form again in case one is not */
-    if (image_text_canonical(reference, have, sizeof(have)) < 0)
-        return strcmp(reference, typed) == 0;
-    if (strcmp(want, have) == 0)
+    /* coved lists canonical references (and may name a pull as it was asked for) */
+    if (strcmp(reference, want) == 0 || strcmp(reference, typed) == 0)
         return true;
     /* a digest typed without a tag: that digest under any tag */
     char untagged[IMAGE_TEXT_REFERENCE_SIZE];
     if (strchr(want, '@') == NULL || without_tag(want, untagged, sizeof(untagged)))
         return false;
-    return without_tag(have, untagged, sizeof(untagged)) && strcmp(untagged, want) == 0;
+    return without_tag(reference, untagged, sizeof(untagged)) && strcmp(untagged, want) == 0;
 }
 
 bool image_text_is_id(const char *text)

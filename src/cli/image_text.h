@@ -13,14 +13,16 @@
 
 /* The canonical form of reference `typed`, as Docker names images: a first component without
  * '.' or ':' that is not "localhost" is a repository on docker.io ("busybox" is
- * "docker.io/library/busybox:latest"; index.docker.io is docker.io), the tag is "latest"
+ * "docker.io/library/busybox:latest"; index.docker.io is docker.io; the registry in lower
+ * case), the tag is "latest"
  * unless a tag or a digest is given, and "name:tag@digest" keeps both. 0, or -1 when typed is
  * not a reference (empty, upper case in the repository, an empty component, a bad tag or
  * digest, blanks or control characters) or is too long for out. */
 int image_text_canonical(const char *typed, char *out, size_t size);
 
-/* Whether `typed` names the image reference `reference` (as coved lists them): the same
- * canonical form; a typed digest without a tag also matches that digest under any tag. */
+/* Whether `typed` names the image reference `reference` (canonical, as coved lists them):
+ * typed's canonical form is reference (or typed is reference, character for character); a
+ * typed digest without a tag also matches that digest under any tag. */
 bool image_text_reference_matches(const char *reference, const char *typed);
 
 /* Whether text is written as an image id: "sha256:" and 64 lowercase hex, or 12 to 64

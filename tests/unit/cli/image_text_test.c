@@ -34,8 +34,9 @@ static const struct {
     {"127.0.0.1:5000/t/x:v2", "127.0.0.1:5000/t/x:v2"},
     {"localhost/x", "localhost/x:latest"},
     {"localhost:5000/x:a_b.c-d", "localhost:5000/x:a_b.c-d"},
-    /* a first component in upper case is a host, as Docker reads it */
-    {"MyHost/x", "MyHost/x:latest"},
+    /* a registry's name is not case-sensitive */
+    {"GHCR.io/org/app:V1", "ghcr.io/org/app:V1"},
+    {"Index.Docker.IO/busybox", "docker.io/library/busybox:latest"},
     /* "localhost" only as the whole component; "localhostx/y" is on docker.io */
     {"localhostx/y", "docker.io/localhostx/y:latest"},
     /* a digest: no tag implied; tag@digest keeps both */
@@ -88,6 +89,14 @@ static void test_canonical(void)
         if (rc == 0)
             check_text(canonical_cases[i].canonical, out, canonical_cases[i].canonical);
     }
+
+    /* a first component in upper case is a host, as Docker reads it; in lower case (as coved
+     * lists it) it would be a repository on docker.io, so it is not its own canonical form,
+     * and a listed reference is matched as it is listed too */
+    CHECK_EQ_INT(image_text_canonical("MyHost/x", out, sizeof(out)), 0);
+    check_text("MyHost/x", out, "myhost/x:latest");
+    CHECK(image_text_reference_matches("myhost/x:latest", "MyHost/x"));
+    CHECK(!image_text_reference_matches("myhost/x:latest", "myhost/x"));
 
     /* too long for the buffer, and too long for any reference */
     char small[16];
