@@ -622,6 +622,11 @@ enum { IMPORT_OPTION_REFERENCE = CLI_OPTION_COMMAND };
 static int import_open(const char *file, int *fd, int64_t *size, struct cove_error **err)
 {
     bool from_stdin = strcmp(file, "-") == 0;
+    *fd = -1;
+    if (from_stdin && isatty(STDIN_FILENO))
+        return cove_error_set(err, 0, 0, CLI_ERROR_USAGE,
+                              "stdin is a terminal: give the archive on it (docker save IMAGE | "
+                              "cove image import -) or name its file");
     *fd = from_stdin ? STDIN_FILENO : open(file, O_RDONLY | O_CLOEXEC);
     if (*fd < 0)
         return cove_error_set(err, errno, 0, "CLI::LOCAL_FILE", "cannot read %s", file);

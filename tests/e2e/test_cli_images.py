@@ -156,11 +156,20 @@ def test_an_unreachable_server_is_exit_3(cove, tmp_path):
         assert r.returncode == 3 and "CLI::UNREACHABLE" in r.stderr, (args, r.stderr)
 
 
-def test_import_of_a_missing_file_or_a_directory_is_refused(cove, tmp_path):
+def test_import_of_a_missing_file_a_directory_or_a_terminal_is_refused(coved, cove, tmp_path):
     r = cove("image", "import", str(tmp_path / "missing.tar"), check=False)
     assert r.returncode == 1 and "CLI::LOCAL_FILE" in r.stderr and r.stdout == ""
     r = cove("image", "import", str(tmp_path), check=False)
     assert r.returncode == 2 and "is a directory" in r.stderr and r.stdout == ""
+    # "-" with a terminal on stdin: nothing to read, said at once instead of waiting
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run([CLI, "image", "import", "-"], stdin=slave, capture_output=True,
+                           text=True, env=cli_env(coved, UNREACHABLE), timeout=60)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert r.returncode == 2 and "stdin is a terminal" in r.stderr and r.stdout == ""
 
 
 # ---- pull ----------------------------------------------------------------------------------
