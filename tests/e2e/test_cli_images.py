@@ -10,7 +10,9 @@ import os
 import pty
 import re
 import secrets
+import select
 import subprocess
+import time
 
 import pytest
 
@@ -218,7 +220,10 @@ def test_pull_on_a_terminal_redraws_one_line(coved, registry, workdir):
                                 stderr=slave, stdin=subprocess.DEVNULL, env=cli_env(coved))
         os.close(slave)
         seen = b""
-        while True:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if not select.select([master], [], [], 1)[0]:
+                continue
             try:
                 chunk = os.read(master, 4096)
             except OSError:  # EIO: the child closed its end
