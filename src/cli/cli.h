@@ -65,6 +65,7 @@ extern const struct cli_command sandbox_create_command, sandbox_get_command, san
 extern const struct cli_command exec_command;           /* exec_cmd.c */
 extern const struct cli_command run_code_command;       /* code_cmd.c */
 extern const struct cli_command template_command;       /* template_cmds.c */
+extern const struct cli_command image_command;          /* image_cmds.c */
 extern const struct cli_command volume_command;         /* volume_cmds.c */
 extern const struct cli_command snapshot_command;       /* snapshot_cmds.c */
 extern const struct cli_command config_command;         /* config_cmds.c */
@@ -128,6 +129,12 @@ int cli_print_value(const struct cli *cli, const json_t *value, struct cove_erro
 /* Seconds from "90", "90s", "30m", "2h" or "1d" (osb's spelling of durations); 0 is allowed
  * when allow_zero. -1 when text is not one. */
 long long cli_parse_duration(const char *text, bool allow_zero);
+
+/* A registry login for image.auth (POST /v1/images, sandbox create): NULL in *auth when
+ * neither option was given; else {"username","password"} with the password read from stdin
+ * (one trailing newline dropped). The options' names are for usage errors (image_cmds.c). */
+int cli_image_auth(const char *username, bool password_stdin, const char *username_option,
+                   const char *password_option, json_t **auth, struct cove_error **err);
 
 /* Whether stdin and stderr are a terminal one can ask a question on. */
 bool cli_interactive(void);

@@ -25,6 +25,7 @@ static const struct cli_command *const commands[] = {
     &exec_command,
     &run_code_command,
     &template_command,
+    &image_command,
     &volume_command,
     &snapshot_command,
     &config_command,

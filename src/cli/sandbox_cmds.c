@@ -134,6 +134,8 @@ enum {
     CREATE_OPTION_LAYER,
     CREATE_OPTION_VOLUME,
     CREATE_OPTION_SNAPSHOT,
+    CREATE_OPTION_IMAGE_USERNAME,
+    CREATE_OPTION_IMAGE_PASSWORD_STDIN,
 };
 
 /* --volume host:PATH:MOUNT[:OPTS] or pvc:NAME[/SUBPATH]:MOUNT[:OPTS], OPTS comma-separated
@@ -287,11 +289,13 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         {"layer", required_argument, NULL, CREATE_OPTION_LAYER},
         {"volume", required_argument, NULL, CREATE_OPTION_VOLUME},
         {"snapshot", required_argument, NULL, CREATE_OPTION_SNAPSHOT},
+        {"image-username", required_argument, NULL, CREATE_OPTION_IMAGE_USERNAME},
+        {"image-password-stdin", no_argument, NULL, CREATE_OPTION_IMAGE_PASSWORD_STDIN},
         {0},
     };
     const char *template_name = NULL, *snapshot = NULL;
-    const char *network = NULL, *layer = NULL;
-    bool credential_proxy = false;
+    const char *network = NULL, *layer = NULL, *image_username = NULL;
+    bool credential_proxy = false, image_password_stdin = false;
     cleanup_json json_t *request = json_object();
     cleanup_json json_t *limits =
         json_pack("{s:s, s:s}", "cpu", SANDBOX_DEFAULT_CPU, "memory", SANDBOX_DEFAULT_MEMORY);
@@ -367,6 +371,12 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         case CREATE_OPTION_SNAPSHOT:
             snapshot = optarg;
             break;
+        case CREATE_OPTION_IMAGE_USERNAME:
+            image_username = optarg;
+            break;
+        case CREATE_OPTION_IMAGE_PASSWORD_STDIN:
+            image_password_stdin = true;
+            break;
         default:
             if (cli_common_option(cli, option, optarg, err) < 0)
                 return -1;
@@ -387,6 +397,12 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
     /* A snapshot brings its template; without an entrypoint the server picks one */
     if (snapshot != NULL && template_name != NULL)
         return cli_usage_error(err, "give --template or --snapshot, not both");
+    if (snapshot != NULL && (image_username != NULL || image_password_stdin))
+        return cli_usage_error(err, "--image-username is for an image, not --snapshot");
+    cleanup_json json_t *image_auth = NULL;
+    if (cli_image_auth(image_username, image_password_stdin, "--image-username",
+                       "--image-password-stdin", &image_auth, err) < 0)
+        return -1;
     json_t *entrypoint = NULL;
     if (optind < argc && string_array((size_t)(argc - optind), (const char *const *)argv + optind,
                                       &entrypoint, err) < 0)
@@ -407,6 +423,8 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
                        template_name != NULL ? template_name : SANDBOX_DEFAULT_TEMPLATE,
                        "--template", err) < 0)
             return -1;
+        if (image_auth != NULL && json_object_set(image, "auth", image_auth) < 0)
+            return cove_error_sys(err, "cannot build the request");
     }
     json_object_set(request, "resourceLimits", limits);
     if (json_object_size(env) > 0)
@@ -440,7 +458,13 @@ const struct cli_command sandbox_create_command = {
             "\n"
             "Options:\n"
             "  -t, --template NAME   template to start from (" SANDBOX_DEFAULT_TEMPLATE ")\n"
-            "      --image NAME      the same (osb's spelling)\n"
+            "      --image NAME|REF  the same (osb's spelling); or an OCI image reference\n"
+            "                        (python:3.12-slim, ghcr.io/org/app:v1), which coved\n"
+            "                        pulls unless it has it ('cove image --help')\n"
+            "      --image-username USER\n"
+            "                        log in to the image's registry as USER (with the next)\n"
+            "      --image-password-stdin\n"
+            "                        read that login's password or token from stdin\n"
             "      --snapshot ID     start from a snapshot instead: its template, with the files\n"
             "                        its sandbox had ('cove snapshot --help'); without an\n"
             "                        entrypoint, the server's default (tail -f /dev/null)\n"

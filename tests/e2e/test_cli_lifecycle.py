@@ -80,7 +80,7 @@ def parse_endpoint(stdout):
 # ---- help -------------------------------------------------------------------------------
 
 COMMANDS = ("create", "get", "list", "kill", "pause", "resume", "renew", "endpoint", "metadata",
-            "exec", "run-code", "template", "volume", "snapshot", "config", "mcp")
+            "exec", "run-code", "template", "image", "volume", "snapshot", "config", "mcp")
 
 
 def test_help_lists_every_command_and_each_has_help(coved):
@@ -92,6 +92,7 @@ def test_help_lists_every_command_and_each_has_help(coved):
         assert r.stdout.startswith(f"Usage: cove {command}"), (command, r.stdout)
     for group, subs in (("config", ("set", "get", "unset", "path")), ("template", ("list", "add")),
                         ("volume", ("ls", "rm")),
+                        ("image", ("pull", "ls", "list", "rm", "prune", "import")),
                         ("snapshot", ("create", "ls", "get", "rm"))):
         for sub in subs:
             r = cli(coved, group, sub, "--help")
