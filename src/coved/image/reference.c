@@ -216,8 +216,11 @@ int image_ref_parse(const char *s, struct image_ref *out, struct cove_error **er
         if (has_domain) {
             if (!domain_valid(name, first_len))
                 return invalid(err, s, "the registry is not host[:port]");
+            /* host names are read without case; one that is a host only by its uppercase
+             * keeps it, or it would read back as a repository */
+            bool dotted = memchr(name, '.', first_len) || memchr(name, ':', first_len);
             for (size_t i = 0; i < first_len; i++)
-                r.registry[i] = (char)tolower((unsigned char)name[i]);
+                r.registry[i] = dotted ? (char)tolower((unsigned char)name[i]) : name[i];
             r.registry[first_len] = '\0';
             remainder = first_slash + 1;
         }

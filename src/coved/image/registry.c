@@ -679,7 +679,7 @@ int registry_manifest(struct registry_client *c, struct image_manifest *out,
         image_sha256_digest(f.body, f.len, index_digest);
         free(f.body);
         if (rc < 0)
-            return cove_error_wrap(err, "%s: ", c->ref_text);
+            return cove_error_wrap(err, "%s", c->ref_text);
         log_debug("%s: index %s -> linux/%s manifest %s", c->ref_text, index_digest,
                   image_host_arch(), digest);
         f = (struct manifest_fetch){.reference = digest};
@@ -695,7 +695,7 @@ int registry_manifest(struct registry_client *c, struct image_manifest *out,
     int rc = image_manifest_parse(f.body, f.len, f.content_type, out, err);
     free(f.body);
     if (rc < 0)
-        return cove_error_wrap(err, "%s: ", c->ref_text);
+        return cove_error_wrap(err, "%s", c->ref_text);
     memcpy(out->index_digest, index_digest, sizeof(index_digest));
     return 0;
 }
@@ -781,7 +781,12 @@ int registry_blob(struct registry_client *c, const char *digest, int64_t size, i
         return cove_error_set(err, EBADF, 500, "COVE::INTERNAL", "registry_blob");
     struct blob_fetch b = {
         .digest = digest, .size = size, .fd = fd, .progress = progress, .arg = arg};
-    return each_endpoint(c, blob_from, &b, err);
+    if (each_endpoint(c, blob_from, &b, err) < 0) {
+        if (ftruncate(fd, 0) < 0) /* nothing unverified stays behind */
+            log_warn("%s: cannot truncate the blob's file: %m", c->ref_text);
+        return -1;
+    }
+    return 0;
 }
 
 int registry_blob_buffer(struct registry_client *c, const char *digest, int64_t size, size_t max,

@@ -62,7 +62,8 @@ void registry_close(struct registry_client *c);
 int registry_manifest(struct registry_client *c, struct image_manifest *out,
                       struct cove_error **err);
 
-/* Downloads a blob into fd (from offset 0, truncated to it), checking size and sha256;
+/* Downloads a blob into fd (from offset 0, truncated to it; left empty on failure), checking
+ * size and sha256;
  * progress (may be NULL) is called as bytes arrive. Redirects (to storage) are followed, the
  * Authorization header dropped when they lead to another host. */
 int registry_blob(struct registry_client *c, const char *digest, int64_t size, int fd,

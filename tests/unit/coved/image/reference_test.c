@@ -31,6 +31,7 @@ static void test_parse_valid(void)
         {"[::1]:5000/x", "[::1]:5000", "x", "latest", "", NULL},
         {"localhost:5000", "docker.io", "library/localhost", "5000", "", NULL}, /* Docker too */
         {"a", "docker.io", "library/a", "latest", "", NULL},
+        {"Host/x", "Host", "x", "latest", "", "Host/x:latest"}, /* a host by its uppercase */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct image_ref r;
