@@ -241,7 +241,9 @@ int image_ref_parse(const char *s, struct image_ref *out, struct cove_error **er
                          ? "library/"
                          : "",
                      remainder);
-    if (n < 0 || (size_t)n >= sizeof(r.repository))
+    /* Docker limits the name as normalised: "docker.io/library/..." counts */
+    if (n < 0 || (size_t)n >= sizeof(r.repository) ||
+        strlen(r.registry) + 1 + strlen(r.repository) > IMAGE_NAME_MAX)
         return invalid(err, s, "the name is longer than 255 characters");
     if (r.tag[0] == '\0' && r.digest[0] == '\0')
         memcpy(r.tag, "latest", sizeof("latest"));

@@ -137,6 +137,12 @@ static void test_name_length(void)
     CHECK_EQ_INT(image_ref_parse(name, &r, NULL), 0);
     strcat(name, "a");
     CHECK_EQ_INT(image_ref_parse(name, &r, NULL), -1);
+    /* normalised: "docker.io/library/" + 237 is 255 */
+    memset(name, 'b', 238);
+    name[238] = '\0';
+    CHECK_EQ_INT(image_ref_parse(name, &r, NULL), -1);
+    name[237] = '\0';
+    CHECK_EQ_INT(image_ref_parse(name, &r, NULL), 0);
 }
 
 static void test_loopback(void)
