@@ -272,6 +272,7 @@ struct request {
     bool verify_tls;
     bool follow_redirects; /* blobs only */
     bool bounded_time;     /* small bodies: a total timeout too */
+    bool no_proxy;         /* a loopback host: never through a proxy (as Go's clients do) */
 };
 
 static CURLcode perform(struct registry_client *c, const struct request *q, struct response *r)
@@ -303,6 +304,8 @@ static CURLcode perform(struct registry_client *c, const struct request *q, stru
     failed |= curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
     failed |= curl_easy_setopt(curl, CURLOPT_WRITEDATA, r);
     failed |= curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    if (q->no_proxy)
+        failed |= curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
     if (q->follow_redirects) {
         /* Storage redirects: curl sends neither the custom Authorization header nor the basic
          * credentials to another host (CURLOPT_UNRESTRICTED_AUTH stays 0). */
@@ -391,6 +394,7 @@ static int endpoint_get(struct registry_client *c, struct endpoint *e, const cha
             .verify_tls = !e->insecure,
             .follow_redirects = follow,
             .bounded_time = bounded,
+            .no_proxy = image_host_loopback(e->host),
         };
         rc = perform(c, &q, r);
         if (rc == CURLE_OK) {
@@ -471,6 +475,7 @@ static int fetch_token(struct registry_client *c, struct endpoint *e,
         .basic = c->has_cred && !e->mirror,
         .verify_tls = !e->insecure,
         .bounded_time = true,
+        .no_proxy = image_host_loopback(realm_host),
     };
     log_debug("%s: token from %s", c->ref_text, realm_host);
     CURLcode rc = perform(c, &q, r);

@@ -19,6 +19,8 @@ PLAIN, BASIC, TOKEN, TLS = "127.77.1.10:5000", "127.77.1.11:5000", "127.77.1.12:
 TOKEN_SERVER, HOSTILE, STORAGE = ("127.77.1.13", 5001), ("127.77.1.14", 5000), ("127.77.1.15", 5000)
 DOWN = "127.77.1.16:5000"
 procs, servers, failures = [], [], []
+# this script's own requests never go through a proxy (the probe's may be tested with one set)
+urlopen = urllib.request.build_opener(urllib.request.ProxyHandler({})).open
 
 
 def check(cond, what):
@@ -76,7 +78,7 @@ def wait_http(url, tls=False):
     ctx = ssl._create_unverified_context() if tls else None
     for _ in range(100):
         try:
-            urllib.request.urlopen(url, context=ctx, timeout=1)
+            (urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx)).open(url, timeout=1))
             return
         except urllib.error.HTTPError:
             return
@@ -214,7 +216,7 @@ def main():
              "platform": {"architecture": "arm64", "os": "linux"}},
             {"mediaType": man["mediaType"], "digest": man_digest, "size": len(man_bytes),
              "platform": {"architecture": arch, "os": "linux"}}]}
-        urllib.request.urlopen(urllib.request.Request(
+        urlopen(urllib.request.Request(
             f"http://{PLAIN}/v2/t/img/manifests/{tag}", data=json.dumps(index).encode(), method="PUT",
             headers={"Content-Type": index["mediaType"]}))
 
