@@ -68,22 +68,22 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 /* The daemon-wide egress (egress.h) and the policy of sandboxes created without one. */
 struct template_use {
     const char *name;
-    bool used;
+    size_t count;
 };
 
-static void find_template_use(struct sandbox *sb, void *arg)
+static void count_template_use(struct sandbox *sb, void *arg)
 {
     struct template_use *use = arg;
-    use->used = use->used || strcmp(sb->template_name, use->name) == 0;
+    use->count += strcmp(sb->template_name, use->name) == 0;
 }
 
 /* Every sandbox counts, whoever owns it and in whatever state: a restored one holds no
  * reference to its template but reads its files. */
-static bool template_in_use(const char *name, void *arg)
+static size_t template_users(const char *name, void *arg)
 {
     struct template_use use = {.name = name};
-    sandbox_foreach(arg, NULL, find_template_use, &use);
-    return use.used;
+    sandbox_foreach(arg, NULL, count_template_use, &use);
+    return use.count;
 }
 
 static int open_images(struct event_base *base, const struct coved_config *o,
@@ -109,7 +109,7 @@ static int open_images(struct event_base *base, const struct coved_config *o,
     };
     if (image_store_open(o->state_dir, base, templates, &cfg, out, err) < 0)
         return -1;
-    image_store_set_in_use(*out, template_in_use, sandboxes);
+    image_store_set_in_use(*out, template_users, sandboxes);
     sandbox_manager_set_images(sandboxes, *out);
     return 0;
 }

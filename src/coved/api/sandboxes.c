@@ -350,8 +350,12 @@ static int parse_image(struct api *api, json_t *image, struct sandbox_request *r
     }
     struct cove_error *unknown = NULL, *refused = NULL;
     req->template = template_resolve(api->templates, name, &unknown);
-    if (req->template == NULL && api->images != NULL && image_is_reference(name) &&
-        image_store_may_pull(api->images, name, &refused) == 0) {
+    bool pullable = req->template == NULL && api->images != NULL && image_is_reference(name);
+    if (pullable && (req->template = image_store_find(api->images, name, NULL)) != NULL) {
+        cove_error_free(unknown); /* an image present: wherever it came from */
+        return 0;
+    }
+    if (pullable && image_store_may_pull(api->images, name, &refused) == 0) {
         /* A registry this coved does not pull from: as unknown as before images. */
         cove_error_set(err, 0, 400, unknown->code, "%s; %s", unknown->message, refused->message);
         cove_error_free(unknown);

@@ -108,7 +108,7 @@ struct image_store {
     size_t count;
     struct image_pull *pulls;
     struct image_job *jobs;
-    bool (*in_use)(const char *template_name, void *arg);
+    size_t (*in_use)(const char *template_name, void *arg);
     void *in_use_arg;
 };
 
@@ -202,20 +202,21 @@ static int install_layer(int dir_fd, int blob, const char *digest, int64_t max_b
     if (!digest_hex(digest, hex))
         return cove_error_set(err, 0, 502, "IMAGE::REGISTRY_ERROR", "bad layer digest %.80s",
                               digest);
-    cove_random_hex(random, 16);
-    snprintf(tmp, sizeof(tmp), "layers/.tmp-%s", random);
-    snprintf(final, sizeof(final), "layers/sha256-%s", hex);
-    if (mkdirat(dir_fd, tmp, 0700) < 0)
-        return cove_error_sys(err, "mkdir %s", tmp);
-    cleanup_fd int layer = openat(dir_fd, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-    int rc = layer < 0 ? cove_error_sys(err, "open %s", tmp) : 0;
+    cove_random_hex(random, 8);
+    snprintf(tmp, sizeof(tmp), ".tmp-%s", random);
+    snprintf(final, sizeof(final), "sha256-%s", hex);
+    cleanup_fd int layers = openat(dir_fd, "layers", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (layers < 0 || mkdirat(layers, tmp, 0700) < 0)
+        return cove_error_sys(err, "mkdir layers/%s", tmp);
+    cleanup_fd int layer = openat(layers, tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    int rc = layer < 0 ? cove_error_sys(err, "open layers/%s", tmp) : 0;
     if (rc == 0 && mkdirat(layer, "root", 0755) < 0)
-        rc = cove_error_sys(err, "mkdir %s/root", tmp);
+        rc = cove_error_sys(err, "mkdir layers/%s/root", tmp);
     cleanup_fd int root = rc == 0 ? openat(layer, "root", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     if (rc == 0 && root < 0)
-        rc = cove_error_sys(err, "open %s/root", tmp);
+        rc = cove_error_sys(err, "open layers/%s/root", tmp);
     if (rc == 0 && fchown(root, RUNTIME_HOST_ID_BASE, RUNTIME_HOST_ID_BASE) < 0)
-        rc = cove_error_sys(err, "chown %s/root", tmp);
+        rc = cove_error_sys(err, "chown layers/%s/root", tmp);
     struct layer_unpack_limits limits = {.max_bytes = max_bytes, .max_entries = 1000000};
     if (rc == 0 && lseek(blob, 0, SEEK_SET) < 0)
         rc = cove_error_sys(err, "rewind a layer blob");
@@ -227,29 +228,22 @@ static int install_layer(int dir_fd, int blob, const char *digest, int64_t max_b
         json_decref(meta);
         int fd = openat(layer, "layer.json", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 || text == NULL || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
-            rc = cove_error_sys(err, "write %s/layer.json", tmp);
+            rc = cove_error_sys(err, "write layers/%s/layer.json", tmp);
         if (fd >= 0)
             close(fd);
         free(text);
     }
-    if (rc == 0 && renameat(dir_fd, tmp, dir_fd, final) < 0) {
+    bool installed = rc == 0 && renameat(layers, tmp, layers, final) == 0;
+    if (rc == 0 && !installed) {
         if (errno != EEXIST && errno != ENOTEMPTY)
-            rc = cove_error_sys(err, "rename %s", tmp);
-        else
-            *bytes = layer_bytes(dir_fd, digest); /* made by another pull meanwhile */
-        if (rc == 0 && *bytes < 0)
+            rc = cove_error_sys(err, "rename layers/%s", tmp);
+        else if ((*bytes = layer_bytes(dir_fd, digest)) < 0) /* made by another pull meanwhile */
             rc = cove_error_set(err, 0, 500, "IMAGE::STORE_ERROR", "layer %s is unreadable",
                                 final);
-        if (rc == 0) {
-            struct cove_error *ignored = NULL;
-            layer_copy_remove(dir_fd, tmp, &ignored);
-            cove_error_free(ignored);
-            return 0;
-        }
     }
-    if (rc < 0) {
+    if (!installed) {
         struct cove_error *ignored = NULL;
-        layer_copy_remove(dir_fd, tmp, &ignored);
+        layer_copy_remove(layers, tmp, &ignored);
         cove_error_free(ignored);
     }
     return rc;
@@ -352,6 +346,17 @@ static __attribute__((noreturn)) void pull_main(const struct pull_job *job)
     for (size_t i = 0; i < m.layer_count; i++)
         p.total += m.layers[i].size;
     report_progress(&p, 0);
+    /* The image is here already (a re-pull of a tag that did not move): nothing to fetch. */
+    char hex[IMAGE_ID_SIZE], record[128];
+    bool present = digest_hex(m.digest, hex);
+    snprintf(record, sizeof(record), "images/%s.json", hex);
+    present = present && faccessat(job->dir_fd, record, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+    for (size_t i = 0; present && i < m.layer_count; i++)
+        present = layer_bytes(job->dir_fd, m.layers[i].digest) >= 0;
+    if (present) {
+        child_write(json_pack("{s:i, s:s, s:b}", "status", 0, "digest", m.digest, "present", 1));
+        _exit(0);
+    }
 
     if (m.config_size > CONFIG_MAX) {
         cove_error_set(&err, 0, 413, "IMAGE::TOO_LARGE", "the image config is over %d bytes",
@@ -517,6 +522,7 @@ static int register_template(struct image_store *store, struct image *img, const
     struct template t = {0};
     snprintf(t.name, sizeof(t.name), "%s", reference);
     snprintf(t.image_id, sizeof(t.image_id), "%s", img->id);
+    t.image_size = image_bytes(img);
     char hex[IMAGE_ID_SIZE];
     if (img->layer_count == 0) {
         snprintf(t.rootfs, sizeof(t.rootfs), "%s", store->empty_dir);
@@ -613,6 +619,11 @@ static struct image *install_image(struct image_store *store, json_t *verdict,
         return NULL;
     }
     struct image *img = find_by_id(store, hex);
+    if (img == NULL && json_is_true(json_object_get(verdict, "present"))) {
+        cove_error_set(err, 503, 503, "IMAGE::STORE_BUSY",
+                       "image %s was removed while it was pulled: pull it again", digest);
+        return NULL;
+    }
     if (img == NULL) {
         json_t *record = json_pack("{s:s, s:[], s:O, s:O, s:I}", "digest", digest, "references",
                                    "config", json_object_get(verdict, "config"), "layers",
@@ -641,20 +652,28 @@ static struct image *install_image(struct image_store *store, json_t *verdict,
 
 /* ---- in use, removal ---- */
 
-static bool image_in_use(struct image_store *store, const struct image *img)
+/* How many use the image: sandboxes by their template's name (a restored one holds no
+ * reference), or the references held beyond the image's own and the registry's (a snapshot,
+ * a create under way), whichever is more. */
+static size_t image_users(struct image_store *store, const struct image *img)
 {
+    size_t named = 0, held = 0;
     for (size_t i = 0; i < img->template_count; i++) {
         const struct template *t = img->templates[i];
         const struct template *registered = template_find(store->templates, t->name);
         bool mine = registered == t;
         template_unref(registered);
-        /* Unused, it is held by the image and, while registered, by the registry. */
-        if (t->refs > (mine ? 2u : 1u))
-            return true;
-        if (mine && store->in_use != NULL && store->in_use(t->name, store->in_use_arg))
-            return true;
+        unsigned own = mine ? 2u : 1u;
+        held += t->refs > own ? t->refs - own : 0;
+        if (mine && store->in_use != NULL)
+            named += store->in_use(t->name, store->in_use_arg);
     }
-    return false;
+    return named > held ? named : held;
+}
+
+static bool image_in_use(struct image_store *store, const struct image *img)
+{
+    return image_users(store, img) > 0;
 }
 
 static bool layer_used(struct image_store *store, const char *digest)
@@ -782,7 +801,7 @@ static void collect_layers(struct image_store *store, int64_t *freed)
             continue;
         int64_t bytes = layer_bytes(store->dir_fd, digest);
         char doomed[128], random[17];
-        cove_random_hex(random, 16);
+        cove_random_hex(random, 8);
         snprintf(doomed, sizeof(doomed), ".removing-%s", random);
         char **grown = realloc(r.names, (r.count + 1) * sizeof(char *));
         if (grown == NULL)
@@ -904,7 +923,9 @@ static void pull_finish(struct image_pull *pull)
         log_info("image %s: pulled (%s)", pull->reference, img->digest);
     else
         log_warn("image %s: pull failed: %s", pull->reference, err->message);
+    /* Borrowed: the image holds it (a reference held here would count as a user). */
     const struct template *t = img != NULL ? template_find(store->templates, pull->reference) : NULL;
+    template_unref(t);
     if (img != NULL && t == NULL)
         cove_error_set(&err, 0, 500, "IMAGE::STORE_ERROR", "image %s has no template",
                        pull->reference);
@@ -916,7 +937,6 @@ static void pull_finish(struct image_pull *pull)
         free(w);
         done(t, t != NULL ? NULL : err, arg);
     }
-    template_unref(t);
     cove_error_free(err);
     pull_free(pull);
     collect_layers(store, NULL);
@@ -1253,10 +1273,10 @@ static json_t *image_json(struct image_store *store, const struct image *img)
                                                 "size", (json_int_t)img->layers[i].size));
     char created[COVE_RFC3339_SIZE];
     cove_rfc3339_ms(img->created_ms, created);
-    return json_pack("{s:s, s:s, s:o, s:I, s:o, s:O, s:s, s:b}", "id", img->id, "digest",
+    return json_pack("{s:s, s:s, s:o, s:I, s:o, s:O, s:s, s:I}", "id", img->id, "digest",
                      img->digest, "references", refs, "size", (json_int_t)image_bytes(img),
                      "layers", layers, "config", img->config, "createdAt", created, "inUse",
-                     image_in_use(store, img));
+                     (json_int_t)image_users(store, img));
 }
 
 json_t *image_list_json(struct image_store *store)
@@ -1370,13 +1390,14 @@ static void import_main(struct image_store *store, void *arg)
     struct cove_error *err = NULL;
     int dir_fd = openat(AT_FDCWD, store->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     char random[17], name[64];
-    cove_random_hex(random, 16);
-    snprintf(name, sizeof(name), "tmp/import-%s", random);
-    if (dir_fd < 0 || mkdirat(dir_fd, name, 0700) < 0) {
-        cove_error_sys(&err, "mkdir %s", name);
+    cove_random_hex(random, 8);
+    snprintf(name, sizeof(name), "import-%s", random);
+    int tmp = dir_fd >= 0 ? openat(dir_fd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (tmp < 0 || mkdirat(tmp, name, 0700) < 0) {
+        cove_error_sys(&err, "mkdir tmp/%s", name);
         child_fail(err);
     }
-    int dest = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    int dest = openat(tmp, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     struct image_archive_entry *entries = NULL;
     size_t count = 0;
     int rc = dest < 0 ? cove_error_sys(&err, "open %s", name) : 0;
@@ -1433,7 +1454,7 @@ static void import_main(struct image_store *store, void *arg)
     if (dest >= 0) {
         close(dest);
         struct cove_error *ignored = NULL;
-        layer_copy_remove(dir_fd, name, &ignored);
+        layer_copy_remove(tmp, name, &ignored);
         cove_error_free(ignored);
     }
     if (rc < 0)
@@ -1674,7 +1695,7 @@ void image_store_free(struct image_store *store)
 }
 
 void image_store_set_in_use(struct image_store *store,
-                            bool (*fn)(const char *template_name, void *arg), void *arg)
+                            size_t (*fn)(const char *template_name, void *arg), void *arg)
 {
     store->in_use = fn;
     store->in_use_arg = arg;

@@ -48,10 +48,10 @@ int image_store_open(const char *state_dir, struct event_base *base,
                      struct image_store **out, struct cove_error **err);
 /* Kills the pulls and children under way (their waiters are not called). */
 void image_store_free(struct image_store *store);
-/* Who uses a template besides the references held (a restored sandbox holds none): the
- * image of a template for which fn answers true is in use. */
+/* Who uses a template besides the references held (a restored sandbox holds none): fn
+ * answers how many sandboxes are made from the template of that name. */
 void image_store_set_in_use(struct image_store *store,
-                            bool (*fn)(const char *template_name, void *arg), void *arg);
+                            size_t (*fn)(const char *template_name, void *arg), void *arg);
 
 /* True when uri is a reference to pull rather than a template's name: it has a registry, a
  * path, a tag or a digest ("python:3.12", "127.0.0.1:5000/t/x", "busybox@sha256:..."); a bare

@@ -573,10 +573,8 @@ int template_registry_drop(struct template_registry *reg, const char *name,
     ssize_t i = registry_index(reg, name);
     if (i < 0)
         return 0;
+    (void)err;
     struct template *t = reg->items[i];
-    if (t->refs > 1)
-        return cove_error_set(err, 0, 409, "IMAGE::IN_USE", "image %s is in use by a sandbox",
-                              name);
     memmove(&reg->items[i], &reg->items[i + 1], (reg->count - (size_t)i - 1) * sizeof(*reg->items));
     reg->count--;
     template_unref(t);
@@ -624,7 +622,8 @@ json_t *template_to_json(const struct template *t)
     json_t *j = json_pack("{s:s, s:b, s:s*}", "name", t->name, "hostOs", t->host_os, "prestart",
                           t->prestart[0] ? t->prestart : NULL);
     if (j != NULL && t->image_id[0])
-        json_object_set_new(j, "image", json_pack("{s:s, s:I}", "id", t->image_id, "layers",
+        json_object_set_new(j, "image", json_pack("{s:s, s:I, s:I}", "id", t->image_id, "size",
+                                                  (json_int_t)t->image_size, "layers",
                                                   (json_int_t)t->image_layer_count + 1));
     return j;
 }

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "lib/error.h"
@@ -35,6 +36,7 @@ struct template
      * bottom layer and these the others' roots, the topmost first; its config ({"env",
      * "entrypoint", "cmd", "workingDir", "user"}). Owned by the template. Else "", NULL, 0. */
     char image_id[65];
+    int64_t image_size; /* bytes its layers take on disk */
     char **image_layers;
     size_t image_layer_count;
     json_t *image_config;
@@ -78,7 +80,8 @@ void template_registry_release(struct template_registry *reg, const char *name);
  * (whoever holds that one keeps it); takes what t owns, even on error. */
 int template_registry_put(struct template_registry *reg, const struct template *t,
                           struct cove_error **err);
-/* An image's template (image_id set) is only unregistered: 0, or 409 while held elsewhere. */
+/* Unregisters an image's template (image_id set; its files are the image store's): whoever
+ * holds it keeps it. 0 (also when there is none of that name). */
 int template_registry_drop(struct template_registry *reg, const char *name,
                            struct cove_error **err);
 /* The registered template of that exact name (no alias, no ":latest"), with a reference. */
