@@ -343,8 +343,8 @@ BUSYBOX_ENTRYPOINT = ["/bin/sh", "-c"]
 BUSYBOX_CMD = ["echo \"$GREETING from $(id -u)\" > /tmp/entrypoint-ran; exec sleep 3600"]
 
 
-def busybox_layers():
-    """Three layers (the middle one zstd when the `zstd` command is installed):
+def busybox_layers(zstd=True):
+    """Three layers (the middle one zstd when asked and the `zstd` command is installed):
     1. busybox, /etc/removed-later, /opt/lower/{a,b}, /etc/motd ("one")
     2. removes /etc/removed-later (.wh.), makes /opt/lower opaque with /opt/lower/new in it,
        adds /data/hard1 and its hard link /data/hard2, /etc/layer2
@@ -363,12 +363,13 @@ def busybox_layers():
     t3.dir("etc").file("etc/motd", "three\n")
     t3.dir("work", uid=1000, gid=1000).file("work/hello.txt", "hello from the image\n",
                                             uid=1000, gid=1000)
-    return [Layer(t1.bytes(), "gzip"), Layer(t2.bytes(), "zstd"), Layer(t3.bytes(), "gzip")]
+    return [Layer(t1.bytes(), "gzip"), Layer(t2.bytes(), "zstd" if zstd else "gzip"),
+            Layer(t3.bytes(), "gzip")]
 
 
 def busybox_image(env=BUSYBOX_ENV, entrypoint=BUSYBOX_ENTRYPOINT, cmd=BUSYBOX_CMD,
-                  working_dir="/work", user="1000:1000"):
-    layers = busybox_layers()
+                  working_dir="/work", user="1000:1000", zstd=True):
+    layers = busybox_layers(zstd)
     return Image(layers, image_config(layers, env=env, entrypoint=entrypoint, cmd=cmd,
                                       working_dir=working_dir, user=user))
 
@@ -521,3 +522,15 @@ def gzip_bomb(name="bomb", size=1 << 30, chunk=1 << 20):
     layer.diff_id = "sha256:" + d.hexdigest()
     layer.media_type, layer.size = MT_LAYER["gzip"], len(blob)
     return layer
+
+
+def unique_image(nbytes=256 << 10, **kw):
+    """The busybox image with one more layer of nbytes random bytes (/uniq/blob): a blob no
+    store has yet, large enough to be cut in the middle."""
+    t = Tar().dir("uniq").file("uniq/blob", os.urandom(nbytes)).file("uniq/id",
+                                                                      os.urandom(8).hex())
+    layers = busybox_layers() + [Layer(t.bytes(), "gzip")]
+    cfg = dict(env=BUSYBOX_ENV, entrypoint=BUSYBOX_ENTRYPOINT, cmd=BUSYBOX_CMD,
+               working_dir="/work", user="1000:1000")
+    cfg.update(kw)
+    return Image(layers, image_config(layers, **cfg))

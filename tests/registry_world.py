@@ -12,7 +12,6 @@ file removed when the registry stops, pass or fail.
 """
 import base64
 import contextlib
-import crypt
 import datetime
 import http.client
 import http.server
@@ -27,6 +26,11 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import warnings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import crypt  # bcrypt for the htpasswd file (docker-registry takes nothing else)
 
 import image_build
 
