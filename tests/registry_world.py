@@ -406,8 +406,9 @@ class Registry:
             htpasswd = os.path.join(self.dir, "htpasswd")
             with open(htpasswd, "w") as f:
                 for user, (pw, _) in self.users.items():
-                    if user:
-                        f.write(f"{user}:{crypt.crypt(pw, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16))}\n")
+                    if user:  # bcrypt at cost 4: docker-registry checks it on every request
+                        salt = crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)
+                        f.write(f"{user}:{crypt.crypt(pw, salt)}\n")
             lines += ["auth:", "  htpasswd:", "    realm: cove-test-registry",
                       f"    path: {htpasswd}"]
         elif self.auth == "token":
