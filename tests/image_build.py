@@ -249,8 +249,8 @@ class OciLayout:
 
     def add(self, img, tag, name=None):
         """img: an Image or an Index; tag: org.opencontainers.image.ref.name (what skopeo's
-        oci:DIR:TAG looks up); name: io.containerd.image.name, if any."""
-        ann = {"org.opencontainers.image.ref.name": tag}
+        oci:DIR:TAG looks up; None: no name at all); name: io.containerd.image.name, if any."""
+        ann = {"org.opencontainers.image.ref.name": tag} if tag else {}
         if name:
             ann["io.containerd.image.name"] = name
         if isinstance(img, Index):

@@ -116,6 +116,19 @@ def assert_error(status, body, want_status, code):
     assert body.get("code") == code and body.get("message"), body
 
 
+def admin(d, content_type="application/json"):
+    """Headers with the daemon's admin key: removing, pruning and importing images."""
+    return {"OPEN-SANDBOX-API-KEY": d.admin_key, "Content-Type": content_type}
+
+
+def delete_image(d, key):
+    return d.request("DELETE", f"/v1/images/{key}", headers=admin(d))[:2]
+
+
+def prune(d):
+    return d.ok("POST", "/v1/images/prune", headers=admin(d))
+
+
 def images(d):
     return d.ok("GET", "/v1/images")["items"]
 
@@ -216,11 +229,17 @@ def test_create_by_digest_runs_the_image_entrypoint_with_the_request_env(coved, 
     assert "EXTRA=1" in env and "LAYERED=image" in env and "GREETING=hi from the request" in env
     listed = image_by_digest(coved, img.digest)
     assert listed and any(r.endswith("@" + img.digest) for r in listed["references"]), listed
-    # Present now: a second create by tag pulls no blob again.
+    # Present now: a second create by digest asks the registry nothing; one by tag (not known
+    # here yet) resolves the tag but downloads no layer again.
     registry.proxy.clear()
-    sid2 = create(coved, registry.ref(name), made)
-    assert coved.sh(sid2, "cat /uniq/id") == coved.sh(sid, "cat /uniq/id")
-    assert registry.proxy.count("GET", "/blobs/") == 0, registry.proxy.requests()
+    sid2 = create(coved, registry.ref(f"{repo}@{img.digest}"), made)
+    assert registry.proxy.requests() == []
+    sid3 = create(coved, registry.ref(name), made)
+    for other in (sid2, sid3):
+        assert coved.sh(other, "cat /uniq/id") == coved.sh(sid, "cat /uniq/id")
+    layer_gets = [r for r in registry.proxy.requests()
+                  if any(r[1].endswith(l.digest) for l in img.layers)]
+    assert layer_gets == [], registry.proxy.requests()
 
 
 @pytest.mark.static_agent
@@ -282,7 +301,7 @@ def test_pull_api_get_by_id_prefix_and_templates(coved, registry, workdir):
     assert status == 200 and body["id"] == moved.id, body
     assert registry.ref(name) not in coved.ok("GET", f"/v1/images/{img.id}")["references"]
     for i in (img, moved):
-        assert coved.request("DELETE", f"/v1/images/{i.id}")[0] == 204
+        assert delete_image(coved, i.id)[0] == 204
 
 
 # ---- authentication --------------------------------------------------------------------------
@@ -482,12 +501,12 @@ def test_delete_in_use_then_removed_with_its_layers(own_coved, registry, workdir
     sid = create(d, registry.ref(name))
     assert os.path.isdir(layer_dir(d, img.layers[-1].digest))
     assert d.ok("GET", f"/v1/images/{img.id}")["inUse"] == 1
-    assert_error(*d.request("DELETE", f"/v1/images/{img.id}")[:2], 409, "IMAGE::IN_USE")
+    assert_error(*delete_image(d, img.id), 409, "IMAGE::IN_USE")
     assert d.sh(sid, "cat /etc/motd") == "three\n"
     d.delete(sid)
-    assert d.request("DELETE", f"/v1/images/{img.id}")[0] == 204
+    assert delete_image(d, img.id)[0] == 204
     assert_error(*d.request("GET", f"/v1/images/{img.id}")[:2], 404, "IMAGE::NOT_FOUND")
-    assert_error(*d.request("DELETE", f"/v1/images/{img.id}")[:2], 404, "IMAGE::NOT_FOUND")
+    assert_error(*delete_image(d, img.id), 404, "IMAGE::NOT_FOUND")
     for l in img.layers:
         assert not os.path.exists(layer_dir(d, l.digest)), l.digest
     assert not os.path.exists(store(d, "images", img.id + ".json"))
@@ -501,7 +520,7 @@ def test_prune_removes_unused_images_and_layers(own_coved, registry, workdir):
     n_unused, n_used = push(registry, unused, workdir), push(registry, used, workdir)
     assert pull(d, registry.ref(n_unused))[0] == 200
     sid = create(d, registry.ref(n_used))
-    body = d.ok("POST", "/v1/images/prune")
+    body = prune(d)
     assert body["removed"] == [unused.id], body
     assert body["bytesFreed"] >= 64 << 10
     assert not os.path.exists(layer_dir(d, unused.layers[-1].digest))
@@ -511,15 +530,14 @@ def test_prune_removes_unused_images_and_layers(own_coved, registry, workdir):
     assert [i["id"] for i in images(d)] == [used.id]
     assert d.sh(sid, "cat /etc/motd") == "three\n"
     d.delete(sid)
-    body = d.ok("POST", "/v1/images/prune")
+    body = prune(d)
     assert body["removed"] == [used.id] and images(d) == []
     assert listing(store(d, "layers")) == [] and leftovers(d) == []
 
 
 def import_archive(d, data, query="", content_type="application/x-tar"):
     status, body, _ = d.request("POST", "/v1/images/import" + query, raw=data,
-                                headers={"OPEN-SANDBOX-API-KEY": d.key,
-                                         "Content-Type": content_type}, timeout=300)
+                                headers=admin(d, content_type), timeout=300)
     return status, body
 
 
@@ -553,12 +571,14 @@ def test_import_oci_layout_tar(own_coved, busybox, workdir):
     assert d.sh(sid, "stat -c '%i' /data/hard1 /data/hard2").split("\n")[0] == \
         d.sh(sid, "stat -c '%i' /data/hard2").strip()
     d.delete(sid)
-    # ?reference= names it.
-    status, body = import_archive(d, layout.tar(), "?reference=cove-test/renamed:v2")
+    # An archive that names nothing: ?reference= names it.
+    bare = ib.OciLayout(workdir / f"import-bare-{secrets.token_hex(3)}")
+    bare.add(ib.unique_image(4096), None)
+    status, body = import_archive(d, bare.tar(), "?reference=cove-test/renamed:v2")
     assert status == 200, body
     assert "docker.io/cove-test/renamed:v2" in body["items"][0]["references"], body
     sid = create(d, "cove-test/renamed:v2")
-    assert d.sh(sid, "cat /etc/motd") == "three\n"
+    assert d.sh(sid, "cat /etc/motd; test -f /uniq/blob && echo unique") == "three\nunique\n"
     d.delete(sid)
     # Not an archive: a clear 400, nothing kept.
     status, body = import_archive(d, b"not a tar at all" * 100)
@@ -579,13 +599,15 @@ BAD_REFERENCES = [
     "127.77.2.1:5000/team/x@md5:" + "0" * 32,
     "127.77.2.1:5000/team/x:bad tag",
     "127.77.2.1:5000//x:v1",
-    "",
+    " ",
 ]
 
 
 def test_bad_references_are_400(coved):
     for ref in BAD_REFERENCES:
         assert_error(*pull(coved, ref), 400, "IMAGE::INVALID_REFERENCE")
+    status, body = pull(coved, "")  # no reference at all: a bad request, whatever its code
+    assert status == 400 and body.get("code", "").startswith("IMAGE::"), body
     for ref in BAD_REFERENCES[:6]:
         status, body = create_raw(coved, ref)
         assert status == 400 and body.get("code"), (ref, status, body)
