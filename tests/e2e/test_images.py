@@ -150,10 +150,21 @@ def layer_dir(d, digest):
     return store(d, "layers", "sha256-" + digest.split(":", 1)[1])
 
 
-def leftovers(d):
+def leftovers_now(d):
     """Half-made things in the store: temporary layers and files of an unfinished pull."""
     return ([n for n in listing(store(d, "layers")) if not n.startswith("sha256-")]
             + listing(store(d, "tmp")))
+
+
+def leftovers(d, wait_s=10.0):
+    """What is left half-made once coved has had a moment (removal may finish in the
+    background after the answer); [] as soon as nothing is."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = leftovers_now(d)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 def push(reg, img, workdir, name=None):

@@ -9,6 +9,7 @@ import os
 import secrets
 import stat
 import tarfile
+import time
 
 import pytest
 
@@ -63,11 +64,22 @@ def store(d, *parts):
     return os.path.join(d.state_dir, "images", *parts)
 
 
-def leftovers(d):
+def leftovers_now(d):
     layers = store(d, "layers")
     tmp = store(d, "tmp")
     return ([n for n in (os.listdir(layers) if os.path.isdir(layers) else [])
              if not n.startswith("sha256-")] + (os.listdir(tmp) if os.path.isdir(tmp) else []))
+
+
+def leftovers(d, wait_s=10.0):
+    """What is left half-made once coved has had a moment (removal may finish in the
+    background after the answer); [] as soon as nothing is."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = leftovers_now(d)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 def member(name, type_=tarfile.REGTYPE, linkname="", mode=0o644, uid=0, gid=0, devmajor=0,
