@@ -36,9 +36,14 @@ packages=(
   dnsmasq-base curl python3-requests python3-httpx chromium
   # `python` is Python 3 in the templates, which run the host's /usr
   python-is-python3
+  # OCI images: tests run Debian's registry (token auth signed with PyJWT), build images with
+  # umoci/zstd and push them with skopeo
+  docker-registry skopeo umoci zstd python3-jwt python3-cryptography
+  # the oci and gvisor runtimes (extensions.runtime)
+  crun runc runsc
 )
 # Benchmarks compare against these, in the same run.
-bench_packages=(bubblewrap crun runc podman)
+bench_packages=(bubblewrap podman)
 
 missing=()
 for p in "${packages[@]}" ${COVE_WITH_BENCH:+"${bench_packages[@]}"}; do

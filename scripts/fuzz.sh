@@ -17,7 +17,7 @@ if [ "${1:-}" = "--time" ]; then
     shift 2
 fi
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(http multipart websocket wire values routes events tunnel policy dns sniff vault mitm mcp volumes)
+[ ${#names[@]} -gt 0 ] || names=(http multipart websocket wire values routes events tunnel policy dns sniff vault mitm mcp volumes isolated image_manifest layer_unpack)
 
 if [ ! -f build-fuzz/build.ninja ]; then
     CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \

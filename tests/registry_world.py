@@ -359,7 +359,7 @@ class Registry:
 
     def __init__(self, auth="none", address=DEFAULT_ADDRESS, users=None):
         assert auth in ("none", "basic", "token"), auth
-        assert address.startswith("127.77.2."), address
+        assert address.startswith("127.77.") and not address.startswith("127.77.0."), address
         self.auth = auth
         self.address = address
         self.users = users if users is not None else {
