@@ -6,12 +6,10 @@
 #include <string.h>
 
 #include "cli/progress.h"
+#include "lib/image_ref.h"
 
-#define DOCKER_HUB "docker.io"
 #define DIGEST_PREFIX "sha256:"
 #define DIGEST_HEX 64
-#define TAG_MAX 128
-#define REGISTRY_MAX 255
 
 static bool is_lower_hex(char c)
 {
@@ -26,66 +24,6 @@ static bool all_lower_hex(const char *s, size_t len)
     return true;
 }
 
-static bool is_alnum_lower(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-
-/* A path component of a repository: lowercase letters and digits, separated by '.', '_' or
- * '-' runs (Docker's grammar, a little more lenient about which runs). */
-static bool repository_component_ok(const char *s, size_t len)
-{
-    if (len == 0 || !is_alnum_lower(s[0]) || !is_alnum_lower(s[len - 1]))
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (!is_alnum_lower(s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
-            return false;
-    return true;
-}
-
-static bool repository_ok(const char *s, size_t len)
-{
-    size_t start = 0;
-    for (size_t i = 0; i <= len; i++) {
-        if (i < len && s[i] != '/')
-            continue;
-        if (!repository_component_ok(s + start, i - start))
-            return false;
-        start = i + 1;
-    }
-    return true;
-}
-
-/* host[:port]: letters, digits, '.', '-', and the port's ':' (or an IPv6 address in
- * brackets). */
-static bool registry_ok(const char *s, size_t len)
-{
-    if (len == 0)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '-' || c == ':' || c == '[' || c == ']';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
-static bool tag_ok(const char *s, size_t len)
-{
-    if (len == 0 || len > TAG_MAX || s[0] == '.' || s[0] == '-')
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_' || c == '.' || c == '-';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
 static bool digest_ok(const char *s)
 {
     size_t prefix = strlen(DIGEST_PREFIX);
@@ -95,74 +33,18 @@ static bool digest_ok(const char *s)
 
 int image_text_canonical(const char *typed, char *out, size_t size)
 {
-    size_t len = strlen(typed);
-    if (len == 0 || len >= IMAGE_TEXT_REFERENCE_SIZE)
+    /* coved's own reading of references (lib/image_ref.h): the CLI matches what it lists */
+    struct image_ref ref;
+    struct cove_error *err = NULL;
+    if (strlen(typed) >= IMAGE_TEXT_REFERENCE_SIZE || image_ref_parse(typed, &ref, &err) < 0) {
+        cove_error_free(err);
         return -1;
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)typed[i] <= ' ' || typed[i] == 0x7f)
-            return -1;
-
-    const char *at = strchr(typed, '@');
-    const char *digest = at != NULL ? at + 1 : NULL;
-    size_t name_len = at != NULL ? (size_t)(at - typed) : len;
-    if (digest != NULL && !digest_ok(digest))
-        return -1;
-
-    /* the tag is a ':' after the last '/' (one before it is the registry's port) */
-    const char *last_slash = memrchr(typed, '/', name_len);
-    const char *base = last_slash != NULL ? last_slash + 1 : typed;
-    const char *colon = memchr(base, ':', name_len - (size_t)(base - typed));
-    const char *tag = colon != NULL ? colon + 1 : NULL;
-    size_t tag_len = colon != NULL ? name_len - (size_t)(tag - typed) : 0;
-    if (colon != NULL) {
-        if (!tag_ok(tag, tag_len))
-            return -1;
-        name_len = (size_t)(colon - typed);
     }
-
-    /* a first component with '.' or ':', "localhost", or upper case, is a registry */
-    char lowered[REGISTRY_MAX + 1];
-    const char *registry = DOCKER_HUB;
-    size_t registry_len = strlen(DOCKER_HUB);
-    const char *repository = typed;
-    size_t repository_len = name_len;
-    const char *slash = memchr(typed, '/', name_len);
-    if (slash != NULL) {
-        size_t first = (size_t)(slash - typed);
-        bool host = memchr(typed, '.', first) != NULL || memchr(typed, ':', first) != NULL ||
-                    (first == 9 && strncmp(typed, "localhost", 9) == 0);
-        for (size_t i = 0; i < first && !host; i++)
-            host = typed[i] >= 'A' && typed[i] <= 'Z';
-        if (host) {
-            if (first > REGISTRY_MAX || !registry_ok(typed, first))
-                return -1;
-            /* host names are not case-sensitive: coved lists them in lower case */
-            for (size_t i = 0; i < first; i++)
-                lowered[i] = (char)tolower((unsigned char)typed[i]);
-            registry = lowered;
-            registry_len = first;
-            repository = slash + 1;
-            repository_len = name_len - first - 1;
-        }
-    }
-    if (registry_len == strlen("index.docker.io") &&
-        strncmp(registry, "index.docker.io", registry_len) == 0) {
-        registry = DOCKER_HUB;
-        registry_len = strlen(DOCKER_HUB);
-    }
-    if (!repository_ok(repository, repository_len))
+    char canonical[IMAGE_TEXT_REFERENCE_SIZE];
+    image_ref_string(&ref, canonical, sizeof(canonical));
+    if (strlen(canonical) >= size)
         return -1;
-    bool hub =
-        registry_len == strlen(DOCKER_HUB) && strncmp(registry, DOCKER_HUB, registry_len) == 0;
-    bool library = hub && memchr(repository, '/', repository_len) == NULL;
-
-    const char *tag_sep = tag != NULL ? ":" : (digest == NULL ? ":latest" : "");
-    int n =
-        snprintf(out, size, "%.*s/%s%.*s%s%.*s%s%s", (int)registry_len, registry,
-                 library ? "library/" : "", (int)repository_len, repository, tag_sep, (int)tag_len,
-                 tag != NULL ? tag : "", digest != NULL ? "@" : "", digest != NULL ? digest : "");
-    if (n < 0 || (size_t)n >= size)
-        return -1;
+    snprintf(out, size, "%s", canonical);
     return 0;
 }
 

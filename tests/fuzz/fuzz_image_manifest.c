@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "coved/image/manifest.h"
-#include "coved/image/reference.h"
+#include "lib/image_ref.h"
 #include "coved/image/registry.h"
 #include "fuzz_input.h"
 

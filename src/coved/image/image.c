@@ -20,7 +20,7 @@
 #include "coved/image/archive.h"
 #include "coved/image/layer_unpack.h"
 #include "coved/image/manifest.h"
-#include "coved/image/reference.h"
+#include "lib/image_ref.h"
 #include "coved/runtime/layer_copy.h"
 #include "coved/runtime/runtime.h"
 #include "lib/cleanup.h"

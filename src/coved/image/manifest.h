@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "coved/image/reference.h"
+#include "lib/image_ref.h"
 #include "lib/error.h"
 
 #define IMAGE_MANIFEST_MAX_BYTES (4 * 1024 * 1024) /* a manifest or index */

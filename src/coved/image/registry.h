@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "coved/image/manifest.h"
-#include "coved/image/reference.h"
+#include "lib/image_ref.h"
 #include "lib/error.h"
 
 struct registry_credentials {

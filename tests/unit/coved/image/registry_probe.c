@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "coved/image/manifest.h"
-#include "coved/image/reference.h"
+#include "lib/image_ref.h"
 #include "coved/image/registry.h"
 
 #define MAX_LIST 16

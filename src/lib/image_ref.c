@@ -1,5 +1,5 @@
 /* Image references (Docker's distribution/reference grammar, sha256 digests only). */
-#include "coved/image/reference.h"
+#include "lib/image_ref.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "coved/image/reference.h"
+#include "lib/image_ref.h"
 
 #define D64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
