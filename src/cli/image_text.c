@@ -8,29 +8,6 @@
 #include "cli/progress.h"
 #include "lib/image_ref.h"
 
-#define DIGEST_PREFIX "sha256:"
-#define DIGEST_HEX 64
-
-static bool is_lower_hex(char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-}
-
-static bool all_lower_hex(const char *s, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        if (!is_lower_hex(s[i]))
-            return false;
-    return true;
-}
-
-static bool digest_ok(const char *s)
-{
-    size_t prefix = strlen(DIGEST_PREFIX);
-    return strncmp(s, DIGEST_PREFIX, prefix) == 0 && strlen(s + prefix) == DIGEST_HEX &&
-           all_lower_hex(s + prefix, DIGEST_HEX);
-}
-
 int image_text_canonical(const char *typed, char *out, size_t size)
 {
     /* coved's own reading of references (lib/image_ref.h): the CLI matches what it lists */
@@ -79,11 +56,10 @@ bool image_text_reference_matches(const char *reference, const char *typed)
 
 bool image_text_is_id(const char *text)
 {
-    size_t prefix = strlen(DIGEST_PREFIX);
-    if (strncmp(text, DIGEST_PREFIX, prefix) == 0)
-        return digest_ok(text);
+    if (strncmp(text, "sha256:", 7) == 0)
+        return image_digest_valid(text);
     size_t len = strlen(text);
-    return len >= 12 && len <= DIGEST_HEX && all_lower_hex(text, len);
+    return len >= 12 && len <= 64 && strspn(text, "0123456789abcdef") == len;
 }
 
 void image_text_pull_line(char *out, size_t size, const char *reference, int64_t layers_done,
