@@ -105,3 +105,25 @@ def test_a_snapshot_of_an_image_sandbox_restores_over_the_image(own_coved, regis
     assert d.request("DELETE", f"/v1/snapshots/{snap['id']}")[0] == 204
     status, _, _ = d.request("DELETE", f"/v1/images/{img.id}", headers=admin(d))
     assert status == 204
+
+
+@pytest.mark.static_agent
+def test_a_registry_mirror_serves_its_registrys_images(registry, tmp_path):
+    """--registry-mirror REG=MIRROR: REG's images come from MIRROR (here REG itself is down:
+    nothing listens there, so only the mirror can have answered)."""
+    img = ib.busybox_image()
+    name = f"team/mirrored-{secrets.token_hex(3)}:v1"
+    registry.push_image(img, name, tmp_path)
+    down = f"127.77.2.41:{rw.closed_port('127.77.2.41')}"
+    with serve("--registry-mirror", f"{down}={registry.host}", admin_keys=(ADMIN,)) as d:
+        registry.proxy.clear()
+        sid = create(d, f"{down}/{name}")
+        assert d.sh(sid, "echo $GREETING") == "hello\n"
+        assert registry.proxy.count("GET", "/manifests/") >= 1
+        assert d.get(sid)["image"] == {"uri": f"{down}/{name}"}
+        d.delete(sid)
+    # without the mirror, the same name is unreachable: a clear 502
+    with serve(admin_keys=(ADMIN,)) as d:
+        status, body, _ = d.request("POST", "/v1/sandboxes", {"image": {"uri": f"{down}/{name}"}},
+                                    timeout=300)
+        assert (status, body["code"]) == (502, "IMAGE::REGISTRY_ERROR"), body
