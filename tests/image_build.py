@@ -422,7 +422,7 @@ def python_layer():
     the config dir (25 MB of static library) and the installed packages."""
     t = Tar()
     seen = {"/bin", "/etc", "/usr", "/tmp", "/root", "/var", "/usr/share", "/dev", "/proc",
-            "/sys"}  # in the busybox layer below
+            "/sys", "/usr/bin"}  # in the busybox layer below, or made just below
     t.dir("usr").dir("usr/bin")
     exe = os.path.realpath(HOST_PYTHON)
     _host_path_entries(t, HOST_PYTHON, seen)
