@@ -271,12 +271,9 @@ int runtime_layer_forget_setup(int copy, const char *rootfs)
     return 0;
 }
 
-void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner)
+void child_mount_overlay(int status_fd, const struct runtime_spec *spec, uint32_t owner)
 {
-    char path[4096], opts[RUNTIME_MAX_LAYERS * 600 + 8192];
-    /* Nothing mounted from here on may propagate back to the host. */
-    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-
+    char opts[RUNTIME_MAX_LAYERS * 600 + 8192];
     /* The writable layer (layer.c), mounted over the run dir in this namespace only (the host
      * keeps seeing the agent's socket there). The mount points live in it too: nothing per
      * sandbox is made on the host's disk but the run dir, the socket and a disk layer's image
@@ -308,6 +305,14 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     child_mount(status_fd, "cove-root", "root", "overlay", MS_NOSUID, opts);
     if (chdir("root") < 0)
         child_fail(status_fd, "chdir root");
+}
+
+void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner)
+{
+    char path[4096];
+    /* Nothing mounted from here on may propagate back to the host. */
+    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+    child_mount_overlay(status_fd, spec, owner);
 
     if (spec->host_os) {
         child_mkdir(status_fd, "usr", 0755);

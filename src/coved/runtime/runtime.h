@@ -52,8 +52,22 @@ enum runtime_layer {
     RUNTIME_LAYER_TMPFS,
 };
 
+/* What runs a sandbox (oci.c): Cove's own set-up (native), or an OCI runtime binary (crun,
+ * runc) or gVisor's runsc given a bundle Cove wrote, in the network namespace Cove made. */
+enum runtime_kind {
+    RUNTIME_NATIVE = 0,
+    RUNTIME_OCI,
+    RUNTIME_GVISOR,
+};
+
 struct runtime {
     struct cgroup_system cgroups;
+    enum runtime_kind kind;     /* the default of sandboxes that do not ask */
+    char oci_path[512];         /* the OCI runtime binary, "" when none was found */
+    char gvisor_path[512];      /* runsc, "" when none was found */
+    char gvisor_platform[16];   /* runsc --platform (ptrace by default) */
+    char agent_path[4096];      /* cove-agent, bind-mounted into OCI and gVisor sandboxes */
+    char kernel_path[4096];     /* cove-kernel, or "" */
     int agent_fd;  /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
     int kernel_fd; /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
     struct file_budget files;      /* each sandbox's share of the host's open files */
@@ -108,6 +122,7 @@ struct runtime_spec {
     const char *ca_bundle; /* host file over the system trust bundle (credential proxy), or NULL */
     const struct runtime_volume *volumes; /* mounted in this order, after the root is built */
     size_t volume_count;                  /* at most RUNTIME_MAX_VOLUMES */
+    enum runtime_kind kind;               /* NATIVE unless asked */
 };
 
 struct runtime_process {
@@ -170,6 +185,24 @@ pid_t runtime_start_pid(const struct runtime_start *op);
 int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runtime_process *out,
                        struct cove_error **err);
 void runtime_start_cancel(struct runtime *rt, struct runtime_start *op);
+/* oci.c: "native", "oci" or "gvisor": 0, or -1 for anything else; and back. */
+int runtime_kind_parse(const char *s, enum runtime_kind *out);
+const char *runtime_kind_name(enum runtime_kind kind);
+/* 0 when sandboxes of this kind can start here, else -1 with a 400 saying why (no binary). */
+int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct cove_error **err);
+/* oci.c: runtime_start_begin for RUNTIME_OCI and RUNTIME_GVISOR. */
+struct runtime_oci_start;
+int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
+                      struct runtime_oci_start **out, struct cove_error **err);
+int runtime_oci_start_fd(const struct runtime_oci_start *op);
+pid_t runtime_oci_start_pid(const struct runtime_oci_start *op);
+int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct runtime_process *out,
+                     struct cove_error **err);
+void runtime_oci_cancel(struct runtime *rt, struct runtime_oci_start *op);
+/* oci.c: the binaries and gVisor's platform, from coved's configuration (NULL or "": the
+ * defaults, crun and runsc found on PATH, ptrace). */
+int runtime_oci_configure(struct runtime *rt, const char *oci, const char *gvisor,
+                          const char *platform, const char *default_kind, struct cove_error **err);
 int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err);
 int runtime_resume(struct runtime *rt, const char *id, struct cove_error **err);
 /* The first half of a teardown that does not wait: kills every process of the sandbox.

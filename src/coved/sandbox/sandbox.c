@@ -584,6 +584,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
     sb->layer = runtime_layer_resolve(mgr->rt, req->layer);
+    sb->runtime = req->runtime > 0 ? (enum runtime_kind)(req->runtime - 1) : mgr->rt->kind;
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
     cove_random_hex(sb->access_token, 32);
     const struct egress_policy *policy = req->policy != NULL ? req->policy : mgr->default_policy;
@@ -628,6 +629,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
             sb->credential_proxy && mgr->egress ? egress_ca_bundle_path(mgr->egress) : NULL,
         .volumes = mounts,
         .volume_count = req->volume_count,
+        .kind = sb->runtime,
     };
     int rc = (env && argv) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
                            : cove_error_sys(err, "calloc");
