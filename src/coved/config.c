@@ -423,14 +423,14 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
     } else if (strcmp(key, "default_runtime") == 0 || strcmp(key, "oci_runtime") == 0 ||
                strcmp(key, "gvisor_runtime") == 0 || strcmp(key, "gvisor_platform") == 0) {
         /* Checked by runtime_oci_configure, which knows the names and finds the binaries. */
-        char *field = key[0] == 'd'   ? cfg->default_runtime
-                      : key[0] == 'o' ? cfg->oci_runtime
+        char *field = key[0] == 'd'                        ? cfg->default_runtime
+                      : key[0] == 'o'                      ? cfg->oci_runtime
                       : strcmp(key, "gvisor_runtime") == 0 ? cfg->gvisor_runtime
-                                                            : cfg->gvisor_platform;
-        size_t size = key[0] == 'd'   ? sizeof(cfg->default_runtime)
-                      : key[0] == 'o' ? sizeof(cfg->oci_runtime)
+                                                           : cfg->gvisor_platform;
+        size_t size = key[0] == 'd'                        ? sizeof(cfg->default_runtime)
+                      : key[0] == 'o'                      ? sizeof(cfg->oci_runtime)
                       : strcmp(key, "gvisor_runtime") == 0 ? sizeof(cfg->gvisor_runtime)
-                                                            : sizeof(cfg->gvisor_platform);
+                                                           : sizeof(cfg->gvisor_platform);
         if (strlen(value) >= size)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: %s is too long", from, key);
         memcpy(field, value, strlen(value) + 1);

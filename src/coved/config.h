@@ -32,9 +32,9 @@ struct coved_config {
     int64_t max_template_bytes;  /* a template registered over the API */
     unsigned sandbox_file_share; /* a sandbox may hold 1/N of fs.file-max */
     bool layer_tmpfs;            /* sandboxes' writable layers default to tmpfs, not disk */
+    int log_level;               /* enum cove_log_level */
     /* Runtimes (runtime/oci.c): binaries ("" found on PATH), runsc's platform, the default. */
     char oci_runtime[512], gvisor_runtime[512], gvisor_platform[16], default_runtime[16];
-    int log_level;               /* enum cove_log_level */
     /* Connections (lib/http.c and the gateway); 0 means the built-in default. */
     int64_t head_timeout_s;           /* a request head must be complete within this */
     int64_t idle_timeout_s;           /* a connection between requests */

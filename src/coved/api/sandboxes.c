@@ -292,11 +292,13 @@ static int parse_layer(struct api *api, json_t *extensions, struct sandbox_reque
 /* extensions {"runtime": "native" | "oci" | "gvisor"}, else coved's --default-runtime. */
 static int parse_runtime(json_t *extensions, struct sandbox_request *req, struct cove_error **err)
 {
-    json_t *value = json_is_object(extensions) ? json_object_get(extensions, EXTENSION_RUNTIME) : NULL;
+    json_t *value =
+        json_is_object(extensions) ? json_object_get(extensions, EXTENSION_RUNTIME) : NULL;
     enum runtime_kind kind;
     if (value != NULL &&
         (!json_is_string(value) || runtime_kind_parse(json_string_value(value), &kind) < 0))
-        return invalid(err, "%s must be \"native\", \"oci\" or \"gvisor\"", "extensions." EXTENSION_RUNTIME);
+        return invalid(err, "%s must be \"native\", \"oci\" or \"gvisor\"",
+                       "extensions." EXTENSION_RUNTIME);
     if (value != NULL)
         req->runtime = (int)kind + 1;
     return 0;

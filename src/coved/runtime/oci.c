@@ -134,10 +134,10 @@ int runtime_oci_configure(struct runtime *rt, const char *oci, const char *gviso
 
 /* Docker's default capabilities, as the native runtime keeps them (caps.c). */
 static const char *const oci_caps[] = {
-    "CAP_CHOWN",  "CAP_DAC_OVERRIDE", "CAP_FSETID",           "CAP_FOWNER",
-    "CAP_MKNOD",  "CAP_NET_RAW",      "CAP_SETGID",           "CAP_SETUID",
-    "CAP_SETFCAP", "CAP_SETPCAP",     "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
-    "CAP_KILL",   "CAP_AUDIT_WRITE",
+    "CAP_CHOWN",   "CAP_DAC_OVERRIDE", "CAP_FSETID",           "CAP_FOWNER",
+    "CAP_MKNOD",   "CAP_NET_RAW",      "CAP_SETGID",           "CAP_SETUID",
+    "CAP_SETFCAP", "CAP_SETPCAP",      "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+    "CAP_KILL",    "CAP_AUDIT_WRITE",
 };
 static const char *const oci_masked[] = {
     "/proc/acpi",        "/proc/asound",        "/proc/interrupts", "/proc/kcore",
@@ -170,8 +170,8 @@ static void add_mount(json_t *mounts, const char *dest, const char *type, const 
 
 static json_t *id_mapping(uint32_t host_base)
 {
-    return json_pack("[{s:i, s:I, s:i}]", "containerID", 0, "hostID", (json_int_t)host_base,
-                     "size", RUNTIME_ID_COUNT);
+    return json_pack("[{s:i, s:I, s:i}]", "containerID", 0, "hostID", (json_int_t)host_base, "size",
+                     RUNTIME_ID_COUNT);
 }
 
 /* The agent's command line inside the container (native.c's, but for its descriptors). */
@@ -200,8 +200,8 @@ static json_t *agent_args(const struct runtime *rt, const struct runtime_spec *s
     snprintf(disk_cap, sizeof(disk_cap), "%lld", (long long)spec->disk_bytes);
     json_array_append_new(args, json_string("--disk-cap"));
     json_array_append_new(args, json_string(disk_cap));
-    snprintf(child_nofile, sizeof(child_nofile), "%llu:%llu",
-             (unsigned long long)spec->nofile_soft, (unsigned long long)spec->nofile_hard);
+    snprintf(child_nofile, sizeof(child_nofile), "%llu:%llu", (unsigned long long)spec->nofile_soft,
+             (unsigned long long)spec->nofile_hard);
     json_array_append_new(args, json_string("--child-nofile"));
     json_array_append_new(args, json_string(child_nofile));
     if (rt->session_idle_timeout[0] != '\0') {
@@ -223,8 +223,8 @@ static char *bundle_config(const struct runtime *rt, const struct runtime_spec *
     json_t *env = json_array();
     for (size_t i = 0; spec->env != NULL && spec->env[i] != NULL; i++)
         json_array_append_new(env, json_string(spec->env[i]));
-    uint64_t nofile = spec->nofile_hard > RUNTIME_AGENT_NOFILE ? spec->nofile_hard
-                                                               : RUNTIME_AGENT_NOFILE;
+    uint64_t nofile =
+        spec->nofile_hard > RUNTIME_AGENT_NOFILE ? spec->nofile_hard : RUNTIME_AGENT_NOFILE;
     json_t *process = json_pack(
         "{s:b, s:{s:i, s:i}, s:o, s:o, s:s, s:{s:o, s:o, s:o}, s:b, s:[{s:s, s:I, s:I}]}",
         "terminal", 0, "user", "uid", 0, "gid", 0, "args", agent_args(rt, spec, gvisor, kernel),
@@ -269,10 +269,9 @@ static char *bundle_config(const struct runtime *rt, const struct runtime_spec *
             linux_cfg, "readonlyPaths",
             string_array(oci_readonly, sizeof(oci_readonly) / sizeof(oci_readonly[0])));
     }
-    json_t *config =
-        json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2", "process",
-                  process, "root", "path", "root", "readonly", 0, "hostname", spec->id, "mounts",
-                  mounts, "linux", linux_cfg);
+    json_t *config = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2",
+                               "process", process, "root", "path", "root", "readonly", 0,
+                               "hostname", spec->id, "mounts", mounts, "linux", linux_cfg);
     char *text = config != NULL ? json_dumps(config, JSON_COMPACT) : NULL;
     json_decref(config);
     return text;
@@ -402,16 +401,40 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     char platform[40];
     if (a->gvisor) {
         snprintf(platform, sizeof(platform), "--platform=%s", a->rt->gvisor_platform);
-        const char *g[] = {a->rt->gvisor_path, "--root", state, platform, "--network=host",
-                           "--ignore-cgroups", "--host-uds=create", "--log", log_path, "run",
-                           "-detach", "-pid-file", pid_path, "-bundle", spec->run_dir, spec->id};
+        const char *g[] = {a->rt->gvisor_path,
+                           "--root",
+                           state,
+                           platform,
+                           "--network=host",
+                           "--ignore-cgroups",
+                           "--host-uds=create",
+                           "--log",
+                           log_path,
+                           "run",
+                           "-detach",
+                           "-pid-file",
+                           pid_path,
+                           "-bundle",
+                           spec->run_dir,
+                           spec->id};
         for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
             argv[n++] = g[i];
     } else {
-        const char *c[] = {a->rt->oci_path, "--root", state, "--log", log_path,
-                           "--cgroup-manager=disabled", "run", "-d", "--pid-file", pid_path,
-                           "--preserve-fds", a->kernel_fd >= 0 ? "3" : "2", "--bundle",
-                           spec->run_dir, spec->id};
+        const char *c[] = {a->rt->oci_path,
+                           "--root",
+                           state,
+                           "--log",
+                           log_path,
+                           "--cgroup-manager=disabled",
+                           "run",
+                           "-d",
+                           "--pid-file",
+                           pid_path,
+                           "--preserve-fds",
+                           a->kernel_fd >= 0 ? "3" : "2",
+                           "--bundle",
+                           spec->run_dir,
+                           spec->id};
         for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
             argv[n++] = c[i];
     }
@@ -663,7 +686,7 @@ int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct ru
     }
     if (op->msg_len > 0 || op->init == 0) {
         cove_error_set(err, EPROTO, 500, "SANDBOX::START_FAILED", "sandbox set-up failed: %s",
-                       op->msg_len == 0       ? "the set-up process exited"
+                       op->msg_len == 0    ? "the set-up process exited"
                        : op->msg[0] == 'E' ? op->msg + 1
                                            : op->msg);
         goto fail;

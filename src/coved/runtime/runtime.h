@@ -62,12 +62,12 @@ enum runtime_kind {
 
 struct runtime {
     struct cgroup_system cgroups;
-    enum runtime_kind kind;     /* the default of sandboxes that do not ask */
-    char oci_path[512];         /* the OCI runtime binary, "" when none was found */
-    char gvisor_path[512];      /* runsc, "" when none was found */
-    char gvisor_platform[16];   /* runsc --platform (ptrace by default) */
-    char agent_path[4096];      /* cove-agent, bind-mounted into OCI and gVisor sandboxes */
-    char kernel_path[4096];     /* cove-kernel, or "" */
+    enum runtime_kind kind;   /* the default of sandboxes that do not ask */
+    char oci_path[512];       /* the OCI runtime binary, "" when none was found */
+    char gvisor_path[512];    /* runsc, "" when none was found */
+    char gvisor_platform[16]; /* runsc --platform (ptrace by default) */
+    char agent_path[4096];    /* cove-agent, bind-mounted into OCI and gVisor sandboxes */
+    char kernel_path[4096];   /* cove-kernel, or "" */
     int agent_fd;  /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
     int kernel_fd; /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
     struct file_budget files;      /* each sandbox's share of the host's open files */

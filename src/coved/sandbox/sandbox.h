@@ -38,7 +38,8 @@ struct sandbox {
     json_t *limits;     /* resourceLimits as requested */
     /* Its writable layer (runtime.h); after a restart, DISK if its run dir has an image. */
     enum runtime_layer layer;
-    enum runtime_kind runtime; /* what runs it (oci.c); not persisted: NATIVE after a restart */
+    /* What runs it (oci.c); not persisted: NATIVE after a restart. */
+    enum runtime_kind runtime;
     struct runtime_process proc;
     int id_slot; /* its host id range (id_range.h), held while the record exists */
     char run_dir[512];
@@ -114,12 +115,13 @@ struct sandbox_request {
     struct cgroup_limits cgroup;
     int64_t disk_bytes;
     enum runtime_layer layer; /* resolved: DISK or TMPFS */
-    int runtime; /* extensions.runtime: its enum runtime_kind + 1; 0: coved's default */
     int64_t nofile;           /* RLIMIT_NOFILE asked for; 0: the default within the file budget */
     int64_t timeout_s;        /* 0: none */
     int64_t renew_on_access_s;
     struct egress_policy *policy; /* borrowed; NULL: coved's default_network_policy */
     bool credential_proxy;
+    /* extensions.runtime: its enum runtime_kind + 1; 0: coved's default */
+    int runtime;
     json_t *volumes;                        /* borrowed: the request's, or NULL */
     const struct volume_spec *volume_specs; /* volumes checked (volume.h), volume_count of them */
     size_t volume_count;
