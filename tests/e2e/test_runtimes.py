@@ -3,6 +3,7 @@ The same API as a native sandbox: commands, files, the gateway, pause and resume
 denied by default, and nothing left on the host once deleted."""
 import os
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -220,3 +221,22 @@ def test_native_is_the_default(coved):
 
 
 assert AGENT_PORT == 44772
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
+def test_sandbox_survives_a_daemon_kill(fresh_coved, kind):
+    d = fresh_coved.start()
+    sid = d.create(extensions={"runtime": kind})
+    assert wait_state(d, sid, "Running") == "Running"
+    d.sh(sid, "echo kept > /tmp/marker")
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait(10)
+    d.start()
+    assert d.get(sid)["status"]["state"] == "Running"
+    assert d.get(sid)["extensions"]["runtime"] == kind
+    assert d.sh(sid, "cat /tmp/marker").strip() == "kept"
+    d.delete(sid)
+    deadline = time.monotonic() + 10
+    while sandbox_leftovers(d, sid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sandbox_leftovers(d, sid) == []

@@ -68,6 +68,21 @@ const char *runtime_kind_name(enum runtime_kind kind)
     return (size_t)kind < sizeof(kind_names) / sizeof(kind_names[0]) ? kind_names[kind] : "?";
 }
 
+enum runtime_kind runtime_kind_of(const char *run_dir)
+{
+    char path[4200], text[16] = "";
+    snprintf(path, sizeof(path), "%s/runtime", run_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    ssize_t n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    text[n > 0 ? n : 0] = '\0';
+    enum runtime_kind kind = RUNTIME_NATIVE;
+    if (runtime_kind_parse(text, &kind) < 0)
+        kind = RUNTIME_NATIVE;
+    return kind;
+}
+
 int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct cove_error **err)
 {
     if (kind == RUNTIME_OCI && rt->oci_path[0] == '\0')
@@ -571,6 +586,16 @@ int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
         cove_error_sys(err, "config.json");
         goto fail;
     }
+    snprintf(path, sizeof(path), "%s/runtime", spec->run_dir);
+    int marker = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    const char *name = runtime_kind_name(spec->kind);
+    if (marker < 0 || write(marker, name, strlen(name)) != (ssize_t)strlen(name)) {
+        cove_error_sys(err, "write %s", path);
+        if (marker >= 0)
+            close(marker);
+        goto fail;
+    }
+    close(marker);
     snprintf(path, sizeof(path), "%s/agent.sock", spec->run_dir);
     if (gvisor) {
         char dir[4200];

@@ -188,6 +188,9 @@ void runtime_start_cancel(struct runtime *rt, struct runtime_start *op);
 /* oci.c: "native", "oci" or "gvisor": 0, or -1 for anything else; and back. */
 int runtime_kind_parse(const char *s, enum runtime_kind *out);
 const char *runtime_kind_name(enum runtime_kind kind);
+/* The kind of the sandbox with this run dir, as its files tell (run_dir/runtime, written by an
+ * OCI or gVisor start; none: NATIVE): how a re-adopted sandbox is known again. */
+enum runtime_kind runtime_kind_of(const char *run_dir);
 /* 0 when sandboxes of this kind can start here, else -1 with a 400 saying why (no binary). */
 int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct cove_error **err);
 /* oci.c: runtime_start_begin for RUNTIME_OCI and RUNTIME_GVISOR. */

@@ -38,7 +38,7 @@ struct sandbox {
     json_t *limits;     /* resourceLimits as requested */
     /* Its writable layer (runtime.h); after a restart, DISK if its run dir has an image. */
     enum runtime_layer layer;
-    /* What runs it (oci.c); not persisted: NATIVE after a restart. */
+    /* What runs it (oci.c); after a restart, as its run dir tells (runtime_kind_of). */
     enum runtime_kind runtime;
     struct runtime_process proc;
     int id_slot; /* its host id range (id_range.h), held while the record exists */
