@@ -240,3 +240,10 @@ def test_sandbox_survives_a_daemon_kill(fresh_coved, kind):
     while sandbox_leftovers(d, sid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert sandbox_leftovers(d, sid) == []
+
+
+def test_snapshot_is_a_409_for_these_runtimes(coved, runtime_sandbox):
+    kind, sid = runtime_sandbox
+    status, body, _ = coved.request("POST", f"/v1/sandboxes/{sid}/snapshots", {})
+    assert status == 409 and body["code"] == "SNAPSHOT::UNSUPPORTED", body
+    assert coved.sh(sid, "echo still").strip() == "still"

@@ -514,6 +514,7 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
                        "sandbox process exited during set-up");
         goto fail;
     }
+    out->kind = RUNTIME_NATIVE;
     out->pid = op->child.pid;
     out->start_time = runtime_process_start_time(op->child.pid);
     out->log_fd = op->log_fd;

@@ -513,6 +513,7 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
 struct runtime_oci_start {
     struct runtime_process setup; /* the set-up child */
     pid_t init;                   /* PID 1 once reported, else 0 */
+    enum runtime_kind kind;
     char id[64];
     int status_fd, log_fd;
     char msg[600];
@@ -572,6 +573,7 @@ int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
         return cove_error_sys(err, "calloc");
     op->status_fd = op->log_fd = op->setup.pidfd = -1;
     snprintf(op->id, sizeof(op->id), "%s", spec->id);
+    op->kind = spec->kind;
 
     /* runsc's agent has no inherited descriptors: its sandbox id range is not used (its
      * sentry runs unprivileged in a user namespace of runsc's), the template is seen as
@@ -718,6 +720,7 @@ int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct ru
     }
     /* PID 1 is not coved's child (the runtime's was): watched through a pidfd of its own,
      * like a re-adopted sandbox's. */
+    out->kind = op->kind;
     out->pid = op->init;
     out->start_time = runtime_process_start_time(op->init);
     if (out->start_time == 0 || runtime_process_adopt(out) < 0) {

@@ -133,6 +133,9 @@ struct runtime_process {
      * re-adopted sandbox under valgrind, which has no pidfd_open). Whoever holds the
      * runtime_process is the one owner that signals and reaps it. */
     int pidfd;
+    /* What runs it: only a native sandbox's PID 1 is the agent holding its layer (fd 64) and
+     * only there is a second agent beside it inside the wall (runsc's PID 1 is its sentry). */
+    enum runtime_kind kind;
 };
 
 /* kernel_path may be NULL or missing: code contexts then get a 400 in every sandbox. The

@@ -291,7 +291,7 @@ static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
     sb->proc.log_fd = -1; /* the pipe died with the coved that made it */
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", rec->run_dir);
     sb->layer = runtime_layer_of(sb->run_dir);
-    sb->runtime = runtime_kind_of(sb->run_dir);
+    sb->runtime = sb->proc.kind = runtime_kind_of(sb->run_dir);
     snprintf(sb->access_token, sizeof(sb->access_token), "%s", rec->access_token);
     sb->renew_on_access_s = rec->renew_on_access_s;
     sb->id_slot = rec->id_slot;
