@@ -188,7 +188,7 @@ pid_t runtime_start_pid(const struct runtime_start *op);
 int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runtime_process *out,
                        struct cove_error **err);
 void runtime_start_cancel(struct runtime *rt, struct runtime_start *op);
-/* oci.c: "native", "oci" or "gvisor": 0, or -1 for anything else; and back. */
+/* oci_bundle.c: "native", "oci" or "gvisor": 0, or -1 for anything else; and back. */
 int runtime_kind_parse(const char *s, enum runtime_kind *out);
 const char *runtime_kind_name(enum runtime_kind kind);
 /* The kind of the sandbox with this run dir, as its files tell (run_dir/runtime, written by an
@@ -196,6 +196,10 @@ const char *runtime_kind_name(enum runtime_kind kind);
 enum runtime_kind runtime_kind_of(const char *run_dir);
 /* 0 when sandboxes of this kind can start here, else -1 with a 400 saying why (no binary). */
 int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct cove_error **err);
+/* oci_bundle.c: the text of the bundle's config.json for this sandbox (gvisor: runsc's
+ * shape; kernel: crun passes cove-kernel at fd 5), malloc'd, or NULL. */
+char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_spec *spec,
+                                bool gvisor, bool kernel);
 /* oci.c: runtime_start_begin for RUNTIME_OCI and RUNTIME_GVISOR. */
 struct runtime_oci_start;
 int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
@@ -205,7 +209,7 @@ pid_t runtime_oci_start_pid(const struct runtime_oci_start *op);
 int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct runtime_process *out,
                      struct cove_error **err);
 void runtime_oci_cancel(struct runtime *rt, struct runtime_oci_start *op);
-/* oci.c: the binaries and gVisor's platform, from coved's configuration (NULL or "": the
+/* oci_bundle.c: the binaries and gVisor's platform, from coved's configuration (NULL or "": the
  * defaults, crun and runsc found on PATH, ptrace). */
 int runtime_oci_configure(struct runtime *rt, const char *oci, const char *gvisor,
                           const char *platform, const char *default_kind, struct cove_error **err);
