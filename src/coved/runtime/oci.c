@@ -189,13 +189,16 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
         for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
             argv[n++] = g[i];
     } else {
-        const char *c[] = {a->rt->oci_path,
-                           "--root",
-                           state,
-                           "--log",
-                           log_path,
-                           "--cgroup-manager=disabled",
-                           "run",
+        /* crun leaves its processes in the cgroups they start in; runc has no such switch and
+         * is given Cove's own as its cgroupsPath (runtime_oci_bundle_config). */
+        const char *base = strrchr(a->rt->oci_path, '/');
+        bool runc = strstr(base != NULL ? base + 1 : a->rt->oci_path, "runc") != NULL;
+        const char *c[] = {a->rt->oci_path, "--root", state, "--log", log_path};
+        for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+            argv[n++] = c[i];
+        if (!runc)
+            argv[n++] = "--cgroup-manager=disabled";
+        const char *r[] = {"run",
                            "-d",
                            "--pid-file",
                            pid_path,
@@ -204,8 +207,8 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
                            "--bundle",
                            spec->run_dir,
                            spec->id};
-        for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
-            argv[n++] = c[i];
+        for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++)
+            argv[n++] = r[i];
     }
     argv[n] = NULL;
     pid_t pid = fork();
@@ -466,7 +469,7 @@ int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct ru
         goto fail;
     }
     if (op->msg_len > 0 || op->init == 0) {
-        cove_error_set(err, EPROTO, 500, "SANDBOX::START_FAILED", "sandbox set-up failed: %s",
+        cove_error_set(err, 0, 500, "SANDBOX::START_FAILED", "sandbox set-up failed: %s",
                        op->msg_len == 0    ? "the set-up process exited"
                        : op->msg[0] == 'E' ? op->msg + 1
                                            : op->msg);

@@ -241,6 +241,12 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
          * sentry is already an unprivileged process in a user namespace of its own. */
         json_array_append_new(ns, json_pack("{s:s}", "type", "user"));
         json_array_append_new(ns, json_pack("{s:s}", "type", "cgroup"));
+        /* Cove's own cgroups (made before the runtime runs), for a runtime that wants one
+         * (runc); crun is told to leave cgroups alone. */
+        char cgroups[160];
+        snprintf(cgroups, sizeof(cgroups), "/" CGROUP_PARENT "/%s", spec->id);
+        if (rt->cgroups.mode == CGROUP_V1)
+            json_object_set_new(linux_cfg, "cgroupsPath", json_string(cgroups));
         json_object_set_new(linux_cfg, "uidMappings", id_mapping(spec->host_id_base));
         json_object_set_new(linux_cfg, "gidMappings", id_mapping(spec->host_id_base));
         json_object_set_new(linux_cfg, "maskedPaths",
