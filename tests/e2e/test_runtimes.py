@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import threading
 import time
 
@@ -247,3 +248,25 @@ def test_snapshot_is_a_409_for_these_runtimes(coved, runtime_sandbox):
     status, body, _ = coved.request("POST", f"/v1/sandboxes/{sid}/snapshots", {})
     assert status == 409 and body["code"] == "SNAPSHOT::UNSUPPORTED", body
     assert coved.sh(sid, "echo still").strip() == "still"
+
+
+def test_gvisor_agent_socket_cannot_be_swapped_for_a_host_path(coved):
+    if shutil.which("runsc") is None:
+        pytest.skip("no runsc here")
+    sid = coved.create(extensions={"runtime": "gvisor"})
+    try:
+        assert wait_state(coved, sid, "Running") == "Running"
+        # The socket's directory is the sandbox's to change: a link there to a host socket
+        # must not become coved's way in.
+        # (gVisor may refuse some of it: whatever it allows, coved's way in stays the agent.)
+        r = coved.exec(sid, "ln -s /run/systemd/private /run/cove/sock/evil; "
+                            "mv -f /run/cove/sock/evil /run/cove/sock/agent.sock; "
+                            "rm -f /run/cove/sock/agent.sock; "
+                            "ln -s /run/systemd/private /run/cove/sock/agent.sock; ls -l /run/cove/sock")
+        print(r.stdout, r.stderr)
+        host = os.path.join(coved.run_dir(sid), "agent.sock")
+        assert not os.path.islink(host)
+        assert stat.S_ISSOCK(os.lstat(host).st_mode)
+        assert coved.sh(sid, "echo still-the-agent").strip() == "still-the-agent"
+    finally:
+        coved.delete(sid)

@@ -267,11 +267,36 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     child_fail(status_fd, "the agent in the gVisor sandbox did not listen");
 }
 
+/* runsc's agent bound run_dir/sock/agent.sock, in a directory the sandbox may change (its
+ * gofer makes there whatever the sandbox makes in /run/cove/sock, symbolic links included):
+ * coved connects to run_dir/agent.sock instead, a hard link to that socket made once the
+ * agent accepts, which nothing in the sandbox can replace. A link made of a symbolic link
+ * swapped in meanwhile is refused. */
+static int link_agent_socket(const char *run_dir, struct cove_error **err)
+{
+    char from[4200], to[4200];
+    struct stat st;
+    snprintf(from, sizeof(from), "%s/sock/agent.sock", run_dir);
+    snprintf(to, sizeof(to), "%s/agent.sock", run_dir);
+    unlink(to);
+    if (lstat(from, &st) < 0 || !S_ISSOCK(st.st_mode) ||
+        linkat(AT_FDCWD, from, AT_FDCWD, to, 0) < 0)
+        return cove_error_set(err, errno ? errno : EPROTO, 500, "SANDBOX::START_FAILED",
+                              "the agent's socket %s", from);
+    if (lstat(to, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        unlink(to);
+        return cove_error_set(err, EPROTO, 500, "SANDBOX::START_FAILED",
+                              "the agent's socket %s was replaced", from);
+    }
+    return 0;
+}
+
 struct runtime_oci_start {
     struct runtime_process setup; /* the set-up child */
     pid_t init;                   /* PID 1 once reported, else 0 */
     enum runtime_kind kind;
     char id[64];
+    char run_dir[4096];
     int status_fd, log_fd;
     char msg[600];
     size_t msg_len;
@@ -331,6 +356,7 @@ int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
     op->status_fd = op->log_fd = op->setup.pidfd = -1;
     snprintf(op->id, sizeof(op->id), "%s", spec->id);
     op->kind = spec->kind;
+    snprintf(op->run_dir, sizeof(op->run_dir), "%s", spec->run_dir);
 
     /* runsc's agent has no inherited descriptors: its sandbox id range is not used (its
      * sentry runs unprivileged in a user namespace of runsc's), the template is seen as
@@ -360,7 +386,7 @@ int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
         char dir[4200];
         snprintf(dir, sizeof(dir), "%s/sock", spec->run_dir);
         unlink(path);
-        if ((mkdir(dir, 0700) < 0 && errno != EEXIST) || symlink("sock/agent.sock", path) < 0) {
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
             cove_error_sys(err, "make %s", path);
             goto fail;
         }
@@ -475,6 +501,8 @@ int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct ru
                                            : op->msg);
         goto fail;
     }
+    if (op->kind == RUNTIME_GVISOR && link_agent_socket(op->run_dir, err) < 0)
+        goto fail;
     /* PID 1 is not coved's child (the runtime's was): watched through a pidfd of its own,
      * like a re-adopted sandbox's. */
     out->kind = op->kind;
