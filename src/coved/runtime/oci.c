@@ -13,7 +13,7 @@
  * run_dir/agent.sock and its --ready-fd through --preserve-fds, as a native agent does.
  * runsc passes no descriptor but stdio, so there the agent binds run_dir/sock/agent.sock
  * itself (a bind-mounted directory, --host-uds=create makes it a host socket) and
- * run_dir/agent.sock is a link to it; the set-up child waits until it accepts.
+ * run_dir/agent.sock is a hard link to it (link_agent_socket), made once it accepts.
  *
  * The set-up child reports on its status pipe: "R" and the host pid of the sandbox's PID 1
  * (crun: the agent; runsc: its sandbox process, the sentry, whose death ends the gofer and
