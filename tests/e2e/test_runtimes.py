@@ -270,3 +270,23 @@ def test_gvisor_agent_socket_cannot_be_swapped_for_a_host_path(coved):
         assert coved.sh(sid, "echo still-the-agent").strip() == "still-the-agent"
     finally:
         coved.delete(sid)
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
+def test_code_contexts(coved, kind):
+    """crun passes cove-kernel to the agent (fd 5): kernels keep their state. runsc passes
+    no descriptor: code contexts are refused with a clear 4xx, never a hang."""
+    from test_code_interpreter import run_code
+    sid = coved.create(template="code-interpreter", limits={"cpu": "1", "memory": "1Gi"},
+                       extensions={"runtime": kind})
+    try:
+        assert wait_state(coved, sid, "Running") == "Running"
+        first = run_code(coved, sid, "x = 20 + 1\nprint('set')", context={"language": "python"})
+        if kind == "gvisor":
+            assert 400 <= first.status < 500, first.raw
+            return
+        assert first.status == 200 and "set" in first.stdout, first.raw
+        again = run_code(coved, sid, "print(x * 2)", context={"language": "python"})
+        assert "42" in again.stdout, again.raw
+    finally:
+        coved.delete(sid)
