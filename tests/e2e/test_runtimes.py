@@ -55,6 +55,10 @@ def test_runtime_is_the_one_asked_for(coved, runtime_sandbox):
         # root inside is an unprivileged host range, as for a native sandbox
         uid_map = coved.sh(sid, "cat /proc/self/uid_map").split()
         assert uid_map[0] == "0" and int(uid_map[1]) > 65535, uid_map
+        # Cove's seccomp profile holds the agent and everything it starts, as natively.
+        assert "Seccomp:\t2" in coved.sh(sid, "cat /proc/self/status")
+        r = coved.exec(sid, "unshare -U true")
+        assert r.exit_code != 0 and "Operation not permitted" in r.stderr, r.stderr
     # The agent is PID 1 of the sandbox, and its hostname is the sandbox's id.
     assert coved.sh(sid, "hostname").strip() == sid
     assert "cove-agent" in coved.sh(sid, "tr '\\0' ' ' < /proc/1/cmdline")

@@ -366,7 +366,8 @@ int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
     child_spec.layer_dir = rt->layer_dir;
     if (gvisor)
         child_spec.host_id_base = 0;
-    char *config = runtime_oci_bundle_config(rt, spec, gvisor, !gvisor && rt->kernel_fd >= 0);
+    char *config = runtime_oci_bundle_config(rt, spec, gvisor, !gvisor && rt->kernel_fd >= 0,
+                                             gvisor ? NULL : runtime_seccomp_oci());
     if (config == NULL) {
         cove_error_sys(err, "config.json");
         goto fail;

@@ -197,7 +197,7 @@ static json_t *agent_args(const struct runtime *rt, const struct runtime_spec *s
 /* The bundle's config.json: the root is the overlay at run_dir/root (the bundle is the run
  * dir as the set-up child sees it, the writable layer). */
 char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_spec *spec,
-                                bool gvisor, bool kernel)
+                                bool gvisor, bool kernel, json_t *seccomp)
 {
     size_t ncaps = sizeof(oci_caps) / sizeof(oci_caps[0]);
     json_t *env = json_array();
@@ -248,6 +248,8 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
         if (rt->cgroups.mode == CGROUP_V1)
             json_object_set_new(linux_cfg, "cgroupsPath", json_string(cgroups));
         json_object_set_new(linux_cfg, "uidMappings", id_mapping(spec->host_id_base));
+        if (seccomp != NULL)
+            json_object_set(linux_cfg, "seccomp", seccomp);
         json_object_set_new(linux_cfg, "gidMappings", id_mapping(spec->host_id_base));
         json_object_set_new(linux_cfg, "maskedPaths",
                             string_array(oci_masked, sizeof(oci_masked) / sizeof(oci_masked[0])));
@@ -260,5 +262,6 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
                                "hostname", spec->id, "mounts", mounts, "linux", linux_cfg);
     char *text = config != NULL ? json_dumps(config, JSON_COMPACT) : NULL;
     json_decref(config);
+    json_decref(seccomp);
     return text;
 }

@@ -3,6 +3,7 @@
  * PID 1 the agent. */
 #pragma once
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -197,9 +198,10 @@ enum runtime_kind runtime_kind_of(const char *run_dir);
 /* 0 when sandboxes of this kind can start here, else -1 with a 400 saying why (no binary). */
 int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct cove_error **err);
 /* oci_bundle.c: the text of the bundle's config.json for this sandbox (gvisor: runsc's
- * shape; kernel: crun passes cove-kernel at fd 5), malloc'd, or NULL. */
+ * shape; kernel: crun passes cove-kernel at fd 5; seccomp, taken: linux.seccomp, or NULL),
+ * malloc'd, or NULL. */
 char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_spec *spec,
-                                bool gvisor, bool kernel);
+                                bool gvisor, bool kernel, json_t *seccomp);
 /* oci.c: runtime_start_begin for RUNTIME_OCI and RUNTIME_GVISOR. */
 struct runtime_oci_start;
 int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
@@ -293,6 +295,8 @@ int runtime_process_adopt(struct runtime_process *proc);
 /* Closes the pidfd; the process itself is left as it is. */
 void runtime_process_release(struct runtime_process *proc);
 
+/* The same profile as an OCI config.json's linux.seccomp (crun applies it to the agent). */
+json_t *runtime_seccomp_oci(void);
 /* Loads the seccomp profile into the calling process (used by the sandbox child). */
 int runtime_seccomp_load(struct cove_error **err);
 /* Trims the capability bounding set to Docker's default set. */

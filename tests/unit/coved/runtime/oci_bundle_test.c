@@ -157,7 +157,8 @@ static void test_bundle_config(void)
         .ca_bundle = "/var/lib/cove/ca.pem",
     };
     /* crun: the agent gets its descriptors, root is the sandbox's id range, Docker's masks. */
-    char *text = runtime_oci_bundle_config(&rt, &spec, false, true);
+    json_t *seccomp = json_pack("{s:s}", "defaultAction", "SCMP_ACT_ALLOW");
+    char *text = runtime_oci_bundle_config(&rt, &spec, false, true, seccomp);
     json_t *c = text ? json_loads(text, 0, NULL) : NULL;
     CHECK(c != NULL);
     CHECK(strcmp(arg_string(c), "/run/cove/cove-agent --listen-fd 3 --ready-fd 4 "
@@ -174,6 +175,7 @@ static void test_bundle_config(void)
     CHECK(json_integer_value(json_object_get(map, "hostID")) == 1 << 20);
     CHECK(json_integer_value(json_object_get(map, "size")) == RUNTIME_ID_COUNT);
     CHECK(json_array_size(json_object_get(json_object_get(c, "linux"), "maskedPaths")) > 0);
+    CHECK(json_object_get(json_object_get(c, "linux"), "seccomp") != NULL);
     CHECK(has_mount(c, "/usr", "/usr"));
     CHECK(has_mount(c, "/run/cove/cove-agent", "/opt/cove/cove-agent"));
     CHECK(has_mount(c, "/etc/ssl/certs/ca-certificates.crt", "/var/lib/cove/ca.pem"));
@@ -192,7 +194,7 @@ static void test_bundle_config(void)
     spec.host_os = false;
     spec.ca_bundle = NULL;
     spec.entrypoint = NULL;
-    text = runtime_oci_bundle_config(&rt, &spec, true, false);
+    text = runtime_oci_bundle_config(&rt, &spec, true, false, NULL);
     c = text ? json_loads(text, 0, NULL) : NULL;
     CHECK(c != NULL);
     CHECK(strcmp(arg_string(c), "/run/cove/cove-agent --listen unix:/run/cove/sock/agent.sock "
