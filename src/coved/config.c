@@ -97,6 +97,14 @@ static const char usage[] =
     "      disk (the default) is an ext4 image on a loop device in the state dir, capped\n"
     "      at its ephemeral-storage; tmpfs is in the sandbox's memory, and its cap may not\n"
     "      exceed its memory. Without loop devices or mke2fs every layer is a tmpfs\n"
+    "  --default-runtime native|oci|gvisor  default_runtime  COVE_DEFAULT_RUNTIME\n"
+    "      what runs sandboxes that do not ask (extensions {\"runtime\"}); default native\n"
+    "  --oci-runtime PATH     oci_runtime                 COVE_OCI_RUNTIME\n"
+    "      the OCI runtime of runtime oci (default: crun on PATH; runc works too)\n"
+    "  --gvisor-runtime PATH  gvisor_runtime              COVE_GVISOR_RUNTIME\n"
+    "      gVisor's runsc, for runtime gvisor (default: runsc on PATH)\n"
+    "  --gvisor-platform ptrace|systrap|kvm  gvisor_platform  COVE_GVISOR_PLATFORM\n"
+    "      runsc's --platform (default ptrace; systrap needs a runsc from 2023 on)\n"
     "  --sandbox-file-share N sandbox_file_share          COVE_SANDBOX_FILE_SHARE\n"
     "      each sandbox may hold 1/N of the host's open files (fs.file-max): its\n"
     "      RLIMIT_NOFILE x pids stays within that (default 16)\n"
@@ -461,6 +469,20 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         if (strcmp(value, "disk") != 0 && strcmp(value, "tmpfs") != 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: layer is disk or tmpfs", from);
         cfg->layer_tmpfs = strcmp(value, "tmpfs") == 0;
+    } else if (strcmp(key, "default_runtime") == 0 || strcmp(key, "oci_runtime") == 0 ||
+               strcmp(key, "gvisor_runtime") == 0 || strcmp(key, "gvisor_platform") == 0) {
+        /* Checked by runtime_oci_configure, which knows the names and finds the binaries. */
+        char *field = key[0] == 'd'                        ? cfg->default_runtime
+                      : key[0] == 'o'                      ? cfg->oci_runtime
+                      : strcmp(key, "gvisor_runtime") == 0 ? cfg->gvisor_runtime
+                                                           : cfg->gvisor_platform;
+        size_t size = key[0] == 'd'                        ? sizeof(cfg->default_runtime)
+                      : key[0] == 'o'                      ? sizeof(cfg->oci_runtime)
+                      : strcmp(key, "gvisor_runtime") == 0 ? sizeof(cfg->gvisor_runtime)
+                                                           : sizeof(cfg->gvisor_platform);
+        if (strlen(value) >= size)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: %s is too long", from, key);
+        memcpy(field, value, strlen(value) + 1);
     } else if (strcmp(key, "sandbox_file_share") == 0) {
         long long v = strtoll(value, &end, 10);
         if (*value == '\0' || *end != '\0' || v < 1 || v > 65536)
@@ -575,6 +597,10 @@ static const struct {
     {"COVE_HEALTH_INTERVAL", "health_interval"},
     {"COVE_SANDBOX_FILE_SHARE", "sandbox_file_share"},
     {"COVE_LAYER", "layer"},
+    {"COVE_DEFAULT_RUNTIME", "default_runtime"},
+    {"COVE_OCI_RUNTIME", "oci_runtime"},
+    {"COVE_GVISOR_RUNTIME", "gvisor_runtime"},
+    {"COVE_GVISOR_PLATFORM", "gvisor_platform"},
     {"COVE_SESSION_IDLE_TIMEOUT", "session_idle_timeout_seconds"},
     {"COVE_DEFAULT_NETWORK_POLICY", "default_network_policy"},
     {"COVE_DNS_SERVERS", "dns_servers"},
@@ -680,6 +706,10 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"image-aliases", required_argument, NULL, 1105},
         {"ended-retention", required_argument, NULL, 1106},
         {"layer", required_argument, NULL, 1107},
+        {"default-runtime", required_argument, NULL, 1108},
+        {"oci-runtime", required_argument, NULL, 1109},
+        {"gvisor-runtime", required_argument, NULL, 1110},
+        {"gvisor-platform", required_argument, NULL, 1111},
         {"volume-host-root", required_argument, NULL, OPTION_VOLUME_HOST_ROOT},
         {"volume-size-default", required_argument, NULL, OPTION_VOLUME_SIZE_DEFAULT},
         {"registry-auth-file", required_argument, NULL, OPTION_REGISTRY_AUTH_FILE},
@@ -811,6 +841,18 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 1107:
             key = "layer";
+            break;
+        case 1108:
+            key = "default_runtime";
+            break;
+        case 1109:
+            key = "oci_runtime";
+            break;
+        case 1110:
+            key = "gvisor_runtime";
+            break;
+        case 1111:
+            key = "gvisor_platform";
             break;
         case 'I':
             key = "health_interval";

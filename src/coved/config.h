@@ -33,6 +33,8 @@ struct coved_config {
     unsigned sandbox_file_share; /* a sandbox may hold 1/N of fs.file-max */
     bool layer_tmpfs;            /* sandboxes' writable layers default to tmpfs, not disk */
     int log_level;               /* enum cove_log_level */
+    /* Runtimes (runtime/oci.c): binaries ("" found on PATH), runsc's platform, the default. */
+    char oci_runtime[512], gvisor_runtime[512], gvisor_platform[16], default_runtime[16];
     /* Connections (lib/http.c and the gateway); 0 means the built-in default. */
     int64_t head_timeout_s;           /* a request head must be complete within this */
     int64_t idle_timeout_s;           /* a connection between requests */

@@ -227,6 +227,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (runtime_init(&rt, o.agent, o.kernel_helper, &err) < 0 ||
+        runtime_oci_configure(&rt, o.oci_runtime, o.gvisor_runtime, o.gvisor_platform,
+                              o.default_runtime, &err) < 0 ||
         file_budget_read(&rt.files, o.sandbox_file_share, &err) < 0)
         goto out;
     file_budget_log(&rt.files, CGROUP_DEFAULT_PIDS);

@@ -18,6 +18,9 @@ json_t *api_sandbox_json(const struct sandbox *sb, bool full)
     json_t *metadata = json_is_object(sb->metadata) ? json_incref(sb->metadata) : json_object();
     json_t *j = json_pack("{s:s, s:o, s:o, s:O, s:s}", "id", sb->id, "status", status, "metadata",
                           metadata, "entrypoint", sb->entrypoint, "createdAt", created);
+    if (j != NULL) /* extensions.runtime, as asked on create */
+        json_object_set_new(j, "extensions",
+                            json_pack("{s:s}", "runtime", runtime_kind_name(sb->runtime)));
     /* Omitted for a sandbox without expiry (timeout null), as the contract says. */
     if (sb->expires_ms > 0) {
         sandbox_format_time(sb->expires_ms, expires, sizeof(expires));

@@ -36,6 +36,8 @@
 
 /* Gateway traffic pushes the expiry to now + this many seconds. */
 #define EXTENSION_RENEW_ON_ACCESS "access.renew.extend.seconds"
+/* What runs the sandbox: "native", "oci" or "gvisor" (runtime.h), else coved's default. */
+#define EXTENSION_RUNTIME "runtime"
 /* The sandbox's writable layer: "disk" or "tmpfs" (coved's --layer by default). */
 #define EXTENSION_LAYER "cove.layer"
 
@@ -288,6 +290,21 @@ static int parse_layer(struct api *api, json_t *extensions, struct sandbox_reque
     return 0;
 }
 
+/* extensions {"runtime": "native" | "oci" | "gvisor"}, else coved's --default-runtime. */
+static int parse_runtime(json_t *extensions, struct sandbox_request *req, struct cove_error **err)
+{
+    json_t *value =
+        json_is_object(extensions) ? json_object_get(extensions, EXTENSION_RUNTIME) : NULL;
+    enum runtime_kind kind;
+    if (value != NULL &&
+        (!json_is_string(value) || runtime_kind_parse(json_string_value(value), &kind) < 0))
+        return invalid(err, "%s must be \"native\", \"oci\" or \"gvisor\"",
+                       "extensions." EXTENSION_RUNTIME);
+    if (value != NULL)
+        req->runtime = (int)kind + 1;
+    return 0;
+}
+
 /* A disk layer's image is sparse: it takes the host's disk as the sandbox writes. A cap beyond
  * what the state dir's filesystem has free now is refused; caps that together exceed it are
  * not (docs/security.md, Resources), as memory limits may be overcommitted. */
@@ -465,7 +482,8 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
         req->env = NULL;
     if (json_is_null(req->metadata))
         req->metadata = NULL;
-    if (parse_layer(api, json_object_get(body, "extensions"), req, err) < 0)
+    if (parse_layer(api, json_object_get(body, "extensions"), req, err) < 0 ||
+        parse_runtime(json_object_get(body, "extensions"), req, err) < 0)
         return -1;
     req->limits = json_object_get(body, "resourceLimits");
     if (parse_limits(req->limits, req, err) < 0 || check_disk_space(api, req, err) < 0)
@@ -512,12 +530,12 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
             return invalid(err, "%s must be an object", "extensions");
         json_object_foreach(extensions, key, value)
         {
-            if (strcmp(key, EXTENSION_LAYER) == 0)
-                continue; /* parse_layer's */
+            if (strcmp(key, EXTENSION_LAYER) == 0 || strcmp(key, EXTENSION_RUNTIME) == 0)
+                continue; /* parse_layer's, parse_runtime's */
             if (strcmp(key, EXTENSION_RENEW_ON_ACCESS) != 0)
                 return cove_error_set(err, 0, 400, "SANDBOX::EXTENSION_UNSUPPORTED",
                                       "unsupported extension '%.64s' (supported: " EXTENSION_LAYER
-                                      ", " EXTENSION_RENEW_ON_ACCESS ")",
+                                      ", " EXTENSION_RUNTIME ", " EXTENSION_RENEW_ON_ACCESS ")",
                                       key);
             int64_t secs = json_is_string(value)    ? quantity_parse_count(json_string_value(value))
                            : json_is_integer(value) ? json_integer_value(value)

@@ -13,7 +13,6 @@
 #include "lib/log.h"
 #include "lib/io.h"
 
-#define CGROUP_PARENT "cove"
 #define CPU_PERIOD_US 100000
 
 static const char *v1_names[CGROUP_V1_COUNT] = {"cpu", "cpuacct", "memory", "pids", "freezer"};

@@ -12,6 +12,8 @@
 
 enum cgroup_mode { CGROUP_V1, CGROUP_V2 };
 
+/* Every sandbox's cgroup is CGROUP_PARENT/ID in each hierarchy (v1) or below v2_root. */
+#define CGROUP_PARENT "cove"
 /* pids.max of a sandbox that asks for no other. */
 #define CGROUP_DEFAULT_PIDS 1024
 

@@ -28,6 +28,10 @@ int id_map_write_count(const char *path, uint32_t inside, uint32_t host_base, ui
  * layer, the template seen through an idmapped mount, /usr, /proc, /sys, /dev), pivoted into;
  * its hostname and loopback. owner: the host uid that owns the sandbox's user namespace. */
 void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner);
+/* rootfs.c: the first part of child_build_root: the writable layer over the run dir and the
+ * overlay of the lower layers over it at run_dir/root, the current directory on return (an
+ * OCI runtime's bundle is the run dir, its root that overlay). */
+void child_mount_overlay(int status_fd, const struct runtime_spec *spec, uint32_t owner);
 /* layer.c: the writable layer (spec->layer: an ext4 image on a loop device, or a tmpfs) of
  * spec->disk_bytes, mounted over the run dir. */
 void child_mount_layer(int status_fd, const struct runtime_spec *spec);

@@ -413,6 +413,10 @@ int runtime_isolated_begin(struct runtime *rt, const struct runtime_isolated_spe
                            struct runtime_isolated_start **out, struct cove_error **err)
 {
     int status[2] = {-1, -1}, handover[2] = {-1, -1};
+    if (spec->sandbox->kind != RUNTIME_NATIVE)
+        return cove_error_set(
+            err, 0, 409, "ISOLATED::NOT_SUPPORTED",
+            "isolated sessions are for native sandboxes only (not oci or gvisor)");
     if (spec->sandbox->pidfd < 0)
         return cove_error_set(err, ENOSYS, 503, "ISOLATED::NOT_SUPPORTED",
                               "the sandbox's process cannot be reached here (no pidfd)");

@@ -77,6 +77,9 @@ enum runtime_layer runtime_layer_of(const char *run_dir)
 
 int runtime_layer_root(const struct runtime_process *proc, struct cove_error **err)
 {
+    if (proc->kind != RUNTIME_NATIVE)
+        return cove_error_set(err, 0, 409, "SNAPSHOT::UNSUPPORTED",
+                              "snapshots are for native sandboxes only (not oci or gvisor)");
     if (proc->pidfd < 0)
         return cove_error_set(err, ENOSYS, 409, "SNAPSHOT::UNSUPPORTED",
                               "the sandbox's process cannot be reached here (no pidfd)");

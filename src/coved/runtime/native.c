@@ -291,6 +291,7 @@ static int make_agent_socket(const char *run_dir, struct cove_error **err)
 }
 
 struct runtime_start {
+    struct runtime_oci_start *oci; /* an OCI or gVisor start (oci.c): the rest is unused */
     /* The set-up child, owned by this start until it hands it over (runtime_start_step). */
     struct runtime_process child;
     char id[64];
@@ -318,6 +319,11 @@ void runtime_start_cancel(struct runtime *rt, struct runtime_start *op)
 {
     if (op == NULL)
         return;
+    if (op->oci != NULL) {
+        runtime_oci_cancel(rt, op->oci);
+        free(op);
+        return;
+    }
     if (op->child.pidfd >= 0) {
         runtime_process_signal(&op->child, SIGKILL);
         runtime_process_reap(&op->child, true, NULL, 0);
@@ -331,12 +337,12 @@ void runtime_start_cancel(struct runtime *rt, struct runtime_start *op)
 
 int runtime_start_fd(const struct runtime_start *op)
 {
-    return op->status_fd;
+    return op->oci != NULL ? runtime_oci_start_fd(op->oci) : op->status_fd;
 }
 
 pid_t runtime_start_pid(const struct runtime_start *op)
 {
-    return op->child.pid;
+    return op->oci != NULL ? runtime_oci_start_pid(op->oci) : op->child.pid;
 }
 
 int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
@@ -356,6 +362,14 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
     struct runtime_start *op = calloc(1, sizeof(*op));
     if (op == NULL)
         return cove_error_sys(err, "calloc");
+    if (spec->kind != RUNTIME_NATIVE) {
+        if (runtime_oci_begin(rt, spec, &op->oci, err) < 0) {
+            free(op);
+            return -1;
+        }
+        *out = op;
+        return 0;
+    }
     op->go_fd = op->status_fd = op->log_fd = op->child.pidfd = -1;
     snprintf(op->id, sizeof(op->id), "%s", spec->id);
     op->host_id_base = spec->host_id_base;
@@ -459,6 +473,12 @@ fail:
 int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runtime_process *out,
                        struct cove_error **err)
 {
+    if (op->oci != NULL) {
+        int rc = runtime_oci_step(rt, op->oci, out, err);
+        if (rc <= 0)
+            free(op); /* the OCI start freed itself */
+        return rc;
+    }
     for (;;) {
         ssize_t n = read(op->status_fd, op->msg + op->msg_len, sizeof(op->msg) - 1 - op->msg_len);
         if (n < 0 && errno == EINTR)
@@ -502,6 +522,7 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
                        "sandbox process exited during set-up");
         goto fail;
     }
+    out->kind = RUNTIME_NATIVE;
     out->pid = op->child.pid;
     out->start_time = runtime_process_start_time(op->child.pid);
     out->log_fd = op->log_fd;
@@ -583,6 +604,12 @@ int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_
 {
     memset(rt, 0, sizeof(*rt));
     rt->agent_fd = rt->kernel_fd = -1;
+    /* OCI runtimes bind-mount the binaries by path (oci.c). */
+    if (realpath(agent_path, rt->agent_path) == NULL)
+        snprintf(rt->agent_path, sizeof(rt->agent_path), "%s", agent_path);
+    if (kernel_path != NULL && kernel_path[0] != '\0' &&
+        realpath(kernel_path, rt->kernel_path) == NULL)
+        rt->kernel_path[0] = '\0';
     if (cgroup_detect(&rt->cgroups, err) < 0)
         return -1;
     if (file_budget_read(&rt->files, FILE_BUDGET_DEFAULT_SHARE, err) < 0)

@@ -312,12 +312,9 @@ int runtime_layer_forget_setup(int copy, const char *rootfs)
     return 0;
 }
 
-void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner)
+void child_mount_overlay(int status_fd, const struct runtime_spec *spec, uint32_t owner)
 {
-    char path[4096], opts[RUNTIME_MAX_LOWER_LAYERS * 600 + 8192];
-    /* Nothing mounted from here on may propagate back to the host. */
-    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-
+    char opts[RUNTIME_MAX_LOWER_LAYERS * 600 + 8192];
     /* The writable layer (layer.c), mounted over the run dir in this namespace only (the host
      * keeps seeing the agent's socket there). The mount points live in it too: nothing per
      * sandbox is made on the host's disk but the run dir, the socket and a disk layer's image
@@ -350,6 +347,14 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     if (chdir("root") < 0)
         child_fail(status_fd, "chdir root");
     plain_paths(status_fd, spec);
+}
+
+void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t owner)
+{
+    char path[4096];
+    /* Nothing mounted from here on may propagate back to the host. */
+    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+    child_mount_overlay(status_fd, spec, owner);
 
     if (spec->host_os) {
         child_mkdir(status_fd, "usr", 0755);

@@ -3,6 +3,7 @@
  * PID 1 the agent. */
 #pragma once
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -52,8 +53,22 @@ enum runtime_layer {
     RUNTIME_LAYER_TMPFS,
 };
 
+/* What runs a sandbox (oci.c): Cove's own set-up (native), or an OCI runtime binary (crun,
+ * runc) or gVisor's runsc given a bundle Cove wrote, in the network namespace Cove made. */
+enum runtime_kind {
+    RUNTIME_NATIVE = 0,
+    RUNTIME_OCI,
+    RUNTIME_GVISOR,
+};
+
 struct runtime {
     struct cgroup_system cgroups;
+    enum runtime_kind kind;   /* the default of sandboxes that do not ask */
+    char oci_path[512];       /* the OCI runtime binary, "" when none was found */
+    char gvisor_path[512];    /* runsc, "" when none was found */
+    char gvisor_platform[16]; /* runsc --platform (ptrace by default) */
+    char agent_path[4096];    /* cove-agent, bind-mounted into OCI and gVisor sandboxes */
+    char kernel_path[4096];   /* cove-kernel, or "" */
     int agent_fd;  /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
     int kernel_fd; /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
     struct file_budget files;      /* each sandbox's share of the host's open files */
@@ -116,6 +131,7 @@ struct runtime_spec {
     const char *ca_bundle; /* host file over the system trust bundle (credential proxy), or NULL */
     const struct runtime_volume *volumes; /* mounted in this order, after the root is built */
     size_t volume_count;                  /* at most RUNTIME_MAX_VOLUMES */
+    enum runtime_kind kind;               /* NATIVE unless asked */
 };
 
 struct runtime_process {
@@ -126,6 +142,9 @@ struct runtime_process {
      * re-adopted sandbox under valgrind, which has no pidfd_open). Whoever holds the
      * runtime_process is the one owner that signals and reaps it. */
     int pidfd;
+    /* What runs it: only a native sandbox's PID 1 is the agent holding its layer (fd 64) and
+     * only there is a second agent beside it inside the wall (runsc's PID 1 is its sentry). */
+    enum runtime_kind kind;
 };
 
 /* kernel_path may be NULL or missing: code contexts then get a 400 in every sandbox. The
@@ -178,6 +197,32 @@ pid_t runtime_start_pid(const struct runtime_start *op);
 int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runtime_process *out,
                        struct cove_error **err);
 void runtime_start_cancel(struct runtime *rt, struct runtime_start *op);
+/* oci_bundle.c: "native", "oci" or "gvisor": 0, or -1 for anything else; and back. */
+int runtime_kind_parse(const char *s, enum runtime_kind *out);
+const char *runtime_kind_name(enum runtime_kind kind);
+/* The kind of the sandbox with this run dir, as its files tell (run_dir/runtime, written by an
+ * OCI or gVisor start; none: NATIVE): how a re-adopted sandbox is known again. */
+enum runtime_kind runtime_kind_of(const char *run_dir);
+/* 0 when sandboxes of this kind can start here, else -1 with a 400 saying why (no binary). */
+int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct cove_error **err);
+/* oci_bundle.c: the text of the bundle's config.json for this sandbox (gvisor: runsc's
+ * shape; kernel: crun passes cove-kernel at fd 5; seccomp, taken: linux.seccomp, or NULL),
+ * malloc'd, or NULL. */
+char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_spec *spec,
+                                bool gvisor, bool kernel, json_t *seccomp);
+/* oci.c: runtime_start_begin for RUNTIME_OCI and RUNTIME_GVISOR. */
+struct runtime_oci_start;
+int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
+                      struct runtime_oci_start **out, struct cove_error **err);
+int runtime_oci_start_fd(const struct runtime_oci_start *op);
+pid_t runtime_oci_start_pid(const struct runtime_oci_start *op);
+int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct runtime_process *out,
+                     struct cove_error **err);
+void runtime_oci_cancel(struct runtime *rt, struct runtime_oci_start *op);
+/* oci_bundle.c: the binaries and gVisor's platform, from coved's configuration (NULL or "": the
+ * defaults, crun and runsc found on PATH, ptrace). */
+int runtime_oci_configure(struct runtime *rt, const char *oci, const char *gvisor,
+                          const char *platform, const char *default_kind, struct cove_error **err);
 int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err);
 int runtime_resume(struct runtime *rt, const char *id, struct cove_error **err);
 /* The first half of a teardown that does not wait: kills every process of the sandbox.
@@ -258,6 +303,8 @@ int runtime_process_adopt(struct runtime_process *proc);
 /* Closes the pidfd; the process itself is left as it is. */
 void runtime_process_release(struct runtime_process *proc);
 
+/* The same profile as an OCI config.json's linux.seccomp (crun applies it to the agent). */
+json_t *runtime_seccomp_oci(void);
 /* Loads the seccomp profile into the calling process (used by the sandbox child). */
 int runtime_seccomp_load(struct cove_error **err);
 /* Trims the capability bounding set to Docker's default set. */

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
+#include <jansson.h>
+
 #include "coved/runtime/child.h"
 #include "coved/runtime/runtime.h"
 
@@ -72,6 +74,31 @@ static const unsigned long namespace_flags[] = {
     CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,    CLONE_NEWUSER,
     CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP, 0x00000080 /* CLONE_NEWTIME */,
 };
+
+json_t *runtime_seccomp_oci(void)
+{
+    json_t *names = json_array();
+    for (size_t i = 0; i < sizeof(denied_syscalls) / sizeof(denied_syscalls[0]); i++)
+        if (seccomp_syscall_resolve_name(denied_syscalls[i]) != __NR_SCMP_ERROR)
+            json_array_append_new(names, json_string(denied_syscalls[i]));
+    json_t *rules = json_pack("[{s:o, s:s, s:i}]", "names", names, "action", "SCMP_ACT_ERRNO",
+                              "errnoRet", EPERM);
+    for (size_t i = 0; i < sizeof(namespace_flags) / sizeof(namespace_flags[0]); i++) {
+        json_int_t flag = (json_int_t)namespace_flags[i];
+        json_array_append_new(rules,
+                              json_pack("{s:[s, s], s:s, s:i, s:[{s:i, s:I, s:I, s:s}]}", "names",
+                                        "unshare", "clone", "action", "SCMP_ACT_ERRNO", "errnoRet",
+                                        EPERM, "args", "index", 0, "value", flag, "valueTwo", flag,
+                                        "op", "SCMP_CMP_MASKED_EQ"));
+    }
+    json_array_append_new(rules,
+                          json_pack("{s:[s], s:s, s:i, s:[{s:i, s:i, s:s}]}", "names", "socket",
+                                    "action", "SCMP_ACT_ERRNO", "errnoRet", EAFNOSUPPORT, "args",
+                                    "index", 0, "value", AF_VSOCK, "op", "SCMP_CMP_EQ"));
+    json_array_append_new(rules, json_pack("{s:[s], s:s, s:i}", "names", "clone3", "action",
+                                           "SCMP_ACT_ERRNO", "errnoRet", ENOSYS));
+    return json_pack("{s:s, s:o}", "defaultAction", "SCMP_ACT_ALLOW", "syscalls", rules);
+}
 
 int runtime_seccomp_load(struct cove_error **err)
 {

@@ -302,6 +302,7 @@ static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
     sb->proc.log_fd = -1; /* the pipe died with the coved that made it */
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", rec->run_dir);
     sb->layer = runtime_layer_of(sb->run_dir);
+    sb->runtime = sb->proc.kind = runtime_kind_of(sb->run_dir);
     snprintf(sb->access_token, sizeof(sb->access_token), "%s", rec->access_token);
     sb->renew_on_access_s = rec->renew_on_access_s;
     sb->id_slot = rec->id_slot;
@@ -676,6 +677,7 @@ static int start_sandbox(struct sandbox_manager *mgr, struct sandbox *sb,
             sb->credential_proxy && mgr->egress ? egress_ca_bundle_path(mgr->egress) : NULL,
         .volumes = a->mounts,
         .volume_count = a->volume_count,
+        .kind = sb->runtime,
     };
     int rc = (env && argv && layers) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
                                      : cove_error_sys(err, "calloc");
@@ -766,6 +768,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
     sb->layer = runtime_layer_resolve(mgr->rt, req->layer);
+    sb->runtime = req->runtime > 0 ? (enum runtime_kind)(req->runtime - 1) : mgr->rt->kind;
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
     cove_random_hex(sb->access_token, 32);
     const struct egress_policy *policy = req->policy != NULL ? req->policy : mgr->default_policy;

@@ -42,6 +42,8 @@ struct sandbox {
     json_t *limits;     /* resourceLimits as requested */
     /* Its writable layer (runtime.h); after a restart, DISK if its run dir has an image. */
     enum runtime_layer layer;
+    /* What runs it (oci.c); after a restart, as its run dir tells (runtime_kind_of). */
+    enum runtime_kind runtime;
     struct runtime_process proc;
     int id_slot; /* its host id range (id_range.h), held while the record exists */
     char run_dir[512];
@@ -125,6 +127,8 @@ struct sandbox_request {
     int64_t renew_on_access_s;
     struct egress_policy *policy; /* borrowed; NULL: coved's default_network_policy */
     bool credential_proxy;
+    /* extensions.runtime: its enum runtime_kind + 1; 0: coved's default */
+    int runtime;
     json_t *volumes;                        /* borrowed: the request's, or NULL */
     const struct volume_spec *volume_specs; /* volumes checked (volume.h), volume_count of them */
     size_t volume_count;

@@ -1,0 +1,525 @@
+/* Sandboxes run by an OCI runtime binary (crun, runc) or by gVisor's runsc. Cove does what it
+ * does for a native sandbox up to the root: a set-up child, in the sandbox's cgroups, makes a
+ * network namespace (loopback, the default route, the egress redirect: network.c) and a mount
+ * namespace holding the writable layer and the overlay of the template (rootfs.c), all as real
+ * root before any user namespace exists. It then writes the bundle (config.json, the root
+ * being that overlay) into the layer and runs the runtime there. The container inherits the
+ * network namespace (config.json names none), so the gateway and egress, which make their
+ * sockets from /proc/PID/ns/net, work unchanged; it stays in Cove's cgroups (crun with
+ * --cgroup-manager=disabled, runsc with --ignore-cgroups), so limits, pause (the freezer) and
+ * teardown are the native ones.
+ *
+ * The agent is the container's init. Under crun it gets the listening socket coved made at
+ * run_dir/agent.sock and its --ready-fd through --preserve-fds, as a native agent does.
+ * runsc passes no descriptor but stdio, so there the agent binds run_dir/sock/agent.sock
+ * itself (a bind-mounted directory, --host-uds=create makes it a host socket) and
+ * run_dir/agent.sock is a hard link to it (link_agent_socket), made once it accepts.
+ *
+ * The set-up child reports on its status pipe: "R" and the host pid of the sandbox's PID 1
+ * (crun: the agent; runsc: its sandbox process, the sentry, whose death ends the gofer and
+ * every task), then what the agent said on its ready pipe ("P" and why its entrypoint did not
+ * start), or "E" and why the set-up failed; EOF ends it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coved/runtime/child.h"
+#include "coved/runtime/runtime.h"
+#include "lib/cleanup.h"
+#include "lib/log.h"
+
+/* How long the set-up child waits for runsc's agent to accept. */
+#define OCI_READY_TIMEOUT_MS 30000
+
+/* What the set-up child needs, all made before the fork. */
+struct oci_args {
+    const struct runtime *rt;
+    const struct runtime_spec *spec;
+    bool gvisor;
+    const char *config; /* config.json's text */
+    int listen_fd;      /* crun: coved's listener at run_dir/agent.sock */
+    int status_fd, log_fd;
+    int kernel_fd; /* crun: cove-kernel, or -1 */
+};
+
+static void write_all_or_fail(int status_fd, int fd, const char *text, size_t len, const char *what)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, text, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            child_fail(status_fd, "write %s", what);
+        text += n;
+        len -= (size_t)n;
+    }
+}
+
+/* The runtime's own complaint (its --log), for the set-up's "E". */
+static void fail_with_log(int status_fd, const char *log_path, const char *runtime, int status)
+{
+    char text[300] = "";
+    int fd = open(log_path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        off_t size = lseek(fd, 0, SEEK_END);
+        off_t from = size > (off_t)sizeof(text) - 1 ? size - (off_t)sizeof(text) + 1 : 0;
+        ssize_t n = pread(fd, text, sizeof(text) - 1, from);
+        text[n > 0 ? n : 0] = '\0';
+        close(fd);
+        for (char *p = text; *p; p++)
+            if (*p == '\n')
+                *p = ' ';
+    }
+    errno = EPROTO;
+    child_fail(status_fd, "%s run exited with status %d (%s)", runtime, status, text);
+}
+
+static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
+{
+    const struct runtime_spec *spec = a->spec;
+    int status_fd = a->status_fd;
+    char path[4200], log_path[4200], pid_path[4200], state[4200];
+    if (setsid() < 0)
+        child_fail(status_fd, "setsid");
+    /* Descriptors at fixed numbers: 3 the listener, 4 the agent's ready pipe, 5 the kernel
+     * helper (crun passes 3..5 to the agent), then the status pipe and the ready pipe's read
+     * end; the rest closed. stderr is the agent's log pipe: the runtime hands it on. */
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) < 0)
+        child_fail(status_fd, "pipe");
+    int fds[6] = {a->listen_fd, ready[1], a->kernel_fd, a->status_fd, ready[0], a->log_fd};
+    for (int i = 0; i < 6; i++) {
+        if (fds[i] >= 0 && (fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 100)) < 0)
+            child_fail(status_fd, "dup");
+    }
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 || dup2(fds[5], 2) < 0)
+        child_fail(status_fd, "stdio");
+    for (int i = 0; i < 5; i++) {
+        if (fds[i] >= 0 && dup3(fds[i], 3 + i, 0) < 0)
+            child_fail(status_fd, "dup3");
+    }
+    status_fd = 6;
+    int ready_r = 7;
+    fcntl(status_fd, F_SETFD, FD_CLOEXEC);
+    fcntl(ready_r, F_SETFD, FD_CLOEXEC);
+    if (syscall(SYS_close_range, 8, ~0U, 0) < 0)
+        child_fail(status_fd, "close_range");
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    for (int sig = 1; sig < NSIG; sig++)
+        signal(sig, SIG_DFL);
+
+    /* The sandbox's cgroups first: the runtime and everything it starts inherit them. */
+    struct cove_error *cgerr = NULL;
+    if (cgroup_add_pid(&a->rt->cgroups, spec->id, getpid(), &cgerr) < 0) {
+        errno = cgerr != NULL ? cgerr->errnum : EIO;
+        child_fail(status_fd, "join the sandbox's cgroups");
+    }
+    /* runsc's socket directory, taken before the writable layer hides the run dir. */
+    int sock_tree = -1;
+    if (a->gvisor) {
+        snprintf(path, sizeof(path), "%s/sock", spec->run_dir);
+        sock_tree = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (sock_tree < 0)
+            child_fail(status_fd, "clone %s", path);
+    }
+    child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+    child_setup_network(status_fd);
+    /* crun refuses a hybrid cgroup layout outright; its cgroups are not used anyway. */
+    if (a->rt->cgroups.mode == CGROUP_V1 && !a->gvisor)
+        mount("tmpfs", "/sys/fs/cgroup/unified", "tmpfs", MS_RDONLY, "size=0");
+    /* The namespace owner of the idmap helpers: as native, from the set-up's pid. */
+    child_mount_overlay(status_fd, spec, RUNTIME_NS_OWNER_BASE + (uint32_t)getpid());
+    child_write_resolv_conf(status_fd); /* in the root, the current directory */
+    if (chdir(spec->run_dir) < 0)
+        child_fail(status_fd, "chdir %s", spec->run_dir);
+    int cfg = open("config.json", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (cfg < 0)
+        child_fail(status_fd, "create config.json");
+    write_all_or_fail(status_fd, cfg, a->config, strlen(a->config), "config.json");
+    close(cfg);
+    if (a->gvisor) {
+        child_mkdir(status_fd, "sock", 0755);
+        if (move_mount(sock_tree, "", AT_FDCWD, "sock", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+            child_fail(status_fd, "mount the agent's socket directory");
+        close(sock_tree);
+    }
+    snprintf(log_path, sizeof(log_path), "%s/runtime.log", spec->run_dir);
+    snprintf(pid_path, sizeof(pid_path), "%s/init.pid", spec->run_dir);
+    snprintf(state, sizeof(state), "%s/state", spec->run_dir);
+    /* The runtime's state lives in the layer too: gone with the sandbox. */
+    const char *argv[32];
+    int n = 0;
+    char platform[40];
+    if (a->gvisor) {
+        snprintf(platform, sizeof(platform), "--platform=%s", a->rt->gvisor_platform);
+        const char *g[] = {a->rt->gvisor_path,
+                           "--root",
+                           state,
+                           platform,
+                           "--network=host",
+                           "--ignore-cgroups",
+                           "--host-uds=create",
+                           "--log",
+                           log_path,
+                           "run",
+                           "-detach",
+                           "-pid-file",
+                           pid_path,
+                           "-bundle",
+                           spec->run_dir,
+                           spec->id};
+        for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
+            argv[n++] = g[i];
+    } else {
+        /* crun leaves its processes in the cgroups they start in; runc has no such switch and
+         * is given Cove's own as its cgroupsPath (runtime_oci_bundle_config). */
+        const char *base = strrchr(a->rt->oci_path, '/');
+        bool runc = strstr(base != NULL ? base + 1 : a->rt->oci_path, "runc") != NULL;
+        const char *c[] = {a->rt->oci_path, "--root", state, "--log", log_path};
+        for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+            argv[n++] = c[i];
+        if (!runc)
+            argv[n++] = "--cgroup-manager=disabled";
+        const char *r[] = {"run",
+                           "-d",
+                           "--pid-file",
+                           pid_path,
+                           "--preserve-fds",
+                           a->kernel_fd >= 0 ? "3" : "2",
+                           "--bundle",
+                           spec->run_dir,
+                           spec->id};
+        for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++)
+            argv[n++] = r[i];
+    }
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        child_fail(status_fd, "fork");
+    if (pid == 0) {
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(4); /* the agent's ready pipe: the container holds its copy */
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_with_log(status_fd, log_path, a->gvisor ? "runsc" : "oci runtime",
+                      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    char text[32] = "";
+    int pf = open(pid_path, O_RDONLY | O_CLOEXEC);
+    ssize_t len = pf >= 0 ? read(pf, text, sizeof(text) - 1) : -1;
+    long init = len > 0 ? (text[len] = '\0', strtol(text, NULL, 10)) : 0;
+    if (init <= 1)
+        child_fail(status_fd, "read %s", pid_path);
+    close(pf);
+    char msg[5] = {'R'};
+    int32_t init32 = (int32_t)init;
+    memcpy(msg + 1, &init32, sizeof(init32));
+    write_all_or_fail(status_fd, status_fd, msg, sizeof(msg), "status");
+    if (!a->gvisor) {
+        /* The agent's word on its entrypoint, passed on, then EOF. */
+        char buf[512];
+        ssize_t r;
+        while ((r = read(ready_r, buf, sizeof(buf))) != 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0)
+                break;
+            write_all_or_fail(status_fd, status_fd, buf, (size_t)r, "status");
+        }
+        _exit(0);
+    }
+    /* runsc: until the agent accepts on its socket. */
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/sock/agent.sock", spec->run_dir);
+    for (int waited = 0; waited < OCI_READY_TIMEOUT_MS; waited += 5) {
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s >= 0 && connect(s, (struct sockaddr *)&addr, sizeof(addr)) == 0)
+            _exit(0);
+        if (s >= 0)
+            close(s);
+        if (kill((pid_t)init, 0) < 0)
+            child_fail(status_fd, "the gVisor sandbox exited before its agent listened");
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    errno = ETIMEDOUT;
+    child_fail(status_fd, "the agent in the gVisor sandbox did not listen");
+}
+
+/* runsc's agent bound run_dir/sock/agent.sock, in a directory the sandbox may change (its
+ * gofer makes there whatever the sandbox makes in /run/cove/sock, symbolic links included):
+ * coved connects to run_dir/agent.sock instead, a hard link to that socket made once the
+ * agent accepts, which nothing in the sandbox can replace. A link made of a symbolic link
+ * swapped in meanwhile is refused. */
+static int link_agent_socket(const char *run_dir, struct cove_error **err)
+{
+    char from[4200], to[4200];
+    struct stat st;
+    snprintf(from, sizeof(from), "%s/sock/agent.sock", run_dir);
+    snprintf(to, sizeof(to), "%s/agent.sock", run_dir);
+    unlink(to);
+    if (lstat(from, &st) < 0 || !S_ISSOCK(st.st_mode) ||
+        linkat(AT_FDCWD, from, AT_FDCWD, to, 0) < 0)
+        return cove_error_set(err, errno ? errno : EPROTO, 500, "SANDBOX::START_FAILED",
+                              "the agent's socket %s", from);
+    if (lstat(to, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        unlink(to);
+        return cove_error_set(err, EPROTO, 500, "SANDBOX::START_FAILED",
+                              "the agent's socket %s was replaced", from);
+    }
+    return 0;
+}
+
+struct runtime_oci_start {
+    struct runtime_process setup; /* the set-up child */
+    pid_t init;                   /* PID 1 once reported, else 0 */
+    enum runtime_kind kind;
+    char id[64];
+    char run_dir[4096];
+    int status_fd, log_fd;
+    char msg[600];
+    size_t msg_len;
+};
+
+static void oci_free(struct runtime_oci_start *op)
+{
+    if (op->status_fd >= 0)
+        close(op->status_fd);
+    if (op->log_fd >= 0)
+        close(op->log_fd);
+    free(op);
+}
+
+void runtime_oci_cancel(struct runtime *rt, struct runtime_oci_start *op)
+{
+    if (op == NULL)
+        return;
+    if (op->setup.pidfd >= 0) {
+        runtime_process_signal(&op->setup, SIGKILL);
+        runtime_process_reap(&op->setup, true, NULL, 0);
+        runtime_process_release(&op->setup);
+    }
+    /* Whatever the runtime started is in the sandbox's cgroups: killed with them. */
+    struct cove_error *ignored = NULL;
+    cgroup_destroy(&rt->cgroups, op->id, &ignored);
+    cove_error_free(ignored);
+    oci_free(op);
+}
+
+int runtime_oci_start_fd(const struct runtime_oci_start *op)
+{
+    return op->status_fd;
+}
+
+pid_t runtime_oci_start_pid(const struct runtime_oci_start *op)
+{
+    return op->setup.pid; /* it made the network namespace the sandbox keeps */
+}
+
+int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
+                      struct runtime_oci_start **out, struct cove_error **err)
+{
+    bool gvisor = spec->kind == RUNTIME_GVISOR;
+    int listen_fd = -1, status[2] = {-1, -1}, log[2] = {-1, -1};
+    char path[4200];
+    *out = NULL;
+    if (runtime_kind_check(rt, spec->kind, err) < 0)
+        return -1;
+    if (spec->volume_count > 0)
+        return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                              "volumes are for native sandboxes only (runtime %s)",
+                              runtime_kind_name(spec->kind));
+    struct runtime_oci_start *op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return cove_error_sys(err, "calloc");
+    op->status_fd = op->log_fd = op->setup.pidfd = -1;
+    snprintf(op->id, sizeof(op->id), "%s", spec->id);
+    op->kind = spec->kind;
+    snprintf(op->run_dir, sizeof(op->run_dir), "%s", spec->run_dir);
+
+    /* runsc's agent has no inherited descriptors: its sandbox id range is not used (its
+     * sentry runs unprivileged in a user namespace of runsc's), the template is seen as
+     * root's. */
+    struct runtime_spec child_spec = *spec;
+    child_spec.layer = runtime_layer_resolve(rt, spec->layer);
+    child_spec.layer_dir = rt->layer_dir;
+    if (gvisor)
+        child_spec.host_id_base = 0;
+    char *config = runtime_oci_bundle_config(rt, spec, gvisor, !gvisor && rt->kernel_fd >= 0,
+                                             gvisor ? NULL : runtime_seccomp_oci());
+    if (config == NULL) {
+        cove_error_sys(err, "config.json");
+        goto fail;
+    }
+    snprintf(path, sizeof(path), "%s/runtime", spec->run_dir);
+    int marker = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    const char *name = runtime_kind_name(spec->kind);
+    if (marker < 0 || write(marker, name, strlen(name)) != (ssize_t)strlen(name)) {
+        cove_error_sys(err, "write %s", path);
+        if (marker >= 0)
+            close(marker);
+        goto fail;
+    }
+    close(marker);
+    snprintf(path, sizeof(path), "%s/agent.sock", spec->run_dir);
+    if (gvisor) {
+        char dir[4200];
+        snprintf(dir, sizeof(dir), "%s/sock", spec->run_dir);
+        unlink(path);
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+            cove_error_sys(err, "make %s", path);
+            goto fail;
+        }
+    } else {
+        struct sockaddr_un addr = {.sun_family = AF_UNIX};
+        if (strlen(path) >= sizeof(addr.sun_path)) {
+            cove_error_set(err, ENAMETOOLONG, 500, "COVE::INTERNAL", "run dir too long");
+            goto fail;
+        }
+        memcpy(addr.sun_path, path, strlen(path) + 1);
+        unlink(path);
+        listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
+            chmod(path, 0600) < 0 || listen(listen_fd, 128) < 0) {
+            cove_error_sys(err, "listen on %s", path);
+            goto fail;
+        }
+    }
+    if (pipe2(status, O_CLOEXEC) < 0 || pipe2(log, O_CLOEXEC | O_NONBLOCK) < 0) {
+        cove_error_sys(err, "pipe");
+        goto fail;
+    }
+    if (cgroup_create(&rt->cgroups, spec->id, &spec->limits, err) < 0)
+        goto fail;
+    struct oci_args args = {
+        .rt = rt,
+        .spec = &child_spec,
+        .gvisor = gvisor,
+        .config = config,
+        .listen_fd = listen_fd,
+        .status_fd = status[1],
+        .log_fd = log[1],
+        .kernel_fd = gvisor ? -1 : rt->kernel_fd,
+    };
+    int pidfd = -1;
+    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWNET | SIGCHLD, NULL,
+                               &pidfd, NULL, 0);
+    if (pid < 0) {
+        cove_error_sys(err, "clone");
+        goto fail;
+    }
+    if (pid == 0) {
+        /* The agent's stderr pipe blocks no one: a slow reader costs log lines. */
+        oci_child_main(&args);
+    }
+    op->setup.pid = pid;
+    op->setup.pidfd = pidfd;
+    op->setup.start_time = runtime_process_start_time(pid);
+    op->status_fd = status[0];
+    op->log_fd = log[0];
+    fcntl(op->status_fd, F_SETFL, fcntl(op->status_fd, F_GETFL) | O_NONBLOCK);
+    close(status[1]);
+    close(log[1]);
+    if (listen_fd >= 0)
+        close(listen_fd);
+    free(config);
+    *out = op;
+    return 0;
+
+fail:
+    free(config);
+    if (listen_fd >= 0)
+        close(listen_fd);
+    for (int i = 0; i < 2; i++) {
+        if (status[i] >= 0)
+            close(status[i]);
+        if (log[i] >= 0)
+            close(log[i]);
+    }
+    runtime_oci_cancel(rt, op);
+    return -1;
+}
+
+int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct runtime_process *out,
+                     struct cove_error **err)
+{
+    for (;;) {
+        ssize_t n = read(op->status_fd, op->msg + op->msg_len, sizeof(op->msg) - 1 - op->msg_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return 1;
+        if (n < 0) {
+            cove_error_sys(err, "set-up of the sandbox");
+            goto fail;
+        }
+        if (n == 0)
+            break;
+        op->msg_len += (size_t)n;
+        if (op->init == 0 && op->msg[0] == 'R' && op->msg_len >= 5) {
+            int32_t init;
+            memcpy(&init, op->msg + 1, sizeof(init));
+            op->init = (pid_t)init;
+            op->msg_len -= 5;
+            memmove(op->msg, op->msg + 5, op->msg_len);
+        }
+        if (op->msg_len == sizeof(op->msg) - 1)
+            break;
+    }
+    op->msg[op->msg_len] = '\0';
+    /* EOF: the set-up child is exiting; it is reaped here (a moment at most). */
+    runtime_process_reap(&op->setup, true, NULL, 0);
+    runtime_process_release(&op->setup);
+    if (op->msg_len > 0 && op->init != 0 && op->msg[0] == 'P') {
+        cove_error_set(err, 0, 500, RUNTIME_ENTRYPOINT_FAILED, "%s", op->msg + 1);
+        goto fail;
+    }
+    if (op->msg_len > 0 || op->init == 0) {
+        cove_error_set(err, 0, 500, "SANDBOX::START_FAILED", "sandbox set-up failed: %s",
+                       op->msg_len == 0    ? "the set-up process exited"
+                       : op->msg[0] == 'E' ? op->msg + 1
+                                           : op->msg);
+        goto fail;
+    }
+    if (op->kind == RUNTIME_GVISOR && link_agent_socket(op->run_dir, err) < 0)
+        goto fail;
+    /* PID 1 is not coved's child (the runtime's was): watched through a pidfd of its own,
+     * like a re-adopted sandbox's. */
+    out->kind = op->kind;
+    out->pid = op->init;
+    out->start_time = runtime_process_start_time(op->init);
+    if (out->start_time == 0 || runtime_process_adopt(out) < 0) {
+        cove_error_set(err, ESRCH, 500, "SANDBOX::START_FAILED",
+                       "the sandbox's init (pid %d) exited at once", (int)op->init);
+        goto fail;
+    }
+    out->log_fd = op->log_fd;
+    op->log_fd = -1;
+    oci_free(op);
+    return 0;
+
+fail:
+    runtime_oci_cancel(rt, op);
+    return -1;
+}
