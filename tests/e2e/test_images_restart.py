@@ -127,3 +127,18 @@ def test_a_registry_mirror_serves_its_registrys_images(registry, tmp_path):
         status, body, _ = d.request("POST", "/v1/sandboxes", {"image": {"uri": f"{down}/{name}"}},
                                     timeout=300)
         assert (status, body["code"]) == (502, "IMAGE::REGISTRY_ERROR"), body
+
+
+@pytest.mark.static_agent
+@pytest.mark.parametrize("runtime", ["oci", "gvisor"])
+def test_an_image_under_the_oci_and_gvisor_runtimes(registry, tmp_path, runtime):
+    """The same image, its config honoured, behind crun's and gVisor's walls."""
+    img = ib.busybox_image()
+    name = f"team/{runtime}-{secrets.token_hex(3)}:v1"
+    registry.push_image(img, name, tmp_path)
+    with serve(admin_keys=(ADMIN,)) as d:
+        sid = create(d, registry.ref(name), extensions={"runtime": runtime})
+        assert d.sh(sid, "echo $GREETING; id -u; pwd; cat /etc/motd") == "hello\n1000\n/work\nthree\n"
+        assert d.get(sid)["image"] == {"uri": registry.ref(name)}
+        d.delete(sid)
+        assert sandbox_leftovers(d, sid) == []

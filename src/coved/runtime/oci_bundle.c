@@ -188,6 +188,14 @@ static json_t *agent_args(const struct runtime *rt, const struct runtime_spec *s
         json_array_append_new(args, json_string("--session-idle-timeout"));
         json_array_append_new(args, json_string(rt->session_idle_timeout));
     }
+    if (spec->user != NULL) { /* an image's User and WorkingDir, as native.c passes them */
+        json_array_append_new(args, json_string("--user"));
+        json_array_append_new(args, json_string(spec->user));
+    }
+    if (spec->workdir != NULL) {
+        json_array_append_new(args, json_string("--workdir"));
+        json_array_append_new(args, json_string(spec->workdir));
+    }
     json_array_append_new(args, json_string("--"));
     for (size_t i = 0; spec->entrypoint != NULL && spec->entrypoint[i] != NULL; i++)
         json_array_append_new(args, json_string(spec->entrypoint[i]));
