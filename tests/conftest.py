@@ -15,6 +15,21 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: waits on real timers (skipped in the sanitizer pass)")
     config.addinivalue_line("markers", "static_agent: runs the agent in a root without libc "
                             "(skipped in the sanitizer pass, whose agent is dynamic)")
+    config.addinivalue_line("markers", "native_only(reason): about the native runtime itself "
+                            "(skipped when COVE_TEST_RUNTIME names another)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """COVE_TEST_RUNTIME=oci|gvisor runs the suite's daemons with that --default-runtime
+    (covetest.py): what is about the native runtime alone is skipped, saying why."""
+    runtime = os.environ.get("COVE_TEST_RUNTIME", "native")
+    if runtime == "native":
+        return
+    for item in items:
+        mark = item.get_closest_marker("native_only")
+        if mark is not None:
+            why = mark.kwargs.get("reason") or (mark.args[0] if mark.args else "native runtime")
+            item.add_marker(pytest.mark.skip(reason=f"native only ({runtime} run): {why}"))
 
 
 LOG_TAIL_LINES = 80

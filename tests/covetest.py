@@ -133,6 +133,10 @@ class Coved:
         for k in self.admin_keys:
             args += ["--admin-api-key", k]
         args += self.extra_args
+        # The runtime the suite runs under (conftest.py): unless a test names one itself.
+        runtime = os.environ.get("COVE_TEST_RUNTIME", "native")
+        if runtime != "native" and "--default-runtime" not in self.extra_args:
+            args += ["--default-runtime", runtime]
         log = open(self.log_path, "ab")
         env = dict(self.env or os.environ)
         # Tests never reach a registry off this host: images come from loopback ones only.
