@@ -67,7 +67,7 @@ struct image_wait {
 
 struct image_pull {
     struct image_store *store;
-    char key[TEMPLATE_NAME_SIZE + 300]; /* reference and user */
+    char key[TEMPLATE_NAME_SIZE + 400]; /* reference, user and its password's digest */
     char reference[TEMPLATE_NAME_SIZE];  /* canonical */
     int pidfd;
     int status_fd;
@@ -343,8 +343,8 @@ static __attribute__((noreturn)) void pull_main(const struct pull_job *job)
         registry_manifest(client, &m, &err) < 0)
         child_fail(err);
     struct blob_progress p = {.layers = (int64_t)m.layer_count};
-    for (size_t i = 0; i < m.layer_count; i++)
-        p.total += m.layers[i].size;
+    for (size_t i = 0; i < m.layer_count; i++) /* sizes are >= 0; a registry's may be huge */
+        p.total = m.layers[i].size > INT64_MAX - p.total ? INT64_MAX : p.total + m.layers[i].size;
     report_progress(&p, 0);
     /* The image is here already (a re-pull of a tag that did not move): nothing to fetch. */
     char hex[IMAGE_ID_SIZE], record[128];
@@ -376,6 +376,17 @@ static __attribute__((noreturn)) void pull_main(const struct pull_job *job)
         const struct image_layer_desc *l = &m.layers[i];
         int64_t bytes = layer_bytes(job->dir_fd, l->digest);
         if (bytes < 0) {
+            /* The blob lands in tmp/ whole before it is unpacked (and its digest checked only
+             * at its end): one larger than the store's room is refused before a byte of it
+             * is fetched, or a registry that lies about it fills the disk. */
+            if (l->size > job->max_bytes - unpacked) {
+                cove_error_set(&err, 0, 507, "IMAGE::TOO_LARGE",
+                               "layer %s of %lld bytes: more than the %lld the image store "
+                               "may still take",
+                               l->digest, (long long)l->size,
+                               (long long)(job->max_bytes - unpacked));
+                child_fail(err);
+            }
             if ((fd = tmp_file(job->dir_fd, &err)) < 0 ||
                 registry_blob(client, l->digest, l->size, fd, on_blob_progress, &p, &err) < 0 ||
                 install_layer(job->dir_fd, fd, l->digest, job->max_bytes - unpacked, &bytes,
@@ -1161,7 +1172,14 @@ int image_pull(struct image_store *store, const char *uri, const struct registry
             cred = &found;
     }
     char key[sizeof(((struct image_pull *)0)->key)];
-    snprintf(key, sizeof(key), "%s\n%s", reference, cred ? cred->username : "");
+    /* Shared only with a pull of the same credentials: one with a wrong password must neither
+     * get what a right one fetched nor make it fail. The password's digest, never the
+     * password, is kept (the key lives in memory only). */
+    char secret[72] = "";
+    if (cred != NULL)
+        image_sha256_digest(cred->password, strlen(cred->password), secret);
+    snprintf(key, sizeof(key), "%s\n%s\n%s", reference, cred ? cred->username : "", secret);
+    explicit_bzero(secret, sizeof(secret));
     struct image_wait *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return cove_error_sys(err, "calloc");
