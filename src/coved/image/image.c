@@ -67,7 +67,7 @@ struct image_wait {
 
 struct image_pull {
     struct image_store *store;
-    char key[TEMPLATE_NAME_SIZE + 400]; /* reference, user and its password's digest */
+    char key[TEMPLATE_NAME_SIZE + 400];  /* reference, user and its password's digest */
     char reference[TEMPLATE_NAME_SIZE];  /* canonical */
     int pidfd;
     int status_fd;
