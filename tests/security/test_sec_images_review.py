@@ -18,6 +18,7 @@ import registry_world as rw
 from covetest import serve
 
 ADDRESS = "127.77.3.10"
+ADMIN = "review-admin-key"
 BUDGET = 32 << 20  # --image-store-max-bytes of this module's daemon
 SLEEP = ["/bin/sleep", "3600"]
 MT_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -129,7 +130,7 @@ class HostileRegistry:
 
 @pytest.fixture(scope="module")
 def coved():
-    with serve("--image-store-max-bytes", str(BUDGET)) as d:
+    with serve("--image-store-max-bytes", str(BUDGET), admin_keys=(ADMIN,)) as d:
         yield d
 
 
@@ -250,3 +251,37 @@ def test_a_fifo_at_etc_resolv_conf_does_not_hang_the_set_up(coved, hostile):
         assert "nameserver" in coved.sh(sid, "cat /etc/resolv.conf")
     finally:
         coved.delete(sid)
+
+
+# ---- F4: an import whose stand-in id is a real image's manifest digest ----------------------
+
+def test_an_import_cannot_take_the_id_of_an_image_pulled_later(coved, hostile):
+    """A `docker save` archive's image is named by the sha256 of its config file. An admin
+    importing an archive of unknown origin imported one whose "config" is byte for byte the manifest of a registry image it
+    wants to poison (manifests are public), with layers of its own: the store then held an
+    image of that manifest's digest with the attacker's layers, and the later pull of the
+    real image found the id taken and only added its reference to it: every sandbox made
+    from the real reference ran the attacker's files."""
+    import types
+    real = small_image(b"real")
+    hostile.add("team/real", "v1", real)
+    evil_tar = ib.Tar()
+    evil_tar.file("hello", b"POISONED\n")
+    evil = ib.Layer(evil_tar.bytes(), "gzip")
+    fake = types.SimpleNamespace(config_blob=real.manifest_blob, config_digest=real.digest,
+                                 layers=[real.layers[0], evil])
+    archive = ib.docker_save_archive(fake, ["evil/trojan:v1"])
+    status, body, _ = coved.request("POST", "/v1/images/import", raw=archive,
+                                    headers={**coved.headers(ADMIN),
+                                             "Content-Type": "application/x-tar"},
+                                    timeout=300)
+    imported = (status, body)
+    status, out, _ = coved.request("POST", "/v1/images", {"uri": hostile.ref("team/real:v1")},
+                                   timeout=300)
+    if status == 200:
+        assert [l["digest"] for l in out["layers"]] == [l.digest for l in real.layers], (
+            "the pulled reference names the imported trojan's layers", imported, out)
+    else:
+        # Refusing the pull of an id the store holds with other layers is fine too.
+        assert out["code"].startswith("IMAGE::") and status != 500, (status, out)
+    assert coved.health()

@@ -295,10 +295,18 @@ static json_t *read_config(int fd, struct cove_error **err)
         len += n > 0 ? (size_t)n : 0;
     struct image_config config = {0};
     json_t *out = NULL;
+    json_t *raw = body != NULL ? json_loadb(body, len, 0, NULL) : NULL;
     if (body == NULL)
         cove_error_sys(err, "malloc");
+    else if (json_object_get(raw, "schemaVersion") != NULL ||
+             json_object_get(raw, "layers") != NULL || json_object_get(raw, "manifests") != NULL)
+        /* A manifest or an index posing as a config: a `docker save` image is named by its
+         * config's digest, and would take the id of the image that manifest describes. */
+        cove_error_set(err, 0, 400, "IMAGE::UNSUPPORTED",
+                       "the image config is a manifest or an index, not a config");
     else if (image_config_parse(body, len, &config, err) == 0)
         out = config_json(&config);
+    json_decref(raw);
     image_config_free(&config);
     free(body);
     return out;
@@ -354,7 +362,11 @@ static __attribute__((noreturn)) void pull_main(const struct pull_job *job)
     for (size_t i = 0; present && i < m.layer_count; i++)
         present = layer_bytes(job->dir_fd, m.layers[i].digest) >= 0;
     if (present) {
-        child_write(json_pack("{s:i, s:s, s:b}", "status", 0, "digest", m.digest, "present", 1));
+        json_t *digests = json_array(); /* checked against the record's (install_image) */
+        for (size_t i = 0; i < m.layer_count; i++)
+            json_array_append_new(digests, json_pack("{s:s}", "digest", m.layers[i].digest));
+        child_write(json_pack("{s:i, s:s, s:b, s:o}", "status", 0, "digest", m.digest, "present", 1,
+                              "layers", digests));
         _exit(0);
     }
 
@@ -619,6 +631,22 @@ static int add_reference(struct image_store *store, struct image *img, const cha
     return current ? 0 : register_template(store, img, reference, err);
 }
 
+/* Whether a verdict's layers (an array of {"digest"}, bottom first) are img's; a verdict that
+ * names none says nothing against it. */
+static bool same_layers(const struct image *img, const json_t *layers)
+{
+    if (!json_is_array(layers))
+        return true;
+    if (json_array_size(layers) != img->layer_count)
+        return false;
+    for (size_t i = 0; i < img->layer_count; i++) {
+        const char *d = json_string_value(json_object_get(json_array_get(layers, i), "digest"));
+        if (d == NULL || strcmp(d, img->layers[i].digest) != 0)
+            return false;
+    }
+    return true;
+}
+
 /* The image a verdict describes (made, or found), with `reference` among its references. */
 static struct image *install_image(struct image_store *store, json_t *verdict,
                                    const char *reference, struct cove_error **err)
@@ -633,6 +661,15 @@ static struct image *install_image(struct image_store *store, json_t *verdict,
     if (img == NULL && json_is_true(json_object_get(verdict, "present"))) {
         cove_error_set(err, 503, 503, "IMAGE::STORE_BUSY",
                        "image %s was removed while it was pulled: pull it again", digest);
+        return NULL;
+    }
+    if (img != NULL && !same_layers(img, json_object_get(verdict, "layers"))) {
+        /* Not the image of that digest: one made to look like it (an import's stand-in id is
+         * its config file's digest, which a file can make any manifest's). */
+        cove_error_set(err, 0, 409, "IMAGE::CONFLICT",
+                       "the store holds an image of digest %s with other layers (an import?): "
+                       "remove it first",
+                       digest);
         return NULL;
     }
     if (img == NULL) {
