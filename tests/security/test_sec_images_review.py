@@ -285,3 +285,44 @@ def test_an_import_cannot_take_the_id_of_an_image_pulled_later(coved, hostile):
         # Refusing the pull of an id the store holds with other layers is fine too.
         assert out["code"].startswith("IMAGE::") and status != 500, (status, out)
     assert coved.health()
+
+
+# ---- F5: prune while an import installs its layers -------------------------------------------
+
+def test_a_prune_during_an_import_keeps_the_layers_it_installed(coved, hostile):
+    """collect_layers (prune, an image's removal, the end of every pull) kept its hands off while a pull was
+    under way, but not while an import was: a layer the import had installed and no image
+    used yet was removed under it, and the imported image named a layer the store no longer
+    had (no sandbox of it could start)."""
+    import os
+    small = ib.Tar()
+    small.file("first", b"first layer " + secrets.token_hex(8).encode())
+    many = ib.Tar()
+    for i in range(30000):
+        many.file(f"d{i // 1000}/f{i}", b"")
+    layers = [ib.Layer(small.bytes(), None), ib.Layer(many.bytes(), None)]
+    img = ib.Image(layers, ib.image_config(layers, env=["PATH=/bin"]))
+    archive = ib.docker_save_archive(img, ["review/prune-race:v1"])
+    result = {}
+
+    def run_import():
+        result["r"] = coved.request("POST", "/v1/images/import", raw=archive,
+                                    headers={**coved.headers(ADMIN),
+                                             "Content-Type": "application/x-tar"},
+                                    timeout=300)[:2]
+
+    t = threading.Thread(target=run_import)
+    t.start()
+    # Every pull's end collects unused layers (as a prune does, without removing images):
+    # failed pulls, one after another, while the import runs.
+    while t.is_alive():
+        coved.request("POST", "/v1/images", {"uri": hostile.ref("nothing/here:v1")}, timeout=60)
+        time.sleep(0.02)
+    t.join()
+    status, body = result["r"]
+    assert status == 200, (status, body)
+    first = layers[0].diff_id.split(":", 1)[1]
+    path = os.path.join(coved.state_dir, "images", "layers", "sha256-" + first)
+    assert os.path.isdir(path), "the imported image's first layer was pruned during the import"
+    coved.ok("DELETE", f"/v1/images/{body['items'][0]['id']}", expect=(204,),
+             headers=coved.headers(ADMIN))

@@ -825,12 +825,15 @@ static void remove_main(struct image_store *store, void *arg)
 }
 
 /* Renames every layer no image uses to .removing-* (out of every lookup at once) and removes
- * them in a child. Layers may be in use by a pull under way (which found them present), so
- * nothing is collected while one is. */
+ * them in a child. Layers may be in use by a pull or an import under way (which installed
+ * them, or found them present), so nothing is collected while one is. */
 static void collect_layers(struct image_store *store, int64_t *freed)
 {
     if (store->pulls != NULL)
         return;
+    for (const struct image_job *j = store->jobs; j != NULL; j = j->next)
+        if (j->done != NULL) /* an import */
+            return;
     DIR *d = NULL;
     int fd = openat(store->dir_fd, "layers", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || (d = fdopendir(fd)) == NULL) {
