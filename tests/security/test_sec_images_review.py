@@ -42,6 +42,7 @@ class HostileRegistry:
         self.delay = 0.0
         self.lock = threading.Lock()
         self.streamed = 0  # bytes of "endless" blobs sent
+        self.seen = []  # (path, Authorization header) of every GET
         self.server = None
 
     @property
@@ -79,6 +80,8 @@ class HostileRegistry:
                     self.wfile.write(body)
 
             def do_GET(self):
+                with reg.lock:
+                    reg.seen.append((self.path, self.headers.get("Authorization")))
                 path = self.path.split("?")[0]
                 m = re.match(r"^/v2/(.+)/(manifests|blobs)/([^/]+)$", path)
                 if m and m.group(2) == "manifests" and reg.delay:
@@ -100,6 +103,8 @@ class HostileRegistry:
                 blob = reg.blobs.get(ref)
                 if blob is None:
                     return self._send(404, b'{"errors":[{"code":"BLOB_UNKNOWN"}]}')
+                if isinstance(blob, tuple):  # ("redirect", url)
+                    return self._send(307, b"", extra=[("Location", blob[1])])
                 if blob != "endless":
                     return self._send(200, blob, "application/octet-stream")
                 self.send_response(200)
@@ -326,3 +331,39 @@ def test_a_prune_during_an_import_keeps_the_layers_it_installed(coved, hostile):
     assert os.path.isdir(path), "the imported image's first layer was pruned during the import"
     coved.ok("DELETE", f"/v1/images/{body['items'][0]['id']}", expect=(204,),
              headers=coved.headers(ADMIN))
+
+
+# ---- regression: credentials never follow a blob redirect elsewhere -------------------------
+
+def test_blob_redirects_carry_no_credentials_and_no_other_schemes(coved):
+    """A registry with Basic auth redirects its blobs to another host:port (a "storage" of
+    the attacker's): the blob is fetched there without the Authorization header. A redirect
+    to file:// or gopher:// fails the pull cleanly (502), reading nothing."""
+    reg = HostileRegistry("127.77.3.11").start()
+    storage = HostileRegistry("127.77.3.12").start()
+    try:
+        user, password = "bob", "secret-" + secrets.token_hex(8)
+        reg.auth = (user, password)
+        img = small_image(b"redirected")
+        reg.add("team/redir", "v1", img)
+        for l in img.layers:
+            storage.blobs[l.digest] = l.blob
+            reg.blobs[l.digest] = ("redirect", f"http://{storage.host}/v2/team/redir/blobs/"
+                                               f"{l.digest}")
+        auth = {"username": user, "password": password}
+        status, out, _ = coved.request("POST", "/v1/images", {"uri": reg.ref("team/redir:v1"),
+                                                              "auth": auth}, timeout=120)
+        assert status == 200, (status, out)
+        assert storage.seen and all(a is None for _, a in storage.seen), storage.seen
+        for scheme_url in ("file:///etc/passwd", "gopher://127.77.3.12:70/_x"):
+            img = small_image(scheme_url.encode())
+            reg.add("team/scheme", "v1", img)
+            reg.blobs[img.layers[-1].digest] = ("redirect", scheme_url)
+            status, out, _ = coved.request("POST", "/v1/images", {
+                "uri": reg.ref("team/scheme:v1"), "auth": auth}, timeout=120)
+            assert status == 502 and out["code"] == "IMAGE::REGISTRY_ERROR", (status, out)
+            assert "root:" not in json.dumps(out)
+        assert password not in coved.log()
+    finally:
+        reg.stop()
+        storage.stop()
