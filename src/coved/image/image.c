@@ -67,7 +67,7 @@ struct image_wait {
 
 struct image_pull {
     struct image_store *store;
-    char key[TEMPLATE_NAME_SIZE + 300]; /* reference and user */
+    char key[TEMPLATE_NAME_SIZE + 400];  /* reference, user and its password's digest */
     char reference[TEMPLATE_NAME_SIZE];  /* canonical */
     int pidfd;
     int status_fd;
@@ -295,10 +295,18 @@ static json_t *read_config(int fd, struct cove_error **err)
         len += n > 0 ? (size_t)n : 0;
     struct image_config config = {0};
     json_t *out = NULL;
+    json_t *raw = body != NULL ? json_loadb(body, len, 0, NULL) : NULL;
     if (body == NULL)
         cove_error_sys(err, "malloc");
+    else if (json_object_get(raw, "schemaVersion") != NULL ||
+             json_object_get(raw, "layers") != NULL || json_object_get(raw, "manifests") != NULL)
+        /* A manifest or an index posing as a config: a `docker save` image is named by its
+         * config's digest, and would take the id of the image that manifest describes. */
+        cove_error_set(err, 0, 400, "IMAGE::UNSUPPORTED",
+                       "the image config is a manifest or an index, not a config");
     else if (image_config_parse(body, len, &config, err) == 0)
         out = config_json(&config);
+    json_decref(raw);
     image_config_free(&config);
     free(body);
     return out;
@@ -343,8 +351,8 @@ static __attribute__((noreturn)) void pull_main(const struct pull_job *job)
         registry_manifest(client, &m, &err) < 0)
         child_fail(err);
     struct blob_progress p = {.layers = (int64_t)m.layer_count};
-    for (size_t i = 0; i < m.layer_count; i++)
-        p.total += m.layers[i].size;
+    for (size_t i = 0; i < m.layer_count; i++) /* sizes are >= 0; a registry's may be huge */
+        p.total = m.layers[i].size > INT64_MAX - p.total ? INT64_MAX : p.total + m.layers[i].size;
     report_progress(&p, 0);
     /* The image is here already (a re-pull of a tag that did not move): nothing to fetch. */
     char hex[IMAGE_ID_SIZE], record[128];
@@ -354,7 +362,11 @@ static __attribute__((noreturn)) void pull_main(const struct pull_job *job)
     for (size_t i = 0; present && i < m.layer_count; i++)
         present = layer_bytes(job->dir_fd, m.layers[i].digest) >= 0;
     if (present) {
-        child_write(json_pack("{s:i, s:s, s:b}", "status", 0, "digest", m.digest, "present", 1));
+        json_t *digests = json_array(); /* checked against the record's (install_image) */
+        for (size_t i = 0; i < m.layer_count; i++)
+            json_array_append_new(digests, json_pack("{s:s}", "digest", m.layers[i].digest));
+        child_write(json_pack("{s:i, s:s, s:b, s:o}", "status", 0, "digest", m.digest, "present", 1,
+                              "layers", digests));
         _exit(0);
     }
 
@@ -376,6 +388,17 @@ static __attribute__((noreturn)) void pull_main(const struct pull_job *job)
         const struct image_layer_desc *l = &m.layers[i];
         int64_t bytes = layer_bytes(job->dir_fd, l->digest);
         if (bytes < 0) {
+            /* The blob lands in tmp/ whole before it is unpacked (and its digest checked only
+             * at its end): one larger than the store's room is refused before a byte of it
+             * is fetched, or a registry that lies about it fills the disk. */
+            if (l->size > job->max_bytes - unpacked) {
+                cove_error_set(&err, 0, 507, "IMAGE::TOO_LARGE",
+                               "layer %s of %lld bytes: more than the %lld the image store "
+                               "may still take",
+                               l->digest, (long long)l->size,
+                               (long long)(job->max_bytes - unpacked));
+                child_fail(err);
+            }
             if ((fd = tmp_file(job->dir_fd, &err)) < 0 ||
                 registry_blob(client, l->digest, l->size, fd, on_blob_progress, &p, &err) < 0 ||
                 install_layer(job->dir_fd, fd, l->digest, job->max_bytes - unpacked, &bytes,
@@ -608,6 +631,22 @@ static int add_reference(struct image_store *store, struct image *img, const cha
     return current ? 0 : register_template(store, img, reference, err);
 }
 
+/* Whether a verdict's layers (an array of {"digest"}, bottom first) are img's; a verdict that
+ * names none says nothing against it. */
+static bool same_layers(const struct image *img, const json_t *layers)
+{
+    if (!json_is_array(layers))
+        return true;
+    if (json_array_size(layers) != img->layer_count)
+        return false;
+    for (size_t i = 0; i < img->layer_count; i++) {
+        const char *d = json_string_value(json_object_get(json_array_get(layers, i), "digest"));
+        if (d == NULL || strcmp(d, img->layers[i].digest) != 0)
+            return false;
+    }
+    return true;
+}
+
 /* The image a verdict describes (made, or found), with `reference` among its references. */
 static struct image *install_image(struct image_store *store, json_t *verdict,
                                    const char *reference, struct cove_error **err)
@@ -622,6 +661,15 @@ static struct image *install_image(struct image_store *store, json_t *verdict,
     if (img == NULL && json_is_true(json_object_get(verdict, "present"))) {
         cove_error_set(err, 503, 503, "IMAGE::STORE_BUSY",
                        "image %s was removed while it was pulled: pull it again", digest);
+        return NULL;
+    }
+    if (img != NULL && !same_layers(img, json_object_get(verdict, "layers"))) {
+        /* Not the image of that digest: one made to look like it (an import's stand-in id is
+         * its config file's digest, which a file can make any manifest's). */
+        cove_error_set(err, 0, 409, "IMAGE::CONFLICT",
+                       "the store holds an image of digest %s with other layers (an import?): "
+                       "remove it first",
+                       digest);
         return NULL;
     }
     if (img == NULL) {
@@ -777,12 +825,15 @@ static void remove_main(struct image_store *store, void *arg)
 }
 
 /* Renames every layer no image uses to .removing-* (out of every lookup at once) and removes
- * them in a child. Layers may be in use by a pull under way (which found them present), so
- * nothing is collected while one is. */
+ * them in a child. Layers may be in use by a pull or an import under way (which installed
+ * them, or found them present), so nothing is collected while one is. */
 static void collect_layers(struct image_store *store, int64_t *freed)
 {
     if (store->pulls != NULL)
         return;
+    for (const struct image_job *j = store->jobs; j != NULL; j = j->next)
+        if (j->done != NULL) /* an import */
+            return;
     DIR *d = NULL;
     int fd = openat(store->dir_fd, "layers", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || (d = fdopendir(fd)) == NULL) {
@@ -1161,7 +1212,14 @@ int image_pull(struct image_store *store, const char *uri, const struct registry
             cred = &found;
     }
     char key[sizeof(((struct image_pull *)0)->key)];
-    snprintf(key, sizeof(key), "%s\n%s", reference, cred ? cred->username : "");
+    /* Shared only with a pull of the same credentials: one with a wrong password must neither
+     * get what a right one fetched nor make it fail. The password's digest, never the
+     * password, is kept (the key lives in memory only). */
+    char secret[72] = "";
+    if (cred != NULL)
+        image_sha256_digest(cred->password, strlen(cred->password), secret);
+    snprintf(key, sizeof(key), "%s\n%s\n%s", reference, cred ? cred->username : "", secret);
+    explicit_bzero(secret, sizeof(secret));
     struct image_wait *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return cove_error_sys(err, "calloc");

@@ -171,6 +171,9 @@ static void plain_paths(int status_fd, const struct runtime_spec *spec)
     for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
         plain_path(status_fd, dirs[i], true, 0755);
     plain_path(status_fd, "tmp", true, 01777);
+    /* Written before the pivot (child_write_resolv_conf): a FIFO there would block the
+     * set-up's open for writing until the start timeout. */
+    plain_path(status_fd, "etc/resolv.conf", false, 0644);
     if (spec->host_os)
         plain_path(status_fd, "usr", true, 0755);
     if (spec->ca_bundle != NULL) {
