@@ -15,7 +15,7 @@
 #include "cli/config.h"
 #include "cli/output.h"
 
-enum { TEMPLATE_OPTION_ROOTFS = CLI_OPTION_COMMAND };
+enum { TEMPLATE_OPTION_ROOTFS = CLI_OPTION_COMMAND, TEMPLATE_OPTION_RUNTIME };
 
 #define PACK_BLOCK (64 * 1024)
 
@@ -148,13 +148,16 @@ static int template_add_run(struct cli *cli, int argc, char **argv, struct cove_
     static const struct option options[] = {
         CLI_COMMON_LONG_OPTIONS,
         {"rootfs", required_argument, NULL, TEMPLATE_OPTION_ROOTFS},
+        {"runtime", required_argument, NULL, TEMPLATE_OPTION_RUNTIME},
         {0},
     };
-    const char *rootfs = NULL;
+    const char *rootfs = NULL, *runtime = NULL;
     int option;
     while ((option = getopt_long(argc, argv, CLI_COMMON_SHORT_OPTIONS, options, NULL)) != -1) {
         if (option == TEMPLATE_OPTION_ROOTFS)
             rootfs = optarg;
+        else if (option == TEMPLATE_OPTION_RUNTIME)
+            runtime = optarg;
         else if (cli_common_option(cli, option, optarg, err) < 0)
             return -1;
     }
@@ -190,15 +193,18 @@ static int template_add_run(struct cli *cli, int argc, char **argv, struct cove_
         return cove_error_set(err, errno, 0, "CLI::LOCAL_FILE", "cannot read %s", rootfs);
     }
 
-    cleanup_free char *escaped = NULL;
-    char path[256];
+    cleanup_free char *escaped = NULL, *escaped_runtime = NULL;
+    char path[320];
     struct client_part body = {.type = archive_type(fd), .fd = fd, .size = st.st_size};
     cleanup_json json_t *response = NULL;
     struct client_request request = {
         .method = "POST", .path = path, .raw = &body, .response = &response};
     int rc = client_escape(cli->client, name, &escaped, err);
+    if (rc == 0 && runtime != NULL)
+        rc = client_escape(cli->client, runtime, &escaped_runtime, err);
     if (rc == 0) {
-        snprintf(path, sizeof(path), "/v1/templates?name=%s", escaped);
+        snprintf(path, sizeof(path), "/v1/templates?name=%s%s%s", escaped,
+                 runtime != NULL ? "&runtime=" : "", runtime != NULL ? escaped_runtime : "");
         rc = client_request(cli->client, &request, err);
     }
     close(fd);
@@ -266,7 +272,9 @@ static const struct cli_command template_add_command = {
             "and drops set-id bits. Needs an admin key (coved's admin_api_keys).\n"
             "\n"
             "Options:\n"
-            "      --rootfs DIR|TAR  the root filesystem\n",
+            "      --rootfs DIR|TAR  the root filesystem\n"
+            "      --runtime NAME    the runtime its sandboxes get unless a create names one:\n"
+            "                        native, oci or gvisor (default: coved's --default-runtime)\n",
 };
 
 static const struct cli_command template_rm_command = {

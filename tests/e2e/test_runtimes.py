@@ -12,6 +12,7 @@ import time
 import pytest
 
 from covetest import AGENT_PORT, ApiError, cgroup_file, sandbox_host_pids, sandbox_leftovers
+from covetest import serve
 from test_files import download, upload
 
 RUNTIMES = [
@@ -294,3 +295,36 @@ def test_code_contexts(coved, kind):
         assert "42" in again.stdout, again.raw
     finally:
         coved.delete(sid)
+
+
+def test_a_templates_default_runtime(tmp_path):
+    """A template registered with a runtime gives it to the sandboxes made from it that name
+    none; a create's own runtime still wins; a bad one is a 400 that registers nothing."""
+    admin = "runtime-template-admin"
+    root = tmp_path / "root"
+    (root / "bin").mkdir(parents=True)
+    shutil.copy("/bin/busybox", root / "bin" / "busybox")
+    for tool in ("sh", "cat", "sleep", "uname"):
+        os.symlink("busybox", root / "bin" / tool)
+    with serve(admin_keys=(admin,)) as d:
+        headers = {"OPEN-SANDBOX-API-KEY": admin, "Content-Type": "application/json"}
+        status, body, _ = d.request("POST", "/v1/templates",
+                                    {"name": "walled", "rootfs": str(root), "runtime": "nope"},
+                                    headers=headers)
+        assert (status, body["code"]) == (400, "TEMPLATE::INVALID_RUNTIME"), body
+        status, body, _ = d.request("POST", "/v1/templates",
+                                    {"name": "walled", "rootfs": str(root), "runtime": "gvisor"},
+                                    headers=headers)
+        assert status == 201, body
+        listed = {t["name"]: t for t in d.ok("GET", "/v1/templates")["items"]}
+        assert listed["walled"]["runtime"] == "gvisor"
+        sid = d.create(template="walled", entrypoint=["/bin/sleep", "600"])
+        assert d.get(sid)["extensions"]["runtime"] == "gvisor"
+        # gVisor's own kernel answers uname
+        assert "gVisor" in d.sh(sid, "cat /proc/version") or d.sh(sid, "uname -r") != \
+            os.uname().release
+        d.delete(sid)
+        sid = d.create(template="walled", entrypoint=["/bin/sleep", "600"],
+                       extensions={"runtime": "native"})
+        assert d.get(sid)["extensions"]["runtime"] == "native"
+        d.delete(sid)

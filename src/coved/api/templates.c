@@ -73,8 +73,20 @@ static void on_imported(const struct template *t, const struct cove_error *err, 
 }
 
 /* NULL (and an answer) on failure. */
+/* A template's default runtime as a registration names it ("" or NULL: none): 0, or a 400. */
+static int check_runtime(struct http_request *req, const char *runtime)
+{
+    enum runtime_kind kind;
+    if (runtime == NULL || runtime[0] == '\0' || runtime_kind_parse(runtime, &kind) == 0)
+        return 0;
+    http_respond_errorf(req, 400, "TEMPLATE::INVALID_RUNTIME",
+                        "runtime is \"native\", \"oci\" or \"gvisor\", not \"%.32s\"", runtime);
+    return -1;
+}
+
 static struct registration *registration_start(struct api *api, struct http_request *req,
-                                               const char *name, const char *source)
+                                               const char *name, const char *source,
+                                               const char *runtime)
 {
     struct registration *r = calloc(1, sizeof(*r));
     if (r == NULL) {
@@ -92,6 +104,7 @@ static struct registration *registration_start(struct api *api, struct http_requ
         free(r);
         return NULL;
     }
+    template_import_set_runtime(r->imp, runtime);
     http_request_on_abort(req, registration_abort, r);
     return r;
 }
@@ -116,12 +129,16 @@ void api_templates_create(struct api *api, struct http_request *req, const struc
     json_t *body = api_parse_json_object(req);
     if (body == NULL)
         return;
-    const char *name = NULL, *rootfs = NULL;
+    const char *name = NULL, *rootfs = NULL, *runtime = NULL;
     struct stat st;
-    if (json_unpack(body, "{s:s, s:s !}", "name", &name, "rootfs", &rootfs) < 0) {
+    if (json_unpack(body, "{s:s, s:s, s?s !}", "name", &name, "rootfs", &rootfs, "runtime",
+                    &runtime) < 0) {
         http_respond_errorf(req, 400, "TEMPLATE::INVALID_REQUEST",
-                            "the body is {\"name\": NAME, \"rootfs\": \"/a/directory\"} (or "
-                            "POST ?name=NAME with a tar archive as the body)");
+                            "the body is {\"name\": NAME, \"rootfs\": \"/a/directory\", "
+                            "\"runtime\": RUNTIME (optional)} (or POST ?name=NAME with a tar "
+                            "archive as the body)");
+    } else if (check_runtime(req, runtime) < 0) {
+        /* answered */
     } else if (rootfs[0] != '/' || strlen(rootfs) > 400) {
         http_respond_errorf(req, 400, "TEMPLATE::INVALID_ROOTFS",
                             "rootfs must be an absolute path on coved's host");
@@ -135,7 +152,7 @@ void api_templates_create(struct api *api, struct http_request *req, const struc
                             "rootfs %.300s holds coved's templates: a copy would copy itself",
                             rootfs);
     } else {
-        registration_start(api, req, name, rootfs);
+        registration_start(api, req, name, rootfs, runtime);
     }
     json_decref(body);
 }
@@ -199,20 +216,26 @@ static bool is_archive_type(const char *type)
     return false;
 }
 
-/* "name=N" from the query; false if absent or not one plain value. */
-static bool query_name(const char *query, char *out, size_t size)
+/* KEY=V from the query ("name=", "runtime="); false if absent or not one plain value. */
+static bool query_value(const char *query, const char *key, char *out, size_t size)
 {
+    size_t klen = strlen(key);
     for (const char *p = query; p && *p; p += strcspn(p, "&"), p += *p == '&') {
-        if (strncmp(p, "name=", 5) != 0)
+        if (strncmp(p, key, klen) != 0)
             continue;
-        size_t len = strcspn(p + 5, "&");
+        size_t len = strcspn(p + klen, "&");
         if (len == 0 || len >= size)
             return false;
-        memcpy(out, p + 5, len);
+        memcpy(out, p + klen, len);
         out[len] = '\0';
         return true;
     }
     return false;
+}
+
+static bool query_name(const char *query, char *out, size_t size)
+{
+    return query_value(query, "name=", out, size);
 }
 
 bool api_templates_head(struct api *api, struct http_request *req)
@@ -242,7 +265,11 @@ bool api_templates_head(struct api *api, struct http_request *req)
                             "an uploaded template needs its name: POST /v1/templates?name=NAME");
         return true;
     }
-    struct registration *r = registration_start(api, req, name, NULL);
+    char runtime[16] = "";
+    if (query_value(http_request_query(req), "runtime=", runtime, sizeof(runtime)) &&
+        check_runtime(req, runtime) < 0)
+        return true;
+    struct registration *r = registration_start(api, req, name, NULL, runtime);
     if (r == NULL)
         return true;
     template_import_on_drain(r->imp, on_upload_drain, r);

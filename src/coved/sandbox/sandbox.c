@@ -768,7 +768,15 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
     sb->layer = runtime_layer_resolve(mgr->rt, req->layer);
-    sb->runtime = req->runtime > 0 ? (enum runtime_kind)(req->runtime - 1) : mgr->rt->kind;
+    /* The create's runtime, else its template's default, else coved's. */
+    enum runtime_kind template_kind;
+    if (req->runtime > 0)
+        sb->runtime = (enum runtime_kind)(req->runtime - 1);
+    else if (req->template != NULL && req->template->runtime[0] &&
+             runtime_kind_parse(req->template->runtime, &template_kind) == 0)
+        sb->runtime = template_kind;
+    else
+        sb->runtime = mgr->rt->kind;
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
     cove_random_hex(sb->access_token, 32);
     const struct egress_policy *policy = req->policy != NULL ? req->policy : mgr->default_policy;

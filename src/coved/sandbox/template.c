@@ -169,6 +169,8 @@ int template_save(const char *dir, const struct template *t, struct cove_error *
         json_pack("{s:s, s:s, s:b}", "name", t->name, "rootfs", t->rootfs, "host_os", t->host_os);
     if (j != NULL && t->prestart[0] != '\0')
         json_object_set_new(j, "prestart", json_string(t->prestart));
+    if (j != NULL && t->runtime[0] != '\0')
+        json_object_set_new(j, "runtime", json_string(t->runtime));
     int rc = json_dump_file(j, path, JSON_INDENT(2));
     json_decref(j);
     if (rc < 0)
@@ -333,6 +335,9 @@ static int read_template(const char *dir, const char *name, struct template *t)
     *t = (struct template){.host_os = host_os};
     snprintf(t->name, sizeof(t->name), "%s", tname);
     snprintf(t->rootfs, sizeof(t->rootfs), "%s", rootfs);
+    json_t *runtime = json_object_get(j, "runtime");
+    if (json_is_string(runtime))
+        snprintf(t->runtime, sizeof(t->runtime), "%s", json_string_value(runtime));
     json_t *prestart = json_object_get(j, "prestart");
     if (json_is_string(prestart))
         snprintf(t->prestart, sizeof(t->prestart), "%s", json_string_value(prestart));
@@ -619,8 +624,9 @@ int template_remove(struct template_registry *reg, const char *name, struct cove
 
 json_t *template_to_json(const struct template *t)
 {
-    json_t *j = json_pack("{s:s, s:b, s:s*}", "name", t->name, "hostOs", t->host_os, "prestart",
-                          t->prestart[0] ? t->prestart : NULL);
+    json_t *j = json_pack("{s:s, s:b, s:s*, s:s*}", "name", t->name, "hostOs", t->host_os,
+                          "prestart", t->prestart[0] ? t->prestart : NULL, "runtime",
+                          t->runtime[0] ? t->runtime : NULL);
     if (j != NULL && t->image_id[0])
         json_object_set_new(j, "image", json_pack("{s:s, s:I, s:I}", "id", t->image_id, "size",
                                                   (json_int_t)t->image_size, "layers",

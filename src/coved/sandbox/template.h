@@ -32,6 +32,9 @@ struct template
      * sandbox, so its first run_code does not wait for it; "" for none. template.json
      * "prestart"; `code-interpreter` has "python". */
     char prestart[32];
+    /* The runtime its sandboxes get when the create names none (runtime.h's names: "oci",
+     * "gvisor", ...; "": coved's --default-runtime). template.json "runtime". */
+    char runtime[16];
     /* An OCI image's template (image.h): its id (the manifest digest's hex), rootfs is its
      * bottom layer and these the others' roots, the topmost first; its config ({"env",
      * "entrypoint", "cmd", "workingDir", "user"}). Owned by the template. Else "", NULL, 0. */

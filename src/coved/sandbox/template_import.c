@@ -406,6 +406,11 @@ int template_copy_into(const char *dest_dir, const char *const *sources, size_t 
     return read_verdict(verdict, len, info.si_status, err);
 }
 
+void template_import_set_runtime(struct template_import *imp, const char *runtime)
+{
+    snprintf(imp->t.runtime, sizeof(imp->t.runtime), "%s", runtime ? runtime : "");
+}
+
 static void import_free(struct template_import *imp)
 {
     if (imp->data_event)

@@ -35,6 +35,8 @@ typedef void (*template_imported_fn)(const struct template *t, const struct cove
 int template_import_begin(struct template_registry *reg, struct event_base *base, const char *name,
                           const char *source_dir, int64_t max_bytes, template_imported_fn done,
                           void *arg, struct template_import **out, struct cove_error **err);
+/* The registered template's default runtime (template.h's runtime; validated by the caller). */
+void template_import_set_runtime(struct template_import *imp, const char *runtime);
 /* Queues archive bytes for the extraction; returns the bytes queued and not yet taken, for
  * backpressure (on_drain is called whenever that falls to 0). Bytes after the extraction
  * failed are dropped (done reports why). */
