@@ -82,11 +82,12 @@ struct agent {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
-                 "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
-                 "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
-                 "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--route-prefix PREFIX] "
-                 "[--run-as UID:GID] [--workdir DIR] [--user USER[:GROUP]] [--] [entrypoint argv...]\n");
+    fprintf(out,
+            "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
+            "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
+            "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
+            "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--route-prefix PREFIX] "
+            "[--run-as UID:GID] [--workdir DIR] [--user USER[:GROUP]] [--] [entrypoint argv...]\n");
 }
 
 /* Children get stdio at 0-2; if the agent was started with any of them closed, pipes it
@@ -476,8 +477,10 @@ int main(int argc, char **argv)
             uid_t uid;
             gid_t gid;
             if (!resolve_user(argv[++i], &uid, &gid)) {
-                fprintf(stderr, "cove-agent: unknown --user %s: no such user or group in "
-                        "/etc/passwd or /etc/group\n", argv[i]);
+                fprintf(stderr,
+                        "cove-agent: unknown --user %s: no such user or group in "
+                        "/etc/passwd or /etc/group\n",
+                        argv[i]);
                 return 2;
             }
             identity_set_default(uid, gid);

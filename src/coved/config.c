@@ -219,8 +219,8 @@ static char *trim(char *s)
 static int set_key_list(char **keys, size_t *count, const char *list, struct cove_error **err);
 
 /* A repeatable flag: the first one replaces what the file and environment said. */
-static int append_flag(char **list, size_t *count, bool *seen, const char *value,
-                       const char *flag, struct cove_error **err)
+static int append_flag(char **list, size_t *count, bool *seen, const char *value, const char *flag,
+                       struct cove_error **err)
 {
     if (!*seen && set_key_list(list, count, "", err) < 0)
         return -1;
@@ -913,8 +913,8 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
                 return -1;
             continue;
         case OPTION_INSECURE_REGISTRY:
-            if (append_flag(cfg->insecure_registries, &cfg->insecure_registry_count,
-                            &flag_insecure, optarg, "--insecure-registry", err) < 0)
+            if (append_flag(cfg->insecure_registries, &cfg->insecure_registry_count, &flag_insecure,
+                            optarg, "--insecure-registry", err) < 0)
                 return -1;
             continue;
         case OPTION_QUOTA_SANDBOXES:

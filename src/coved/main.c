@@ -325,7 +325,7 @@ out:
     volume_registry_free(volumes); /* after the sandboxes, which stop using theirs */
     sandbox_health_free(health);   /* after the sandboxes, which drop their probes */
     egress_policy_unref(default_policy);
-    egress_free(egress); /* after the sandboxes, whose egress it serves */
+    egress_free(egress);      /* after the sandboxes, whose egress it serves */
     image_store_free(images); /* before the templates it registered */
     template_registry_free(templates);
     store_close(store);

@@ -369,13 +369,13 @@ def test_blob_redirects_carry_no_credentials_and_no_other_schemes(coved):
         storage.stop()
 
 
-# ---- open: a private image pulled by one API key serves every other ---------------------------
+# ---- a private image pulled by one API key does not serve every other -------------------------
 
-@pytest.mark.xfail(strict=True, reason="OPEN (design, for the lead): the image store is one for "
-                   "every API key; an image pulled with one tenant's registry credentials is "
-                   "used, without credentials, by any other tenant's sandbox create")
 @pytest.mark.static_agent
 def test_a_private_image_is_not_served_to_another_tenant_without_credentials(hostile):
+    """An image pulled with one key's registry credentials is that key's: another key's create
+    asks the registry (with its own credentials, or none: refused), and gets it once the
+    registry let it; the first key starts from it without credentials."""
     with serve(api_keys=("tenant-a-key", "tenant-b-key")) as d:
         user, password = "carol", "secret-" + secrets.token_hex(8)
         hostile.auth = (user, password)
@@ -394,4 +394,22 @@ def test_a_private_image_is_not_served_to_another_tenant_without_credentials(hos
             headers=d.headers("tenant-b-key"), timeout=120)
         if status == 202:
             d.request("DELETE", f"/v1/sandboxes/{out['id']}", headers=d.headers("tenant-b-key"))
-        assert status == 403, (status, out)
+        assert (status, out.get("code")) == (403, "IMAGE::UNAUTHORIZED"), (status, out)
+        # tenant a itself needs no credentials again
+        body = {"image": {"uri": uri}, "entrypoint": SLEEP,
+                "resourceLimits": {"cpu": "1", "memory": "256Mi"}}
+        status, out, _ = d.request("POST", "/v1/sandboxes", body,
+                                   headers=d.headers("tenant-a-key"), timeout=120)
+        assert status == 202, (status, out)
+        d.request("DELETE", f"/v1/sandboxes/{out['id']}", headers=d.headers("tenant-a-key"))
+        # tenant b with the registry's credentials: it may, from then on
+        body["image"]["auth"] = {"username": user, "password": password}
+        status, out, _ = d.request("POST", "/v1/sandboxes", body,
+                                   headers=d.headers("tenant-b-key"), timeout=120)
+        assert status == 202, (status, out)
+        d.request("DELETE", f"/v1/sandboxes/{out['id']}", headers=d.headers("tenant-b-key"))
+        del body["image"]["auth"]
+        status, out, _ = d.request("POST", "/v1/sandboxes", body,
+                                   headers=d.headers("tenant-b-key"), timeout=120)
+        assert status == 202, (status, out)
+        d.request("DELETE", f"/v1/sandboxes/{out['id']}", headers=d.headers("tenant-b-key"))

@@ -86,7 +86,6 @@ static void on_pulled(const struct template *t, const struct cove_error *err, vo
 
 void api_images_pull(struct api *api, struct http_request *req, const struct api_caller *c)
 {
-    (void)c;
     if (!images_on(api, req))
         return;
     json_t *body = api_parse_json_object(req);
@@ -120,8 +119,8 @@ void api_images_pull(struct api *api, struct http_request *req, const struct api
         struct image_reply *r = reply_new(req);
         if (r != NULL) {
             r->store = api->images;
-            if (image_pull(api->images, uri, has_cred ? &cred : NULL, on_pulled, NULL, r, NULL,
-                           &err) < 0) {
+            if (image_pull(api->images, uri, has_cred ? &cred : NULL, c->owner, on_pulled, NULL, r,
+                           NULL, &err) < 0) {
                 api_respond_error(reply_end(r), err);
                 cove_error_free(err);
             }

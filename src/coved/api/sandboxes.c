@@ -341,8 +341,9 @@ static int parse_image(struct api *api, json_t *image, struct sandbox_request *r
     if (!json_is_string(uri) || json_string_length(uri) == 0 ||
         json_string_length(uri) >= TEMPLATE_NAME_SIZE ||
         strlen(json_string_value(uri)) != json_string_length(uri))
-        return invalid(err, "%s is required: {\"uri\": \"<template name or image reference>\"} "
-                            "(or a snapshotId)",
+        return invalid(err,
+                       "%s is required: {\"uri\": \"<template name or image reference>\"} "
+                       "(or a snapshotId)",
                        "image");
     const char *key;
     json_t *value;
@@ -359,41 +360,44 @@ static int parse_image(struct api *api, json_t *image, struct sandbox_request *r
         if (!json_is_object(auth) || user == NULL || password == NULL ||
             strlen(user) >= sizeof(req->credentials.username) ||
             strlen(password) >= sizeof(req->credentials.password))
-            return invalid(err, "%s must be {\"username\", \"password\"} (strings)",
-                           "image.auth");
+            return invalid(err, "%s must be {\"username\", \"password\"} (strings)", "image.auth");
         snprintf(req->credentials.username, sizeof(req->credentials.username), "%s", user);
         snprintf(req->credentials.password, sizeof(req->credentials.password), "%s", password);
         req->pull_credentials = &req->credentials;
     }
     struct cove_error *unknown = NULL, *refused = NULL;
     req->template = template_resolve(api->templates, name, &unknown);
-    bool pullable = req->template == NULL && api->images != NULL && image_is_reference(name);
-    if (pullable && (req->template = image_store_find(api->images, name, NULL)) != NULL) {
-        cove_error_free(unknown); /* an image present: wherever it came from */
-        return 0;
-    }
-    if (pullable && image_store_may_pull(api->images, name, &refused) == 0) {
-        /* A registry this coved does not pull from: as unknown as before images. */
-        cove_error_set(err, 0, 400, unknown->code, "%s; %s", unknown->message, refused->message);
-        cove_error_free(unknown);
-        cove_error_free(refused);
-        return -1;
-    }
-    cove_error_free(refused);
-    if (req->template != NULL || api->images == NULL || !image_is_reference(name)) {
+    if (req->template != NULL && req->template->image_id[0] != '\0' && api->images != NULL) {
+        /* An image's template: the image store says who may start from it. */
+        template_unref(req->template);
+        req->template = NULL;
+    } else if (req->template != NULL || api->images == NULL || !image_is_reference(name)) {
         if (req->template == NULL) {
             *err = unknown;
             return -1;
         }
-        cove_error_free(unknown);
         return 0;
     }
+    req->template = image_store_find(api->images, name, req->owner, &refused);
+    if (req->template != NULL || refused != NULL) { /* present, or not a reference */
+        cove_error_free(unknown);
+        if (refused != NULL)
+            *err = refused;
+        return req->template != NULL ? 0 : -1;
+    }
+    if (image_store_may_pull(api->images, name, &refused) == 0) {
+        /* A registry this coved does not pull from: as unknown as before images. */
+        if (unknown != NULL)
+            cove_error_set(err, 0, 400, unknown->code, "%s; %s", unknown->message,
+                           refused->message);
+        else
+            cove_error_set(err, 0, 400, "SANDBOX::IMAGE_NOT_FOUND", "%s", refused->message);
+        cove_error_free(unknown);
+        cove_error_free(refused);
+        return -1;
+    }
     cove_error_free(unknown);
-    req->template = image_store_find(api->images, name, err);
-    if (req->template != NULL)
-        return 0;
-    if (err != NULL && *err != NULL)
-        return -1; /* not a reference */
+    cove_error_free(refused);
     req->pull_reference = name;
     return 0;
 }

@@ -31,10 +31,10 @@
 
 #define IMAGE_ID_SIZE 65
 #define DIGEST_SIZE 72
-#define CONFIG_MAX (8 << 20)        /* an image config blob, at most */
-#define VERDICT_MAX (4 << 20)       /* what a child reports, at most */
-#define DISK_RESERVE (1LL << 30)    /* left free on the store's disk without a budget */
-#define PROGRESS_INTERVAL_MS 200    /* a child's progress reports, at most this often */
+#define CONFIG_MAX (8 << 20)     /* an image config blob, at most */
+#define VERDICT_MAX (4 << 20)    /* what a child reports, at most */
+#define DISK_RESERVE (1LL << 30) /* left free on the store's disk without a budget */
+#define PROGRESS_INTERVAL_MS 200 /* a child's progress reports, at most this often */
 
 struct image_layer {
     char digest[DIGEST_SIZE];
@@ -47,7 +47,7 @@ struct image {
     char digest[DIGEST_SIZE];
     char **references; /* canonical */
     size_t reference_count;
-    json_t *config; /* {"env", "entrypoint", "cmd", "workingDir", "user"} */
+    json_t *config;             /* {"env", "entrypoint", "cmd", "workingDir", "user"} */
     struct image_layer *layers; /* bottom first */
     size_t layer_count;
     int64_t created_ms; /* when this store got it */
@@ -55,9 +55,17 @@ struct image {
      * away from): the image's own references to them. */
     const struct template **templates;
     size_t template_count;
+    /* Pulled only with credentials a client gave (image.auth): then only the owners (API key
+     * digests) who pulled it with theirs may start from it without pulling again (their
+     * registry asked first). An anonymous pull, the auth file's or an import makes it any
+     * key's. */
+    bool private;
+    char (*owners)[65];
+    size_t owner_count;
 };
 
 struct image_wait {
+    char owner[65]; /* who waits ("" for none) */
     struct image_pull *pull;
     image_pulled_fn done;
     image_progress_fn progress;
@@ -67,14 +75,15 @@ struct image_wait {
 
 struct image_pull {
     struct image_store *store;
-    char key[TEMPLATE_NAME_SIZE + 400];  /* reference, user and its password's digest */
-    char reference[TEMPLATE_NAME_SIZE];  /* canonical */
+    char key[TEMPLATE_NAME_SIZE + 400]; /* reference, user and its password's digest */
+    char reference[TEMPLATE_NAME_SIZE]; /* canonical */
     int pidfd;
     int status_fd;
     struct event *status_event;
     struct evbuffer *input;
     json_t *verdict;
     int64_t layers, layers_done, bytes, total_bytes, started_ms;
+    bool with_credentials; /* a client's (image.private then, for its waiters' owners) */
     struct image_wait *waiters;
     struct image_pull *next;
 };
@@ -238,8 +247,7 @@ static int install_layer(int dir_fd, int blob, const char *digest, int64_t max_b
         if (errno != EEXIST && errno != ENOTEMPTY)
             rc = cove_error_sys(err, "rename layers/%s", tmp);
         else if ((*bytes = layer_bytes(dir_fd, digest)) < 0) /* made by another pull meanwhile */
-            rc = cove_error_set(err, 0, 500, "IMAGE::STORE_ERROR", "layer %s is unreadable",
-                                final);
+            rc = cove_error_set(err, 0, 500, "IMAGE::STORE_ERROR", "layer %s is unreadable", final);
     }
     if (!installed) {
         struct cove_error *ignored = NULL;
@@ -270,8 +278,8 @@ static json_t *strv_json(char **v)
 static json_t *config_json(const struct image_config *c)
 {
     return json_pack("{s:o, s:o, s:o, s:s, s:s}", "env", c->env ? strv_json(c->env) : json_array(),
-                     "entrypoint", strv_json(c->entrypoint), "cmd", strv_json(c->cmd),
-                     "workingDir", c->working_dir, "user", c->user);
+                     "entrypoint", strv_json(c->entrypoint), "cmd", strv_json(c->cmd), "workingDir",
+                     c->working_dir, "user", c->user);
 }
 
 /* Reads a config blob (at most CONFIG_MAX) from fd into its JSON. */
@@ -401,8 +409,8 @@ static __attribute__((noreturn)) void pull_main(const struct pull_job *job)
             }
             if ((fd = tmp_file(job->dir_fd, &err)) < 0 ||
                 registry_blob(client, l->digest, l->size, fd, on_blob_progress, &p, &err) < 0 ||
-                install_layer(job->dir_fd, fd, l->digest, job->max_bytes - unpacked, &bytes,
-                              &err) < 0)
+                install_layer(job->dir_fd, fd, l->digest, job->max_bytes - unpacked, &bytes, &err) <
+                    0)
                 child_fail(err);
             close(fd);
         }
@@ -414,8 +422,8 @@ static __attribute__((noreturn)) void pull_main(const struct pull_job *job)
                                                 (json_int_t)l->size, "bytes", (json_int_t)bytes));
     }
     syncfs(job->dir_fd);
-    child_write(json_pack("{s:i, s:s, s:o, s:o}", "status", 0, "digest", m.digest, "config",
-                          config, "layers", layers));
+    child_write(json_pack("{s:i, s:s, s:o, s:o}", "status", 0, "digest", m.digest, "config", config,
+                          "layers", layers));
     image_manifest_free(&m);
     registry_close(client);
     _exit(0);
@@ -435,6 +443,7 @@ static void image_free(struct image *img)
     free(img->templates);
     json_decref(img->config);
     free(img->layers);
+    free(img->owners);
     free(img);
 }
 
@@ -455,9 +464,12 @@ static json_t *image_record(const struct image *img)
         json_array_append_new(layers, json_pack("{s:s, s:I, s:I}", "digest", img->layers[i].digest,
                                                 "size", (json_int_t)img->layers[i].size, "bytes",
                                                 (json_int_t)img->layers[i].bytes));
-    return json_pack("{s:s, s:o, s:O, s:o, s:I}", "digest", img->digest, "references", refs,
-                     "config", img->config, "layers", layers, "createdMs",
-                     (json_int_t)img->created_ms);
+    json_t *owners = json_array();
+    for (size_t i = 0; i < img->owner_count; i++)
+        json_array_append_new(owners, json_string(img->owners[i]));
+    return json_pack("{s:s, s:o, s:O, s:o, s:I, s:b, s:o}", "digest", img->digest, "references",
+                     refs, "config", img->config, "layers", layers, "createdMs",
+                     (json_int_t)img->created_ms, "private", img->private, "owners", owners);
 }
 
 static int save_image(struct image_store *store, const struct image *img, struct cove_error **err)
@@ -500,6 +512,20 @@ static struct image *image_from_record(const char *id, json_t *j)
     snprintf(img->digest, sizeof(img->digest), "%s", digest);
     img->config = json_incref(config);
     img->created_ms = json_integer_value(json_object_get(j, "createdMs"));
+    img->private = json_is_true(json_object_get(j, "private"));
+    json_t *owners = json_object_get(j, "owners");
+    img->owners = calloc(json_array_size(owners) + 1, sizeof(*img->owners));
+    if (img->owners == NULL) {
+        image_free(img);
+        return NULL;
+    }
+    size_t o;
+    json_t *owner;
+    json_array_foreach(owners, o, owner)
+    {
+        if (json_is_string(owner) && json_string_length(owner) == 64)
+            snprintf(img->owners[img->owner_count++], 65, "%s", json_string_value(owner));
+    }
     img->references = calloc(json_array_size(refs) + 1, sizeof(char *));
     img->layers = calloc(json_array_size(layers) + 1, sizeof(*img->layers));
     if (img->references == NULL || img->layers == NULL) {
@@ -647,10 +673,46 @@ static bool same_layers(const struct image *img, const json_t *layers)
     return true;
 }
 
+static bool has_owner(const struct image *img, const char *owner)
+{
+    for (size_t i = 0; i < img->owner_count; i++)
+        if (strcmp(img->owners[i], owner) == 0)
+            return true;
+    return false;
+}
+
+/* What a pull tells of who may use img: an anonymous one (or the auth file's) makes it any
+ * key's; one with a client's credentials adds its waiters' owners to a private image's (or
+ * makes a new image private to them). */
+static int grant(struct image_store *store, struct image *img, bool created,
+                 const struct image_pull *pull, struct cove_error **err)
+{
+    bool changed = false;
+    if (!pull->with_credentials) {
+        changed = img->private;
+        img->private = false;
+    } else if (created || img->private) {
+        changed = !img->private;
+        img->private = true;
+        for (const struct image_wait *w = pull->waiters; w != NULL; w = w->next) {
+            if (!w->owner[0] || has_owner(img, w->owner))
+                continue;
+            char(*grown)[65] = realloc(img->owners, (img->owner_count + 1) * sizeof(*grown));
+            if (grown == NULL)
+                return cove_error_sys(err, "realloc");
+            img->owners = grown;
+            snprintf(img->owners[img->owner_count++], 65, "%s", w->owner);
+            changed = true;
+        }
+    }
+    return changed ? save_image(store, img, err) : 0;
+}
+
 /* The image a verdict describes (made, or found), with `reference` among its references. */
 static struct image *install_image(struct image_store *store, json_t *verdict,
-                                   const char *reference, struct cove_error **err)
+                                   const char *reference, bool *created, struct cove_error **err)
 {
+    *created = false;
     const char *digest = json_string_value(json_object_get(verdict, "digest"));
     char hex[IMAGE_ID_SIZE];
     if (digest == NULL || !digest_hex(digest, hex)) {
@@ -679,8 +741,8 @@ static struct image *install_image(struct image_store *store, json_t *verdict,
                                    (json_int_t)cove_realtime_ms());
         img = record ? image_from_record(hex, record) : NULL;
         json_decref(record);
-        struct image **items = img ? realloc(store->items, (store->count + 1) * sizeof(*items))
-                                   : NULL;
+        struct image **items =
+            img ? realloc(store->items, (store->count + 1) * sizeof(*items)) : NULL;
         if (items == NULL) {
             image_free(img);
             cove_error_set(err, 0, 500, "IMAGE::STORE_ERROR", "a pull reported a bad image");
@@ -688,6 +750,7 @@ static struct image *install_image(struct image_store *store, json_t *verdict,
         }
         store->items = items;
         store->items[store->count++] = img;
+        *created = true;
     }
     if (reference != NULL && reference[0] && add_reference(store, img, reference, err) < 0)
         return NULL;
@@ -968,14 +1031,18 @@ static void pull_finish(struct image_pull *pull)
     pull_unlink(store, pull);
     struct cove_error *err = NULL;
     struct image *img = NULL;
-    if (verdict_error(pull->verdict, "the pull", &err) == 0)
-        img = install_image(store, pull->verdict, pull->reference, &err);
+    bool created = false;
+    if (verdict_error(pull->verdict, "the pull", &err) == 0 &&
+        (img = install_image(store, pull->verdict, pull->reference, &created, &err)) != NULL &&
+        grant(store, img, created, pull, &err) < 0)
+        img = NULL;
     if (img != NULL)
         log_info("image %s: pulled (%s)", pull->reference, img->digest);
     else
         log_warn("image %s: pull failed: %s", pull->reference, err->message);
     /* Borrowed: the image holds it (a reference held here would count as a user). */
-    const struct template *t = img != NULL ? template_find(store->templates, pull->reference) : NULL;
+    const struct template *t =
+        img != NULL ? template_find(store->templates, pull->reference) : NULL;
     template_unref(t);
     if (img != NULL && t == NULL)
         cove_error_set(&err, 0, 500, "IMAGE::STORE_ERROR", "image %s has no template",
@@ -1129,8 +1196,11 @@ static int start_pull(struct image_store *store, struct image_pull *pull,
     int64_t left = room(store, err);
     if (left < 0)
         return -1;
-    struct pull_job job = {.ref = *ref, .registry = &store->registry, .cred = cred,
-                           .dir_fd = store->dir_fd, .max_bytes = left};
+    struct pull_job job = {.ref = *ref,
+                           .registry = &store->registry,
+                           .cred = cred,
+                           .dir_fd = store->dir_fd,
+                           .max_bytes = left};
     /* job_start's machinery, but the pull is watched on its own (progress, waiters). */
     int status[2];
     if (pipe2(status, O_CLOEXEC) < 0)
@@ -1193,9 +1263,10 @@ int image_store_may_pull(struct image_store *store, const char *uri, struct cove
 }
 
 int image_pull(struct image_store *store, const char *uri, const struct registry_credentials *cred,
-               image_pulled_fn done, image_progress_fn progress, void *arg,
+               const char *owner, image_pulled_fn done, image_progress_fn progress, void *arg,
                struct image_wait **out, struct cove_error **err)
 {
+    bool with_credentials = cred != NULL;
     struct image_ref ref;
     if (image_ref_parse(uri, &ref, err) < 0)
         return -1;
@@ -1218,7 +1289,8 @@ int image_pull(struct image_store *store, const char *uri, const struct registry
     char secret[72] = "";
     if (cred != NULL)
         image_sha256_digest(cred->password, strlen(cred->password), secret);
-    snprintf(key, sizeof(key), "%s\n%s\n%s", reference, cred ? cred->username : "", secret);
+    snprintf(key, sizeof(key), "%s\n%s\n%s\n%c", reference, cred ? cred->username : "", secret,
+             with_credentials ? 'C' : 'F');
     explicit_bzero(secret, sizeof(secret));
     struct image_wait *w = calloc(1, sizeof(*w));
     if (w == NULL)
@@ -1226,6 +1298,7 @@ int image_pull(struct image_store *store, const char *uri, const struct registry
     w->done = done;
     w->progress = progress;
     w->arg = arg;
+    snprintf(w->owner, sizeof(w->owner), "%s", owner ? owner : "");
     struct image_pull *pull = store->pulls;
     while (pull != NULL && strcmp(pull->key, key) != 0)
         pull = pull->next;
@@ -1240,6 +1313,7 @@ int image_pull(struct image_store *store, const char *uri, const struct registry
         snprintf(pull->key, sizeof(pull->key), "%s", key);
         snprintf(pull->reference, sizeof(pull->reference), "%s", reference);
         pull->started_ms = cove_realtime_ms();
+        pull->with_credentials = with_credentials;
         if (start_pull(store, pull, &ref, cred, err) < 0) {
             pull_free(pull);
             free(w);
@@ -1279,8 +1353,20 @@ bool image_is_reference(const char *uri)
     return strchr(uri, '/') != NULL || strchr(uri, ':') != NULL || strchr(uri, '@') != NULL;
 }
 
+/* t (a reference) if owner may start from its image without pulling it; else NULL, t
+ * released. */
+static const struct template *allowed_template(struct image_store *store, const struct template *t,
+                                               const char *owner)
+{
+    struct image *img = t != NULL ? find_by_id(store, t->image_id) : NULL;
+    if (img == NULL || !img->private || (owner != NULL && has_owner(img, owner)))
+        return t;
+    template_unref(t); /* pulled with credentials this key did not give: ask its registry */
+    return NULL;
+}
+
 const struct template *image_store_find(struct image_store *store, const char *uri,
-                                        struct cove_error **err)
+                                        const char *owner, struct cove_error **err)
 {
     struct image_ref ref;
     if (image_ref_parse(uri, &ref, err) < 0)
@@ -1289,11 +1375,12 @@ const struct template *image_store_find(struct image_store *store, const char *u
     image_ref_string(&ref, reference, sizeof(reference));
     const struct template *t = template_find(store->templates, reference);
     if (t != NULL || !ref.digest[0])
-        return t;
+        return allowed_template(store, t, owner);
     /* A digest names the same image under any name: give it this one too. */
     char hex[IMAGE_ID_SIZE];
     struct image *img = digest_hex(ref.digest, hex) ? find_by_id(store, hex) : NULL;
-    if (img == NULL || add_reference(store, img, reference, err) < 0)
+    if (img == NULL || (img->private && (owner == NULL || !has_owner(img, owner))) ||
+        add_reference(store, img, reference, err) < 0)
         return NULL;
     return template_find(store->templates, reference);
 }
@@ -1331,10 +1418,10 @@ static json_t *image_json(struct image_store *store, const struct image *img)
                                                 "size", (json_int_t)img->layers[i].size));
     char created[COVE_RFC3339_SIZE];
     cove_rfc3339_ms(img->created_ms, created);
-    return json_pack("{s:s, s:s, s:o, s:I, s:o, s:O, s:s, s:I}", "id", img->id, "digest",
+    return json_pack("{s:s, s:s, s:o, s:I, s:o, s:O, s:s, s:I, s:b}", "id", img->id, "digest",
                      img->digest, "references", refs, "size", (json_int_t)image_bytes(img),
                      "layers", layers, "config", img->config, "createdAt", created, "inUse",
-                     (json_int_t)image_users(store, img));
+                     (json_int_t)image_users(store, img), "private", img->private);
 }
 
 json_t *image_list_json(struct image_store *store)
@@ -1351,11 +1438,11 @@ json_t *image_pulls_json(struct image_store *store)
     for (struct image_pull *p = store->pulls; p != NULL; p = p->next) {
         char started[COVE_RFC3339_SIZE];
         cove_rfc3339_ms(p->started_ms, started);
-        json_array_append_new(
-            items, json_pack("{s:s, s:I, s:I, s:I, s:I, s:s}", "reference", p->reference, "layers",
-                             (json_int_t)p->layers, "layersDone", (json_int_t)p->layers_done,
-                             "bytes", (json_int_t)p->bytes, "totalBytes",
-                             (json_int_t)p->total_bytes, "startedAt", started));
+        json_array_append_new(items, json_pack("{s:s, s:I, s:I, s:I, s:I, s:s}", "reference",
+                                               p->reference, "layers", (json_int_t)p->layers,
+                                               "layersDone", (json_int_t)p->layers_done, "bytes",
+                                               (json_int_t)p->bytes, "totalBytes",
+                                               (json_int_t)p->total_bytes, "startedAt", started));
     }
     return json_pack("{s:o}", "items", items);
 }
@@ -1493,9 +1580,9 @@ static void import_main(struct image_store *store, void *arg)
                 rc = install_layer(dir_fd, lfd, digest, job->max_bytes - unpacked, &bytes, &err);
             if (rc == 0 && fstat(lfd, &st) == 0) {
                 unpacked += bytes;
-                json_array_append_new(layers,
-                                      json_pack("{s:s, s:I, s:I}", "digest", digest, "size",
-                                                (json_int_t)st.st_size, "bytes", (json_int_t)bytes));
+                json_array_append_new(layers, json_pack("{s:s, s:I, s:I}", "digest", digest, "size",
+                                                        (json_int_t)st.st_size, "bytes",
+                                                        (json_int_t)bytes));
             }
             close(lfd);
         }
@@ -1539,7 +1626,13 @@ static void import_finish(struct image_job *job, json_t *verdict)
                 image_ref_string(&ref, reference, sizeof(reference));
             if (err != NULL)
                 break;
-            struct image *img = install_image(store, entry, reference, &err);
+            bool created;
+            struct image *img = install_image(store, entry, reference, &created, &err);
+            if (img != NULL && img->private) { /* an admin's import is every key's */
+                img->private = false;
+                if (save_image(store, img, &err) < 0)
+                    img = NULL;
+            }
             if (img == NULL)
                 break;
             json_array_append_new(items, image_json(store, img));
@@ -1554,8 +1647,8 @@ static void import_finish(struct image_job *job, json_t *verdict)
     collect_layers(store, NULL);
 }
 
-int image_import(struct image_store *store, int fd, const char *reference,
-                 image_imported_fn done, void *arg, struct cove_error **err)
+int image_import(struct image_store *store, int fd, const char *reference, image_imported_fn done,
+                 void *arg, struct cove_error **err)
 {
     struct image_ref ref;
     if (reference != NULL && reference[0] && image_ref_parse(reference, &ref, err) < 0) {
@@ -1702,7 +1795,8 @@ int image_store_open(const char *state_dir, struct event_base *base,
         .timeout_s = 60,
     };
     static const char *const dirs[] = {"", "/layers", "/images", "/tmp", "/empty"};
-    int rc = store->mirrors && store->insecure && store->allowed ? 0 : cove_error_sys(err, "calloc");
+    int rc =
+        store->mirrors && store->insecure && store->allowed ? 0 : cove_error_sys(err, "calloc");
     for (size_t i = 0; rc == 0 && i < sizeof(dirs) / sizeof(dirs[0]); i++) {
         char path[700];
         snprintf(path, sizeof(path), "%s%s", store->dir, dirs[i]);

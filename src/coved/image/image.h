@@ -29,12 +29,12 @@
 struct image_store;
 
 struct image_store_config {
-    const char *auth_file;              /* auth.json-shaped credentials, or NULL */
-    const char *const *mirrors;         /* "REGISTRY=MIRROR" */
+    const char *auth_file;      /* auth.json-shaped credentials, or NULL */
+    const char *const *mirrors; /* "REGISTRY=MIRROR" */
     size_t mirror_count;
-    const char *const *insecure;        /* registries reached over plain HTTP */
+    const char *const *insecure; /* registries reached over plain HTTP */
     size_t insecure_count;
-    int64_t max_bytes;                  /* the store's disk budget; 0: the disk's free space */
+    int64_t max_bytes; /* the store's disk budget; 0: the disk's free space */
     /* Registries images may be pulled from: "*" any, "loopback" those on loopback addresses,
      * HOST[:PORT], or *.DOMAIN. NULL or none: any. */
     const char *const *allowed;
@@ -62,22 +62,23 @@ bool image_is_reference(const char *uri);
 int image_store_may_pull(struct image_store *store, const char *uri, struct cove_error **err);
 /* The template of an image present in the store for that reference (canonicalised; a digest
  * reference matches an image with that manifest digest under any name), with a reference the
- * caller releases; NULL (no error) when it must be pulled, NULL and a 400 when uri is not a
- * valid reference. */
+ * caller releases; NULL (no error) when it must be pulled (absent, or private to other owners:
+ * pulled with credentials owner did not give), NULL and a 400 when uri is not a valid
+ * reference. */
 const struct template *image_store_find(struct image_store *store, const char *uri,
-                                        struct cove_error **err);
+                                        const char *owner, struct cove_error **err);
 
 /* Waiting for a pull. done is called once, from the event loop (never from inside
  * image_pull), with the template of the reference pulled (borrowed: template_ref it to keep
  * it) or with t NULL and why; progress (may be NULL) whenever the pull's progress changes. */
-typedef void (*image_pulled_fn)(const struct template *t, const struct cove_error *err,
-                                void *arg);
+typedef void (*image_pulled_fn)(const struct template *t, const struct cove_error *err, void *arg);
 typedef void (*image_progress_fn)(const char *description, void *arg);
 struct image_wait;
 /* Pulls uri (re-resolving a tag even when present), or joins the pull of the same reference
- * with the same user already under way. cred NULL: the auth file's, if any. */
+ * with the same credentials already under way. cred NULL: the auth file's, if any; a
+ * client's cred makes a new image private to the owners (API keys' digests) who pulled it. */
 int image_pull(struct image_store *store, const char *uri, const struct registry_credentials *cred,
-               image_pulled_fn done, image_progress_fn progress, void *arg,
+               const char *owner, image_pulled_fn done, image_progress_fn progress, void *arg,
                struct image_wait **out, struct cove_error **err);
 /* The waiter is freed; the pull goes on for the others (or ends, if it was the last). */
 void image_wait_cancel(struct image_wait *w);
@@ -100,7 +101,7 @@ json_t *image_prune(struct image_store *store, struct cove_error **err);
  * store takes it), naming its images `reference` when it has none (may be NULL). done is
  * called once, from the event loop, with {"items": [image JSON]} (borrowed) or the error. */
 typedef void (*image_imported_fn)(json_t *result, const struct cove_error *err, void *arg);
-int image_import(struct image_store *store, int fd, const char *reference,
-                 image_imported_fn done, void *arg, struct cove_error **err);
+int image_import(struct image_store *store, int fd, const char *reference, image_imported_fn done,
+                 void *arg, struct cove_error **err);
 /* STATE/images/tmp: where an upload to import is written. */
 const char *image_store_tmp_dir(const struct image_store *store);

@@ -120,7 +120,7 @@ struct runtime_spec {
      * missing), or NULL. */
     const char *user;
     const char *workdir;
-    const char *prestart;    /* language whose kernel the agent starts at once, or NULL */
+    const char *prestart; /* language whose kernel the agent starts at once, or NULL */
     struct cgroup_limits limits;
     int64_t disk_bytes;       /* cap of the writable layer */
     enum runtime_layer layer; /* resolved by runtime_start_begin (runtime_layer_resolve) */

@@ -594,8 +594,7 @@ static void start_args_free(struct sandbox_start_args *a)
 
 /* An image's config (template.h's image_config) where the request left things out: its Env
  * under the request's, its Entrypoint and Cmd when the request gave no entrypoint. */
-static int apply_image_config(struct sandbox *sb, const struct template *t,
-                              struct cove_error **err)
+static int apply_image_config(struct sandbox *sb, const struct template *t, struct cove_error **err)
 {
     json_t *config = t->image_config;
     if (config == NULL) {
@@ -819,8 +818,8 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         a->layer_count = 0;
         sb->start_args = a;
         set_state(sb, SANDBOX_PENDING, "IMAGE_PULLING", "pulling its image");
-        rc = image_pull(mgr->images, req->pull_reference, req->pull_credentials, on_image_pulled,
-                        on_image_progress, sb, &sb->pulling, err);
+        rc = image_pull(mgr->images, req->pull_reference, req->pull_credentials, sb->owner,
+                        on_image_pulled, on_image_progress, sb, &sb->pulling, err);
         a = NULL;
     }
     if (rc == 0)

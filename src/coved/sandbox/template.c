@@ -572,8 +572,7 @@ int template_registry_put(struct template_registry *reg, const struct template *
     return 0;
 }
 
-int template_registry_drop(struct template_registry *reg, const char *name,
-                           struct cove_error **err)
+int template_registry_drop(struct template_registry *reg, const char *name, struct cove_error **err)
 {
     ssize_t i = registry_index(reg, name);
     if (i < 0)
@@ -628,9 +627,10 @@ json_t *template_to_json(const struct template *t)
                           "prestart", t->prestart[0] ? t->prestart : NULL, "runtime",
                           t->runtime[0] ? t->runtime : NULL);
     if (j != NULL && t->image_id[0])
-        json_object_set_new(j, "image", json_pack("{s:s, s:I, s:I}", "id", t->image_id, "size",
-                                                  (json_int_t)t->image_size, "layers",
-                                                  (json_int_t)t->image_layer_count + 1));
+        json_object_set_new(j, "image",
+                            json_pack("{s:s, s:I, s:I}", "id", t->image_id, "size",
+                                      (json_int_t)t->image_size, "layers",
+                                      (json_int_t)t->image_layer_count + 1));
     return j;
 }
 
