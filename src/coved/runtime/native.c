@@ -35,8 +35,9 @@
 #include "lib/log.h"
 
 #define AGENT_LISTEN_FD 3
-/* The child's descriptors (listener, agent, go, status, kernel helper, then the volumes'
- * trees) sit below the layer's, which child_build_root places after they were closed. */
+/* The child's descriptors (listener, agent, go, status, kernel helper and its libraries, then
+ * the volumes' trees) sit below the layer's, which child_build_root places after they were
+ * closed. */
 _Static_assert(AGENT_LISTEN_FD + 6 + RUNTIME_MAX_VOLUMES < RUNTIME_LAYER_FD,
                "the set-up's descriptors overlap RUNTIME_LAYER_FD");
 
