@@ -54,11 +54,17 @@ struct code_helper {
 
 static struct event_base *event_base;
 static int kernel_helper_fd = -1;
+static int kernel_libs_fd = -1;
 
 void code_helper_init(struct event_base *base, int helper_fd)
 {
     event_base = base;
     kernel_helper_fd = helper_fd;
+}
+
+void code_helper_set_libraries(int libs_fd)
+{
+    kernel_libs_fd = libs_fd;
 }
 
 enum code_kernel_state code_helper_state(const struct code_helper *helper)
@@ -381,23 +387,46 @@ static int spawn(struct code_helper *h, const char *cwd, struct cove_error **err
     fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
     fcntl(errp[0], F_SETFL, fcntl(errp[0], F_GETFL) | O_NONBLOCK);
     /* The helper is exec'd from the descriptor coved passed in: it is not in the sandbox's
-     * files, so the sandbox can neither change it nor need to have it. */
-    char path[64];
+     * files, so the sandbox can neither change it nor need to have it. With its libraries'
+     * descriptor it runs under the loader there, with those libraries: the sandbox's root
+     * need not have them either (an OCI image). The options are the loader's alone: the
+     * kernels the helper starts load their own root's libraries. */
+    char path[64], loader[64], libs[64];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", kernel_helper_fd);
-    char *argv[] = {path, "--language", h->language, NULL};
+    snprintf(libs, sizeof(libs), "/proc/self/fd/%d", kernel_libs_fd);
+    snprintf(loader, sizeof(loader), "%s/ld.so", libs);
+    char *direct_argv[] = {path, "--language", h->language, NULL};
+    char *loader_argv[] = {loader, "--library-path", libs,        "--argv0", "cove-kernel",
+                           path,   "--language",     h->language, NULL};
+    int keep[] = {kernel_helper_fd, kernel_libs_fd};
     extern char **environ;
     const char *home = getenv("HOME");
     struct stat st;
     if (cwd == NULL && home != NULL && stat(home, &st) == 0 && S_ISDIR(st.st_mode))
         cwd = home;
-    struct process_spec spec = {.argv = argv,
+    bool with_loader = kernel_libs_fd >= 0;
+    struct process_spec spec = {.argv = with_loader ? loader_argv : direct_argv,
                                 .envp = environ,
                                 .cwd = cwd,
                                 .stdin_fd = in[0],
                                 .stdout_fd = out[1],
-                                .stderr_fd = errp[1]};
+                                .stderr_fd = errp[1],
+                                .keep_fds = keep,
+                                .keep_fd_count = with_loader ? 2 : 0};
     pid_t pid = 0;
     int rc = process_spawn(&spec, &pid, err);
+    /* A loader that cannot run here (a mount that forbids it): the root's own, as before. */
+    if (rc < 0 && with_loader && (*err)->http_status == 500 &&
+        exec_errno_means_no_kernel((*err)->errnum)) {
+        log_warn("code context %s: the kernel helper's loader does not run (%s): trying the "
+                 "sandbox's own",
+                 h->name, (*err)->message);
+        cove_error_free(*err);
+        *err = NULL;
+        spec.argv = direct_argv;
+        spec.keep_fd_count = 0;
+        rc = process_spawn(&spec, &pid, err);
+    }
     close(in[0]);
     close(out[1]);
     close(errp[1]);

@@ -39,6 +39,10 @@ struct code_helper_events {
 /* helper_fd: an O_PATH descriptor of cove-kernel, or -1 when the sandbox has none. */
 void code_helper_init(struct event_base *base, int helper_fd);
 
+/* libs_fd: a directory holding the helper's loader (ld.so) and libraries (coved's
+ * kernel-libs), or -1: the helper then needs the sandbox's root to have them. */
+void code_helper_set_libraries(int libs_fd);
+
 /* Starts cove-kernel for a kernel of language in cwd (NULL: $HOME, if it is a directory);
  * name is the owner's, for log lines. A template that cannot run the helper is a 400. */
 struct code_helper *code_helper_start(const char *name, const char *language, const char *cwd,

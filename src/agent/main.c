@@ -3,7 +3,8 @@
  * SIGINT) from outside the sandbox stops every process in it before exiting.
  *
  *   cove-agent [--listen-fd N] [--listen HOST:PORT | --listen unix:PATH]... [--debug]
- *              [--kernel-helper-fd N] [--prestart LANGUAGE] [--child-nofile SOFT:HARD]
+ *              [--kernel-helper-fd N] [--kernel-libs-fd N] [--prestart LANGUAGE]
+ *              [--child-nofile SOFT:HARD]
  *              [--session-idle-timeout SECONDS] [--session-max N] [--ready-fd N]
  *              [--disk-cap BYTES] [--layer-fd N]
  *              [--route-prefix PREFIX] [--run-as UID:GID] [--workdir DIR]
@@ -12,7 +13,9 @@
  * --ready-fd: closed once the entrypoint started, after "P" and why when it could not be
  * (coved's start handshake: such a sandbox is Failed, not Running);
  * --kernel-helper-fd: an O_PATH descriptor of cove-kernel, the helper that runs Jupyter
- * kernels for code contexts (code.h); --prestart starts LANGUAGE's default context at once;
+ * kernels for code contexts (code.h), and --kernel-libs-fd one of a directory of its loader
+ * and libraries (run under them, it needs nothing of the sandbox's root); --prestart starts
+ * LANGUAGE's default context at once;
  * --child-nofile is the RLIMIT_NOFILE of every process the agent starts;
  * --session-idle-timeout (0: never; default 1800) and --session-max (default 64) bound the
  * bash and PTY sessions clients leave open (idle.h); --disk-cap, the cap of the sandbox's
@@ -49,6 +52,7 @@
 
 #include "agent/api.h"
 #include "agent/code.h"
+#include "agent/code_helper.h"
 #include "agent/command.h"
 #include "agent/files_path.h"
 #include "agent/health.h"
@@ -84,7 +88,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
-            "[--debug] [--kernel-helper-fd N] [--prestart LANGUAGE] "
+            "[--debug] [--kernel-helper-fd N] [--kernel-libs-fd N] [--prestart LANGUAGE] "
             "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
             "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--route-prefix PREFIX] "
             "[--run-as UID:GID] [--workdir DIR] [--user USER[:GROUP]] [--] [entrypoint argv...]\n");
@@ -289,16 +293,17 @@ static int signals_watch(struct agent *agent, struct cove_error **err)
     return 0;
 }
 
-/* The kernel helper's descriptor, kept from the sandbox's processes (they could not write
- * to the file through it anyway: it belongs to the host's root). */
-static int kernel_helper_fd(const char *text)
+/* The kernel helper's descriptors (the helper, its libraries' directory), kept from the
+ * sandbox's processes (they could not write to the files through them anyway: they belong
+ * to the host's root, and the directory is a read-only detached tree). */
+static int kernel_helper_fd(const char *text, const char *flag)
 {
     if (text == NULL)
         return -1;
     char *end;
     long fd = strtol(text, &end, 10);
     if (*end != '\0' || fd < 3 || fd > 65535 || fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0) {
-        log_warn("bad --kernel-helper-fd %s: code contexts have no kernels", text);
+        log_warn("bad %s %s: code contexts may have no kernels", flag, text);
         return -1;
     }
     return (int)fd;
@@ -405,7 +410,7 @@ int main(int argc, char **argv)
     const char *listen_specs[MAX_LISTENERS];
     const char *listen_fds[MAX_LISTENERS];
     size_t specs_len = 0, fds_len = 0;
-    const char *kernel_helper = NULL, *prestart = NULL, *workdir = NULL;
+    const char *kernel_helper = NULL, *kernel_libs = NULL, *prestart = NULL, *workdir = NULL;
     int ready_fd = -1;
     struct idle_limits idle = {IDLE_DEFAULT_TIMEOUT_MS, IDLE_DEFAULT_MAX};
     int i = 1;
@@ -428,6 +433,8 @@ int main(int argc, char **argv)
             listen_specs[specs_len++] = argv[++i];
         } else if (strcmp(arg, "--kernel-helper-fd") == 0 && i + 1 < argc) {
             kernel_helper = argv[++i];
+        } else if (strcmp(arg, "--kernel-libs-fd") == 0 && i + 1 < argc) {
+            kernel_libs = argv[++i];
         } else if (strcmp(arg, "--ready-fd") == 0 && i + 1 < argc &&
                    parse_count(argv[i + 1], 3, INT32_MAX) >= 0) {
             ready_fd = (int)parse_count(argv[++i], 3, INT32_MAX);
@@ -521,7 +528,8 @@ int main(int argc, char **argv)
     }
     command_init(agent.base);
     session_init(agent.base, &idle);
-    code_init(agent.base, kernel_helper_fd(kernel_helper));
+    code_init(agent.base, kernel_helper_fd(kernel_helper, "--kernel-helper-fd"));
+    code_helper_set_libraries(kernel_helper_fd(kernel_libs, "--kernel-libs-fd"));
     pty_init(agent.base, &idle);
     metrics_init(agent.base);
     health_init(agent.base);

@@ -147,6 +147,9 @@ static void child_run(const struct process_spec *spec, int stdin_fd, int report_
 
     /* The agent opens everything O_CLOEXEC; this also covers descriptors it inherited. */
     close_range(spec->fd3 > 0 ? 4 : 3, ~0U, CLOSE_RANGE_CLOEXEC);
+    for (size_t i = 0; i < spec->keep_fd_count; i++)
+        if (fcntl(spec->keep_fds[i], F_SETFD, 0) < 0)
+            child_fail(report_fd, STEP_STDIO);
 
     execvpe(spec->argv[0], spec->argv, spec->envp);
     child_fail(report_fd, STEP_EXEC);

@@ -26,6 +26,10 @@ struct process_spec {
     int stderr_fd;        /* -1: the agent's */
     int fd3;              /* installed as descriptor 3 when > 0 (a bash session's state pipe) */
     bool controlling_tty; /* stdin is a terminal's slave side: make it the controlling one */
+    /* Descriptors left open across exec at their own numbers (the kernel helper's: its loader
+     * opens them by /proc/self/fd/N once exec'd), keep_fd_count of them. */
+    const int *keep_fds;
+    size_t keep_fd_count;
 };
 
 /* Forks and execs. Failures in the child up to and including exec (bad cwd, setuid, missing

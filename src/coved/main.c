@@ -16,6 +16,7 @@
 #include "coved/egress/egress.h"
 #include "coved/image/image.h"
 #include "coved/route_key_command.h"
+#include "coved/runtime/kernel_libs.h"
 #include "coved/runtime/runtime.h"
 #include "coved/sandbox/sandbox.h"
 #include "coved/sandbox/isolated.h"
@@ -206,7 +207,7 @@ int main(int argc, char **argv)
     struct isolated_registry *isolated = NULL;
     struct egress *egress = NULL;
     struct egress_policy *default_policy = NULL;
-    struct runtime rt = {.agent_fd = -1, .kernel_fd = -1};
+    struct runtime rt = {.agent_fd = -1, .kernel_fd = -1, .kernel_libs_fd = -1};
     struct api api = {0};
     struct event *sigterm = NULL, *sigint = NULL;
     char path[PATH_MAX + 16];
@@ -232,6 +233,14 @@ int main(int argc, char **argv)
         file_budget_read(&rt.files, o.sandbox_file_share, &err) < 0)
         goto out;
     file_budget_log(&rt.files, CGROUP_DEFAULT_PIDS);
+    if (rt.kernel_fd >= 0 &&
+        runtime_kernel_libs_setup(&rt, o.state_dir, o.kernel_helper, &err) < 0) {
+        log_warn("%s: code contexts work only in templates that have the kernel helper's "
+                 "libraries (the host-OS ones)",
+                 err->message);
+        cove_error_free(err);
+        err = NULL;
+    }
     if (runtime_layer_setup(&rt, o.state_dir,
                             o.layer_tmpfs ? RUNTIME_LAYER_TMPFS : RUNTIME_LAYER_DISK,
                             API_DEFAULT_DISK_LAYER_BYTES, &err) < 0)

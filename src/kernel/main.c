@@ -15,9 +15,11 @@
  *                    {"cove":"done"}                the execution's last event has been sent
  *                    {"cove":"exited","message":M}  the kernel is gone; exit follows
  *
- * The helper is linked dynamically (libzmq has no static build on Debian), so it runs where
- * the sandbox's root has its libraries: the templates that bind the host's /usr. Its stderr is
- * the kernel's too: the agent keeps the end of it to explain a failed start. */
+ * The helper is linked dynamically (libzmq has no static build on Debian): the agent runs it
+ * under the loader and libraries coved copied for it (src/coved/runtime/kernel_libs.h), so it
+ * needs nothing of the sandbox's root, or, without those, where the root has its libraries
+ * (the templates that bind the host's /usr). Its stderr is the kernel's too: the agent keeps
+ * the end of it to explain a failed start. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -699,8 +701,21 @@ static void usage(FILE *out)
                  "src/kernel/main.c).\n");
 }
 
+/* The descriptors the loader ran the helper from (the helper itself and its libraries'
+ * directory, both O_PATH) are done with once main runs: closed, so that nothing the sandbox
+ * runs as the same user finds them here. */
+static void close_loader_descriptors(void)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        int flags = fcntl(fd, F_GETFL);
+        if (flags >= 0 && (flags & O_PATH) == O_PATH)
+            close(fd);
+    }
+}
+
 int main(int argc, char **argv)
 {
+    close_loader_descriptors();
     const char *language = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--language") == 0 && i + 1 < argc) {

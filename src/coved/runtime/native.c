@@ -35,9 +35,10 @@
 #include "lib/log.h"
 
 #define AGENT_LISTEN_FD 3
-/* The child's descriptors (listener, agent, go, status, kernel helper, then the volumes'
- * trees) sit below the layer's, which child_build_root places after they were closed. */
-_Static_assert(AGENT_LISTEN_FD + 5 + RUNTIME_MAX_VOLUMES < RUNTIME_LAYER_FD,
+/* The child's descriptors (listener, agent, go, status, kernel helper and its libraries, then
+ * the volumes' trees) sit below the layer's, which child_build_root places after they were
+ * closed. */
+_Static_assert(AGENT_LISTEN_FD + 6 + RUNTIME_MAX_VOLUMES < RUNTIME_LAYER_FD,
                "the set-up's descriptors overlap RUNTIME_LAYER_FD");
 
 static void read_byte(int status_fd, int fd, char expected)
@@ -79,6 +80,7 @@ struct child_args {
     const struct cgroup_system *cgroups;
     int agent_fd;
     int kernel_fd;                    /* -1 when there is no kernel helper */
+    int kernel_libs_fd;               /* -1 when it has no libraries of its own */
     const char *session_idle_timeout; /* "" for the agent's default */
     int listen_fd;
     int go_fd; /* parent -> child */
@@ -100,8 +102,9 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int log_w = fcntl(a->log_fd, F_DUPFD_CLOEXEC, 100);
     if (log_w < 0)
         child_fail(status_fd, "dup");
-    int fds[5] = {a->listen_fd, a->agent_fd, a->go_fd, a->status_fd, a->kernel_fd};
-    int nfds = a->kernel_fd >= 0 ? 5 : 4;
+    int fds[6] = {a->listen_fd, a->agent_fd,  a->go_fd,
+                  a->status_fd, a->kernel_fd, a->kernel_libs_fd};
+    int nfds = a->kernel_fd < 0 ? 4 : a->kernel_libs_fd < 0 ? 5 : 6;
     for (int i = 0; i < nfds; i++) {
         fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 100);
         if (fds[i] < 0)
@@ -113,10 +116,11 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
             child_fail(status_fd, "dup");
     }
     status_fd = fds[3];
-    /* 3 listener, 4 agent, 5 go, 6 status, 7 kernel helper: the listener, the status pipe
-     * (the agent's --ready-fd) and the helper stay open across the agent's exec. */
+    /* 3 listener, 4 agent, 5 go, 6 status, 7 kernel helper, 8 its libraries: the listener,
+     * the status pipe (the agent's --ready-fd) and the helper's stay open across the agent's
+     * exec. */
     for (int i = 0; i < nfds; i++) {
-        if (dup3(fds[i], AGENT_LISTEN_FD + i, i == 0 || i == 3 || i == 4 ? 0 : O_CLOEXEC) < 0)
+        if (dup3(fds[i], AGENT_LISTEN_FD + i, i == 1 || i == 2 ? O_CLOEXEC : 0) < 0)
             child_fail(status_fd, "dup3");
         close(fds[i]);
     }
@@ -208,7 +212,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     int argc = 0;
     while (a->spec->entrypoint && a->spec->entrypoint[argc])
         argc++;
-    char **argv = calloc(argc + 21, sizeof(char *));
+    char **argv = calloc(argc + 32, sizeof(char *));
     if (argv == NULL)
         child_fail(status_fd, "calloc");
     int i = 0;
@@ -217,9 +221,13 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
     argv[i++] = "3";
     argv[i++] = "--ready-fd";
     argv[i++] = "6";
-    if (nfds == 5) {
+    if (nfds >= 5) {
         argv[i++] = "--kernel-helper-fd";
         argv[i++] = "7"; /* RUNTIME_KERNEL_HELPER_FD */
+    }
+    if (nfds == 6) {
+        argv[i++] = "--kernel-libs-fd";
+        argv[i++] = "8"; /* RUNTIME_KERNEL_LIBS_FD */
     }
     if (a->spec->prestart != NULL && a->spec->prestart[0] != '\0') {
         argv[i++] = "--prestart";
@@ -394,6 +402,7 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
         .cgroups = &rt->cgroups,
         .agent_fd = rt->agent_fd,
         .kernel_fd = rt->kernel_fd,
+        .kernel_libs_fd = rt->kernel_libs_fd,
         .session_idle_timeout = rt->session_idle_timeout,
         .listen_fd = listen_fd,
         .go_fd = go[0],
@@ -603,7 +612,7 @@ int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_
                  struct cove_error **err)
 {
     memset(rt, 0, sizeof(*rt));
-    rt->agent_fd = rt->kernel_fd = -1;
+    rt->agent_fd = rt->kernel_fd = rt->kernel_libs_fd = -1;
     /* OCI runtimes bind-mount the binaries by path (oci.c). */
     if (realpath(agent_path, rt->agent_path) == NULL)
         snprintf(rt->agent_path, sizeof(rt->agent_path), "%s", agent_path);
@@ -641,5 +650,7 @@ void runtime_fini(struct runtime *rt)
         close(rt->agent_fd);
     if (rt->kernel_fd >= 0)
         close(rt->kernel_fd);
-    rt->agent_fd = rt->kernel_fd = -1;
+    if (rt->kernel_libs_fd >= 0)
+        close(rt->kernel_libs_fd);
+    rt->agent_fd = rt->kernel_fd = rt->kernel_libs_fd = -1;
 }

@@ -33,8 +33,10 @@
 /* The agent finds the kernel helper (cove-kernel, which runs Jupyter kernels for code
  * contexts) open at this descriptor, not close-on-exec across its own exec, and is told so
  * with --kernel-helper-fd. It runs it from there (/proc/self/fd/7): the sandbox's root need
- * not contain it, but must contain its shared libraries (the host-OS templates do). */
+ * not contain it, nor its shared libraries: those and their loader are at
+ * RUNTIME_KERNEL_LIBS_FD (--kernel-libs-fd), a read-only detached tree (kernel_libs.h). */
 #define RUNTIME_KERNEL_HELPER_FD 7
+#define RUNTIME_KERNEL_LIBS_FD 8
 
 /* The set-up child leaves the root of the sandbox's writable layer (the directory holding
  * its overlay's upper/) open at this descriptor across the agent's exec, and the agent keeps
@@ -69,8 +71,9 @@ struct runtime {
     char gvisor_platform[16]; /* runsc --platform (ptrace by default) */
     char agent_path[4096];    /* cove-agent, bind-mounted into OCI and gVisor sandboxes */
     char kernel_path[4096];   /* cove-kernel, or "" */
-    int agent_fd;  /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
-    int kernel_fd; /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
+    int agent_fd;       /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
+    int kernel_fd;      /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
+    int kernel_libs_fd; /* its loader and libraries (kernel_libs.h), or -1 */
     struct file_budget files;      /* each sandbox's share of the host's open files */
     char session_idle_timeout[24]; /* the agents' --session-idle-timeout, or "" */
     /* No idmapped mounts here (a kernel before 5.12, or coved run under valgrind): every
