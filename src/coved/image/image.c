@@ -35,6 +35,7 @@
 #define VERDICT_MAX (4 << 20)    /* what a child reports, at most */
 #define DISK_RESERVE (1LL << 30) /* left free on the store's disk without a budget */
 #define PROGRESS_INTERVAL_MS 200 /* a child's progress reports, at most this often */
+#define IMAGE_PULLS_MAX 16       /* pulls (children) under way at once */
 
 struct image_layer {
     char digest[DIGEST_SIZE];
@@ -1302,6 +1303,15 @@ int image_pull(struct image_store *store, const char *uri, const struct registry
     struct image_pull *pull = store->pulls;
     while (pull != NULL && strcmp(pull->key, key) != 0)
         pull = pull->next;
+    size_t under_way = 0;
+    for (struct image_pull *p = store->pulls; p != NULL; p = p->next)
+        under_way++;
+    if (pull == NULL && under_way >= IMAGE_PULLS_MAX) {
+        free(w);
+        return cove_error_set(err, 0, 429, "IMAGE::TOO_MANY_PULLS",
+                              "%zu pulls are under way (at most %d): try again once one ended",
+                              under_way, IMAGE_PULLS_MAX);
+    }
     if (pull == NULL) {
         pull = calloc(1, sizeof(*pull));
         if (pull == NULL) {

@@ -295,7 +295,9 @@ static CURLcode perform(struct registry_client *c, const struct request *q, stru
     failed |= curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, c->curl_error);
     failed |= curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT,
                                timeout < CONNECT_TIMEOUT_S ? timeout : (long)CONNECT_TIMEOUT_S);
-    failed |= curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    /* A registry slower than 1 KiB/s for a whole timeout is gone (a trickle must not hold a
+     * pull, and its child, for ever). */
+    failed |= curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1024L);
     failed |= curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, timeout);
     if (q->bounded_time)
         failed |= curl_easy_setopt(curl, CURLOPT_TIMEOUT, 4 * timeout);
