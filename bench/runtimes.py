@@ -45,6 +45,7 @@ scripts/build.sh; needs crun, runsc, bwrap, busybox-static, and podman and runc 
 --no-podman)"""
 import argparse
 import ctypes
+import glob
 import json
 import os
 import platform
@@ -340,6 +341,7 @@ def leftovers(tmp, cove, globals_before, libpod_before):
     left += cove.leftovers()
     prefix = os.path.basename(tmp)
     left += [f"crun container {c}" for c in crun_leftovers(prefix)]
+    left += [f"cgroup {d}" for d in glob.glob(f"/sys/fs/cgroup/*/{prefix}*")]
     for path, existed in globals_before.items():
         if not existed and os.path.lexists(path):
             left.append(f"path {path}")
