@@ -29,6 +29,14 @@ $PY -m pytest -q -p no:cacheprovider sdk/python/tests
 echo "== OpenSandbox SDK compatibility (@alibaba-group/opensandbox, node --test)"
 tests/compat/run.sh
 
+echo "== images (pulled, unpacked, run) against coved built with ASan+UBSan, the static agent"
+# Image roots have no host libc: the agent in them is the plain static one.
+COVE_BUILD_DIR=build-asan COVE_SANITIZED=1 COVE_AGENT="$PWD/build/src/agent/cove-agent" \
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:exitcode=86 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=87 \
+  $PY -m pytest -q -p no:cacheprovider tests/e2e/test_images.py tests/e2e/test_images_restart.py \
+  tests/security/test_sec_images.py tests/security/test_sec_images_review.py
+
 echo "== end-to-end and security tests against coved and cove-agent built with ASan+UBSan"
 # The sanitized agent is dynamic: tests whose root has no libc need the static one.
 COVE_BUILD_DIR=build-asan COVE_SANITIZED=1 \
