@@ -407,6 +407,10 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
     if (optind < argc && string_array((size_t)(argc - optind), (const char *const *)argv + optind,
                                       &entrypoint, err) < 0)
         return -1;
+    /* An OCI image without an entrypoint runs its own Entrypoint and Cmd, as `docker run`
+     * does: what looks like a reference is sent without one first (below). */
+    bool image_default = optind >= argc && snapshot == NULL && template_name != NULL &&
+                         strpbrk(template_name, "/:@") != NULL;
     if (optind >= argc && snapshot == NULL &&
         string_array(sizeof(SANDBOX_DEFAULT_ENTRYPOINT) / sizeof(SANDBOX_DEFAULT_ENTRYPOINT[0]),
                      SANDBOX_DEFAULT_ENTRYPOINT, &entrypoint, err) < 0)
@@ -435,8 +439,22 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         json_object_set(request, "volumes", volumes);
 
     cleanup_json json_t *sandbox = NULL;
-    if (cli_connect(cli, err) < 0 ||
-        client_call(cli->client, "POST", "/v1/sandboxes", request, &sandbox, err) < 0)
+    if (cli_connect(cli, err) < 0)
+        return -1;
+    cleanup_json json_t *idle =
+        image_default ? json_incref(json_object_get(request, "entrypoint")) : NULL;
+    if (image_default)
+        json_object_del(request, "entrypoint");
+    int rc = client_call(cli->client, "POST", "/v1/sandboxes", request, &sandbox, err);
+    /* Not an image's but a template's (an alias): that one wants an entrypoint, the idle one. */
+    if (rc < 0 && image_default && (*err)->http_status == 400 &&
+        strcmp((*err)->code, "SANDBOX::INVALID_PARAMETER") == 0 &&
+        strstr((*err)->message, "entrypoint") != NULL) {
+        cove_error_cleanup(err);
+        json_object_set(request, "entrypoint", idle);
+        rc = client_call(cli->client, "POST", "/v1/sandboxes", request, &sandbox, err);
+    }
+    if (rc < 0)
         return -1;
     return print_answer(cli, sandbox, "id", "created a sandbox", err);
 }
@@ -445,64 +463,66 @@ const struct cli_command sandbox_create_command = {
     .name = "create",
     .summary = "Create a sandbox and print its id",
     .run = create_run,
-    .help = "Usage: cove create [OPTIONS] [--] [ENTRYPOINT [ARGS...]]\n"
-            "\n"
-            "Create a sandbox from a template (or a snapshot: --snapshot) and print its id (all\n"
-            "of it with -o json):\n"
-            "  ID=$(cove create -t base --timeout 30m)\n"
-            "Without an entrypoint the sandbox idles until it is killed or expires. It expires\n"
-            "after " SANDBOX_DEFAULT_TIMEOUT_TEXT
-            " seconds (10 minutes) unless --timeout says otherwise;\n"
-            "--timeout 0 makes one that lives until 'cove kill'.\n"
-            "What it may reach over the network: 'cove egress --help'.\n"
-            "\n"
-            "Options:\n"
-            "  -t, --template NAME   template to start from (" SANDBOX_DEFAULT_TEMPLATE ")\n"
-            "      --image NAME|REF  the same (osb's spelling); or an OCI image reference\n"
-            "                        (python:3.12-slim, ghcr.io/org/app:v1), which coved\n"
-            "                        pulls unless it has it ('cove image --help')\n"
-            "      --image-username USER\n"
-            "                        log in to the image's registry as USER (with the next)\n"
-            "      --image-password-stdin\n"
-            "                        read that login's password or token from stdin\n"
-            "      --snapshot ID     start from a snapshot instead: its template, with the files\n"
-            "                        its sandbox had ('cove snapshot --help'); without an\n"
-            "                        entrypoint, the server's default (tail -f /dev/null)\n"
-            "      --cpu QUANTITY    CPU limit, e.g. 2 (" SANDBOX_DEFAULT_CPU ")\n"
-            "      --memory SIZE     memory limit, e.g. 2Gi (" SANDBOX_DEFAULT_MEMORY
-            "); units: Ki Mi Gi Ti,\n"
-            "                        k K M G T (powers of 1000), none for bytes\n"
-            "      --pids N          limit on the number of processes\n"
-            "      --disk SIZE       size cap of the sandbox's writable layer, e.g. 1Gi\n"
-            "      --layer disk|tmpfs\n"
-            "                        its writable layer: an image on the host's disk (the\n"
-            "                        server's default), or a tmpfs in its memory (--disk\n"
-            "                        then at most --memory)\n"
-            "      --timeout SECONDS|DURATION|0\n"
-            "                        kill the sandbox after this long: 600, 90s, 30m, 2h, 1d\n"
-            "                        (default: " SANDBOX_DEFAULT_TIMEOUT_TEXT
-            ", 10 minutes); 0 or 'none': never\n"
-            "  -e, --env KEY=VALUE   environment variable for the sandbox (repeatable)\n"
-            "  -m, --metadata KEY=VALUE\n"
-            "                        tag to filter by, e.g. owner=me (repeatable)\n"
-            "      --allow TARGET    let the sandbox connect to a name (pypi.org), a wildcard\n"
-            "                        ('*.example.com'), an IP or a CIDR (repeatable; all else\n"
-            "                        is denied unless --network allow-all)\n"
-            "      --deny TARGET     refuse one (repeatable; a deny wins over any allow)\n"
-            "      --network allow-all|deny-all\n"
-            "                        what targets no rule names get (default: deny-all).\n"
-            "                        Without these three, the server's default policy\n"
-            "                        applies (out of the box: deny-all)\n"
-            "      --credential-proxy\n"
-            "                        let coved put credentials into requests on the way out\n"
-            "                        ('cove credential-vault --help')\n"
-            "      --volume host:PATH:MOUNT[:ro]\n"
-            "                        bind host directory PATH (under coved's\n"
-            "                        --volume-host-root) at MOUNT, read-only with :ro\n"
-            "      --volume pvc:NAME[/SUBPATH]:MOUNT[:ro,rm,size=SIZE]\n"
-            "                        mount named volume NAME (made on first use, SIZE or\n"
-            "                        coved's default; rm: removed with the last sandbox\n"
-            "                        using it); repeatable. 'cove volume ls'\n",
+    .help =
+        "Usage: cove create [OPTIONS] [--] [ENTRYPOINT [ARGS...]]\n"
+        "\n"
+        "Create a sandbox from a template (or a snapshot: --snapshot) and print its id (all\n"
+        "of it with -o json):\n"
+        "  ID=$(cove create -t base --timeout 30m)\n"
+        "Without an entrypoint the sandbox idles until it is killed or expires (from an\n"
+        "OCI image, it runs the image's own Entrypoint and Cmd, as docker run does). It expires\n"
+        "after " SANDBOX_DEFAULT_TIMEOUT_TEXT
+        " seconds (10 minutes) unless --timeout says otherwise;\n"
+        "--timeout 0 makes one that lives until 'cove kill'.\n"
+        "What it may reach over the network: 'cove egress --help'.\n"
+        "\n"
+        "Options:\n"
+        "  -t, --template NAME   template to start from (" SANDBOX_DEFAULT_TEMPLATE ")\n"
+        "      --image NAME|REF  the same (osb's spelling); or an OCI image reference\n"
+        "                        (python:3.12-slim, ghcr.io/org/app:v1), which coved\n"
+        "                        pulls unless it has it ('cove image --help')\n"
+        "      --image-username USER\n"
+        "                        log in to the image's registry as USER (with the next)\n"
+        "      --image-password-stdin\n"
+        "                        read that login's password or token from stdin\n"
+        "      --snapshot ID     start from a snapshot instead: its template, with the files\n"
+        "                        its sandbox had ('cove snapshot --help'); without an\n"
+        "                        entrypoint, the server's default (tail -f /dev/null)\n"
+        "      --cpu QUANTITY    CPU limit, e.g. 2 (" SANDBOX_DEFAULT_CPU ")\n"
+        "      --memory SIZE     memory limit, e.g. 2Gi (" SANDBOX_DEFAULT_MEMORY
+        "); units: Ki Mi Gi Ti,\n"
+        "                        k K M G T (powers of 1000), none for bytes\n"
+        "      --pids N          limit on the number of processes\n"
+        "      --disk SIZE       size cap of the sandbox's writable layer, e.g. 1Gi\n"
+        "      --layer disk|tmpfs\n"
+        "                        its writable layer: an image on the host's disk (the\n"
+        "                        server's default), or a tmpfs in its memory (--disk\n"
+        "                        then at most --memory)\n"
+        "      --timeout SECONDS|DURATION|0\n"
+        "                        kill the sandbox after this long: 600, 90s, 30m, 2h, 1d\n"
+        "                        (default: " SANDBOX_DEFAULT_TIMEOUT_TEXT
+        ", 10 minutes); 0 or 'none': never\n"
+        "  -e, --env KEY=VALUE   environment variable for the sandbox (repeatable)\n"
+        "  -m, --metadata KEY=VALUE\n"
+        "                        tag to filter by, e.g. owner=me (repeatable)\n"
+        "      --allow TARGET    let the sandbox connect to a name (pypi.org), a wildcard\n"
+        "                        ('*.example.com'), an IP or a CIDR (repeatable; all else\n"
+        "                        is denied unless --network allow-all)\n"
+        "      --deny TARGET     refuse one (repeatable; a deny wins over any allow)\n"
+        "      --network allow-all|deny-all\n"
+        "                        what targets no rule names get (default: deny-all).\n"
+        "                        Without these three, the server's default policy\n"
+        "                        applies (out of the box: deny-all)\n"
+        "      --credential-proxy\n"
+        "                        let coved put credentials into requests on the way out\n"
+        "                        ('cove credential-vault --help')\n"
+        "      --volume host:PATH:MOUNT[:ro]\n"
+        "                        bind host directory PATH (under coved's\n"
+        "                        --volume-host-root) at MOUNT, read-only with :ro\n"
+        "      --volume pvc:NAME[/SUBPATH]:MOUNT[:ro,rm,size=SIZE]\n"
+        "                        mount named volume NAME (made on first use, SIZE or\n"
+        "                        coved's default; rm: removed with the last sandbox\n"
+        "                        using it); repeatable. 'cove volume ls'\n",
 };
 
 /* --- get ------------------------------------------------------------------------------- */

@@ -450,3 +450,31 @@ def test_create_with_an_image_login_read_from_stdin(coved, cove, basic_registry,
     finally:
         coved.delete(sid)
     assert coved.request("DELETE", f"/v1/images/{img.id}", headers=ADMIN_HEADERS)[0] == 204
+
+
+@pytest.mark.static_agent
+def test_create_of_an_image_runs_its_own_entrypoint(coved, cove, registry, workdir):
+    """`cove create --image REF` without a command runs the image's Entrypoint and Cmd, as
+    `docker run` does; an image alias (a template's) still gets the idle entrypoint; a command
+    given runs instead."""
+    busybox = ib.busybox_image()
+    uri = push(registry, busybox, workdir)
+    sid = cove("create", "--image", uri).stdout.strip()
+    try:
+        assert coved.get(sid)["entrypoint"] == ib.BUSYBOX_ENTRYPOINT + ib.BUSYBOX_CMD
+        assert coved.sh(sid, "for i in $(seq 100); do test -s /tmp/entrypoint-ran && break; "
+                        "sleep 0.05; done; cat /tmp/entrypoint-ran") == "hello from 1000\n"
+    finally:
+        coved.delete(sid)
+    sid = cove("create", "--image", uri, "/bin/sleep", "600").stdout.strip()
+    try:
+        assert coved.get(sid)["entrypoint"] == ["/bin/sleep", "600"]
+    finally:
+        coved.delete(sid)
+    # an alias of a template (opensandbox/code-interpreter -> code-interpreter): idle, Running
+    sid = cove("create", "--image", "opensandbox/code-interpreter:v1.0.1").stdout.strip()
+    try:
+        body = coved.get(sid)
+        assert body["status"]["state"] == "Running" and body["entrypoint"][0] == "/bin/sh"
+    finally:
+        coved.delete(sid)
