@@ -364,9 +364,10 @@ void files_handle_download(struct http_request *req, const struct api_params *pa
     d->offset = start;
     d->remaining = length;
     struct statfs fs;
-    if (size == 0 && range == 0 && fstatfs(d->fd, &fs) == 0 &&
-        (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC)) {
-        /* /proc and /sys files say 0 bytes and have more: sent as read, to the end. */
+    if (size == 0 && range == 0 &&
+        (fstatfs(d->fd, &fs) < 0 || fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC)) {
+        /* /proc and /sys files say 0 bytes and have more: sent as read, to the end. (gVisor
+         * answers fstatfs of a /proc file with ENOSYS: read to the end as well.) */
         d->remaining = UINT64_MAX;
         http_stream_start(req, 200, "application/octet-stream");
         download_pump(req, d);

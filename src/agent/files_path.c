@@ -400,7 +400,14 @@ int files_path_chmod_fd(int fd, mode_t mode)
 
 int files_path_chown_fd(int fd, uid_t uid, gid_t gid)
 {
-    return fchownat(fd, "", uid, gid, AT_EMPTY_PATH);
+    if (fchownat(fd, "", uid, gid, AT_EMPTY_PATH) == 0)
+        return 0;
+    if (errno != EBADF) /* EBADF: gVisor refuses AT_EMPTY_PATH on an O_PATH descriptor */
+        return -1;
+    /* As files_path_chmod_fd: through the descriptor's own /proc entry. */
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    return chown(proc, uid, gid);
 }
 
 int files_path_make_dirs(const char *abs, mode_t mode, uid_t uid, gid_t gid, bool *created)
@@ -433,7 +440,10 @@ int files_path_make_dirs(const char *abs, mode_t mode, uid_t uid, gid_t gid, boo
             errno = saved;
             return -1;
         }
-        int next = files_path_open_at(dir, comp, O_PATH | O_DIRECTORY, 0);
+        /* A directory made here is opened for real (not O_PATH: gVisor changes no owner
+         * through one) and not followed: a symlink swapped in since the mkdir is refused. */
+        int next = files_path_open_at(
+            dir, comp, made ? O_RDONLY | O_DIRECTORY | O_NOFOLLOW : O_PATH | O_DIRECTORY, 0);
         int saved = errno;
         close(dir);
         if (next < 0) {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -73,10 +74,23 @@ static pid_t thread_group_of(pid_t pid)
     return line != NULL ? (pid_t)strtol(line + 6, NULL, 10) : pid;
 }
 
-bool proc_guard_allows(int fd)
+/* Whether fd is on a procfs. gVisor answers fstatfs of a procfs file (not of /proc itself)
+ * with ENOSYS: then it is one if it is on /proc's device, and is taken for one if that cannot
+ * be told. */
+static bool on_procfs(int fd)
 {
     struct statfs fs;
-    if (fstatfs(fd, &fs) < 0 || fs.f_type != PROC_SUPER_MAGIC)
+    if (fstatfs(fd, &fs) == 0)
+        return fs.f_type == PROC_SUPER_MAGIC;
+    proc_guard_init();
+    struct stat st, proc_st;
+    return proc_fd < 0 || fstat(fd, &st) < 0 || fstat(proc_fd, &proc_st) < 0 ||
+           st.st_dev == proc_st.st_dev;
+}
+
+bool proc_guard_allows(int fd)
+{
+    if (!on_procfs(fd))
         return true;
     proc_guard_init();
     if (proc_fd < 0)
@@ -102,8 +116,7 @@ bool proc_guard_allows(int fd)
 
 bool proc_guard_allows_at(int dirfd, const char *name)
 {
-    struct statfs fs;
-    if (fstatfs(dirfd, &fs) < 0 || fs.f_type != PROC_SUPER_MAGIC)
+    if (!on_procfs(dirfd))
         return true;
     int fd = openat(dirfd, name[0] ? name : ".", O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)

@@ -42,6 +42,7 @@ def interrupted_run(coved, sid, ctx, code, after=1.5):
 
 # ---- JavaScript ----
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_node
 def test_javascript_state_results_and_output(coved, ci):
     ctx = new_context(coved, ci, "javascript")
@@ -65,6 +66,7 @@ def test_javascript_state_results_and_output(coved, ci):
     assert ok(run_code(coved, ci, "n", context={"id": ctx})).text == ["5"]
 
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_node
 def test_javascript_errors(coved, ci):
     ctx = new_context(coved, ci, "javascript")
@@ -80,6 +82,7 @@ def test_javascript_errors(coved, ci):
     assert ok(run_code(coved, ci, "typeof f", context={"id": ctx})).text == ["'function'"]
 
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_node
 def test_javascript_interrupt_keeps_state(coved, ci):
     ctx = new_context(coved, ci, "javascript")
@@ -95,6 +98,7 @@ def test_javascript_interrupt_keeps_state(coved, ci):
 
 # ---- TypeScript ----
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_node
 def test_typescript_state_types_and_errors(coved, ci):
     ctx = new_context(coved, ci, "typescript")
@@ -117,6 +121,7 @@ def test_typescript_state_types_and_errors(coved, ci):
 
 # ---- Java ----
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_java
 def test_java_state_results_and_output(coved, ci):
     ctx = new_context(coved, ci, "java")
@@ -136,6 +141,7 @@ def test_java_state_results_and_output(coved, ci):
     assert ok(run_code(coved, ci, "base", context={"id": ctx})).text == ["1"]
 
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_java
 def test_java_errors_are_eval_exceptions(coved, ci):
     ctx = new_context(coved, ci, "java")
@@ -150,6 +156,7 @@ def test_java_errors_are_eval_exceptions(coved, ci):
     assert ok(run_code(coved, ci, "1 + 1", context={"id": ctx})).text == ["2"]
 
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_java
 def test_java_interrupt_keeps_state(coved, ci):
     ctx = new_context(coved, ci, "java")
@@ -161,6 +168,7 @@ def test_java_interrupt_keeps_state(coved, ci):
 
 # ---- across languages ----
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_node
 @needs_java
 def test_contexts_of_different_languages_run_concurrently(coved, ci):
@@ -196,6 +204,7 @@ def test_unknown_language_is_still_a_400(coved, ci):
 
 # ---- Go ----
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_go
 def test_go_declarations_and_variables_carry_over(coved, ci):
     ctx = new_context(coved, ci, "go")
@@ -222,6 +231,7 @@ def test_go_declarations_and_variables_carry_over(coved, ci):
     assert r.text == ["0"]
 
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_go
 def test_go_errors_and_interrupt(coved, ci):
     ctx = new_context(coved, ci, "go")
@@ -238,6 +248,7 @@ def test_go_errors_and_interrupt(coved, ci):
     assert ok(run_code(coved, ci, "kept", context={"id": ctx})).text == ["before"]
 
 
+@pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: code contexts are a 400 there (test_runtimes.py::test_code_contexts)")
 @needs_go
 def test_kernel_files_go_with_the_context(coved, ci):
     """Cove's kernels are written to the sandbox's /tmp for their context's life only."""

@@ -13,7 +13,7 @@ import pytest
 
 from covetest import AGENT_PORT, ApiError, cgroup_file, sandbox_host_pids, sandbox_leftovers
 from covetest import serve
-from test_files import download, upload
+from test_files import call, download, stat_in, upload
 
 RUNTIMES = [
     pytest.param("oci", marks=pytest.mark.skipif(shutil.which("crun") is None,
@@ -81,16 +81,19 @@ def test_commands_and_files(coved, runtime_sandbox):
     assert (status, data) == (200, b"written-inside")
 
 
-def test_upload_into_a_new_directory(coved, runtime_sandbox, request):
-    kind, sid = runtime_sandbox
-    if kind == "gvisor":
-        # The agent sets the new directory's owner through its O_PATH descriptor
-        # (fchownat AT_EMPTY_PATH), which gVisor refuses with EBADF.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="agent: chown of an O_PATH "
-                                              "descriptor under gVisor"))
+def test_upload_into_a_new_directory(coved, runtime_sandbox):
+    _, sid = runtime_sandbox
     status, body, _ = upload(coved, sid, [({"path": "/tmp/new/dir/f.txt"}, b"deep")])
     assert status == 200, body
     assert coved.sh(sid, "cat /tmp/new/dir/f.txt").strip() == "deep"
+    # the directories made on the way: the default owner, 0755; and an owner changed later
+    assert coved.sh(sid, "find /tmp/new /tmp/new/dir -maxdepth 0 -printf '%U %G %m\\n'").split() == \
+        ["0", "0", "755"] * 2
+    # an owner changed later, through the agent's O_PATH descriptor of the file
+    status, body, _ = call(coved, sid, "POST", "/files/permissions",
+                           body={"/tmp/new/dir/f.txt": {"owner": "nobody", "mode": 600}})
+    assert status == 200, body
+    assert stat_in(coved, sid, "/tmp/new/dir/f.txt")[::2] == ["nobody", "600"]
 
 
 def test_gateway_reaches_a_port_inside(coved, runtime_sandbox):
@@ -217,6 +220,7 @@ def test_unknown_runtime_is_a_400_listing_them(coved):
     assert status == 400, body
 
 
+@pytest.mark.native_only(reason="checks the default of a daemon given no --default-runtime")
 def test_native_is_the_default(coved):
     sid = coved.create()
     try:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from covetest import COVED, Coved, sandbox_init_pid, serve
+from covetest import COVED, Coved, serve
 from test_sessions_pty_metrics import WebSocket, call, new_pty, new_session, run
 
 IDLE_SECONDS = 2
@@ -131,7 +131,8 @@ def test_session_cap_is_a_clear_429(coved, sandbox):
 
 
 def agent_argv(d, sid):
-    return open(f"/proc/{sandbox_init_pid(sid)}/cmdline").read().split("\0")
+    # from inside: the host's PID 1 of a gVisor sandbox is runsc's sentry, not the agent
+    return d.sh(sid, "tr '\\0' '\\n' < /proc/1/cmdline").split("\n")
 
 
 def test_idle_timeout_setting_from_file_environment_and_flag(tmp_path):

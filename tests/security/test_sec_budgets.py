@@ -10,6 +10,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from covetest import COVED, Coved, sandbox_init_pid, sandbox_leftovers
 from hostile import delete_and_check, run_python
 
@@ -244,6 +246,7 @@ def stored_slots(coved):
         con.close()
 
 
+@pytest.mark.native_only(reason="host id ranges are the native (and crun) sandboxes' user namespaces; runsc's sentry maps its own (host_id_base 0)")
 def test_id_ranges_are_kept_across_restarts(fresh_coved):
     """A sandbox's id range is stored with it and still its own after coved restarts: new
     sandboxes get other ranges, and a deleted sandbox's range is not handed out at once."""

@@ -26,6 +26,7 @@ def freezer_state(sid):
     return "FROZEN" if events.get("frozen") == "1" else "THAWED"
 
 
+@pytest.mark.native_only(reason="reads the frozen sandbox's files through /proc/PID/root of its PID 1, which under gVisor is the sentry (pause under gVisor: test_runtimes.py::test_pause_keeps_memory_and_resume_goes_on)")
 def test_paused_sandbox_makes_no_progress(coved, make_sandbox):
     sid = make_sandbox(entrypoint=["sh", "-c", COUNTER])
     agent = sandbox_init_pid(sid)

@@ -46,6 +46,9 @@
 /* How long the set-up child waits for runsc's agent to accept. */
 #define OCI_READY_TIMEOUT_MS 30000
 
+/* Host threads of runsc's own allowed beyond a gVisor sandbox's pids limit. */
+#define OCI_GVISOR_PIDS_HEADROOM 192
+
 /* What the set-up child needs, all made before the fork. */
 struct oci_args {
     const struct runtime *rt;
@@ -410,7 +413,13 @@ int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
         cove_error_sys(err, "pipe");
         goto fail;
     }
-    if (cgroup_create(&rt->cgroups, spec->id, &spec->limits, err) < 0)
+    /* runsc's sentry and gofer are host threads in the sandbox's pids cgroup (some 60 to 120
+     * at rest, Go's), on top of one per running task under ptrace: room for them, else a
+     * small pids limit stops runsc itself. */
+    struct cgroup_limits limits = spec->limits;
+    if (gvisor && limits.pids_max > 0)
+        limits.pids_max += OCI_GVISOR_PIDS_HEADROOM;
+    if (cgroup_create(&rt->cgroups, spec->id, &limits, err) < 0)
         goto fail;
     struct oci_args args = {
         .rt = rt,
