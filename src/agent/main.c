@@ -8,7 +8,7 @@
  *              [--session-idle-timeout SECONDS] [--session-max N] [--ready-fd N]
  *              [--disk-cap BYTES] [--layer-fd N]
  *              [--route-prefix PREFIX] [--run-as UID:GID] [--workdir DIR]
- *              [--user USER[:GROUP]] [--] [entrypoint argv...]
+ *              [--create-workdir] [--user USER[:GROUP]] [--] [entrypoint argv...]
  *
  * --ready-fd: closed once the entrypoint started, after "P" and why when it could not be
  * (coved's start handshake: such a sandbox is Failed, not Running);
@@ -29,7 +29,8 @@
  * (runInIsolatedSession, api.h); --run-as is the identity of every process started without a
  * uid of its own and the owner of files and directories made without an explicit one
  * (identity.h); --workdir is the agent's working directory, so that of commands naming none
- * (made if missing, as an OCI image's WorkingDir is). --user is --run-as by the names or
+ * (with --create-workdir made if missing, as an OCI image's WorkingDir is). --user is --run-as
+ * by the names or
  * numbers of the sandbox's own /etc/passwd and /etc/group (an OCI image's User). */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -86,12 +87,12 @@ struct agent {
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
-            "[--debug] [--kernel-helper-fd N] [--kernel-libs-fd N] [--prestart LANGUAGE] "
-            "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
-            "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--route-prefix PREFIX] "
-            "[--run-as UID:GID] [--workdir DIR] [--user USER[:GROUP]] [--] [entrypoint argv...]\n");
+    fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
+                 "[--debug] [--kernel-helper-fd N] [--kernel-libs-fd N] [--prestart LANGUAGE] "
+                 "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
+                 "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--route-prefix PREFIX] "
+                 "[--run-as UID:GID] [--workdir DIR] [--create-workdir] [--user USER[:GROUP]] [--] "
+                 "[entrypoint argv...]\n");
 }
 
 /* Children get stdio at 0-2; if the agent was started with any of them closed, pipes it
@@ -411,6 +412,7 @@ int main(int argc, char **argv)
     const char *listen_fds[MAX_LISTENERS];
     size_t specs_len = 0, fds_len = 0;
     const char *kernel_helper = NULL, *kernel_libs = NULL, *prestart = NULL, *workdir = NULL;
+    bool create_workdir = false; /* --create-workdir: an image's WorkingDir, made if missing */
     int ready_fd = -1;
     struct idle_limits idle = {IDLE_DEFAULT_TIMEOUT_MS, IDLE_DEFAULT_MAX};
     int i = 1;
@@ -480,6 +482,8 @@ int main(int argc, char **argv)
             identity_set_default(uid, gid);
         } else if (strcmp(arg, "--workdir") == 0 && i + 1 < argc) {
             workdir = argv[++i];
+        } else if (strcmp(arg, "--create-workdir") == 0) {
+            create_workdir = true;
         } else if (strcmp(arg, "--user") == 0 && i + 1 < argc) {
             uid_t uid;
             gid_t gid;
@@ -506,7 +510,8 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    if (workdir != NULL && chdir(workdir) < 0 && errno == ENOENT && workdir[0] == '/')
+    if (workdir != NULL && create_workdir && chdir(workdir) < 0 && errno == ENOENT &&
+        workdir[0] == '/')
         make_path(workdir);
     if (workdir != NULL && chdir(workdir) < 0) {
         fprintf(stderr, "cove-agent: cannot enter --workdir %s: %s\n", workdir, strerror(errno));

@@ -254,6 +254,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         argv[i++] = (char *)a->spec->user;
     }
     if (a->spec->workdir != NULL) {
+        argv[i++] = "--create-workdir";
         argv[i++] = "--workdir";
         argv[i++] = (char *)a->spec->workdir;
     }

@@ -193,6 +193,7 @@ static json_t *agent_args(const struct runtime *rt, const struct runtime_spec *s
         json_array_append_new(args, json_string(spec->user));
     }
     if (spec->workdir != NULL) {
+        json_array_append_new(args, json_string("--create-workdir"));
         json_array_append_new(args, json_string("--workdir"));
         json_array_append_new(args, json_string(spec->workdir));
     }
