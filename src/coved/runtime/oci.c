@@ -89,6 +89,47 @@ static void fail_with_log(int status_fd, const char *log_path, const char *runti
     child_fail(status_fd, "%s run exited with status %d (%s)", runtime, status, text);
 }
 
+/* runc mounts the container's root from inside its user namespace, whose root may not pass
+ * the state and run dirs (0700, owned by the host's root): crun opens it before. In this
+ * mount namespace only, the overlay (the current directory's root/) is also on a tmpfs over
+ * /dev/shm, a path anyone may pass; config.json names it (runtime_oci_bundle_config). */
+static void show_root_to_runc(int status_fd)
+{
+    int tree = open_tree(AT_FDCWD, "root", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (tree < 0)
+        child_fail(status_fd, "clone the root");
+    child_mount(status_fd, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "mode=0755,size=16k");
+    child_mkdir(status_fd, RUNTIME_RUNC_ROOT, 0755);
+    if (move_mount(tree, "", AT_FDCWD, RUNTIME_RUNC_ROOT, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        child_fail(status_fd, "mount the root at %s", RUNTIME_RUNC_ROOT);
+    close(tree);
+}
+
+/* The sandbox's cgroups read-only at sys/fs/cgroup, as native.c mounts them: from a cgroup
+ * namespace of this child's (the runtime's processes inherit it; config.json names none),
+ * by a process of its own chrooted to the root (the current directory). crun's own cgroup
+ * mount would leave the hierarchies writable. */
+static void mount_own_cgroups(int status_fd, const struct cgroup_system *cg)
+{
+    if (unshare(CLONE_NEWCGROUP) < 0)
+        child_fail(status_fd, "unshare the cgroup namespace");
+    pid_t pid = fork();
+    if (pid < 0)
+        child_fail(status_fd, "fork");
+    if (pid == 0) {
+        if (chroot(".") < 0)
+            child_fail(status_fd, "chroot");
+        child_mount_cgroupfs(status_fd, cg);
+        _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        _exit(1); /* it said why */
+}
+
 static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
 {
     const struct runtime_spec *spec = a->spec;
@@ -141,13 +182,26 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
             child_fail(status_fd, "clone %s", path);
     }
     child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-    child_setup_network(status_fd);
     /* crun refuses a hybrid cgroup layout outright; its cgroups are not used anyway. */
     if (a->rt->cgroups.mode == CGROUP_V1 && !a->gvisor)
         mount("tmpfs", "/sys/fs/cgroup/unified", "tmpfs", MS_RDONLY, "size=0");
     /* The namespace owner of the idmap helpers: as native, from the set-up's pid. */
     child_mount_overlay(status_fd, spec, RUNTIME_NS_OWNER_BASE + (uint32_t)getpid());
+    /* After the mounts, as native.c: coved binds its egress sockets in this namespace as
+     * soon as it exists, and lo's addresses being set meanwhile could refuse its bind. */
+    child_setup_network(status_fd);
     child_write_resolv_conf(status_fd); /* in the root, the current directory */
+    if (!a->gvisor) {
+        /* sysfs shows the network namespace of whoever mounts it, and only its owner's user
+         * namespace may: from the container's, crun would bind the host's /sys instead (its
+         * interfaces and all). Mounted here, as native.c does; config.json leaves /sys out. */
+        if (spec->host_os)
+            child_bind_host_usr(status_fd); /* as native.c: the links too, read-only */
+        child_mkdir(status_fd, "sys", 0555);
+        child_mount(status_fd, "sysfs", "sys", "sysfs",
+                    MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL);
+        mount_own_cgroups(status_fd, &a->rt->cgroups);
+    }
     if (chdir(spec->run_dir) < 0)
         child_fail(status_fd, "chdir %s", spec->run_dir);
     int cfg = open("config.json", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -191,8 +245,9 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     } else {
         /* crun leaves its processes in the cgroups they start in; runc has no such switch and
          * is given Cove's own as its cgroupsPath (runtime_oci_bundle_config). */
-        const char *base = strrchr(a->rt->oci_path, '/');
-        bool runc = strstr(base != NULL ? base + 1 : a->rt->oci_path, "runc") != NULL;
+        bool runc = runtime_oci_is_runc(a->rt);
+        if (runc)
+            show_root_to_runc(status_fd);
         const char *c[] = {a->rt->oci_path, "--root", state, "--log", log_path};
         for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
             argv[n++] = c[i];

@@ -120,7 +120,7 @@ struct runtime_spec {
      * missing), or NULL. */
     const char *user;
     const char *workdir;
-    const char *prestart;    /* language whose kernel the agent starts at once, or NULL */
+    const char *prestart; /* language whose kernel the agent starts at once, or NULL */
     struct cgroup_limits limits;
     int64_t disk_bytes;       /* cap of the writable layer */
     enum runtime_layer layer; /* resolved by runtime_start_begin (runtime_layer_resolve) */
@@ -210,6 +210,12 @@ int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct 
  * malloc'd, or NULL. */
 char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_spec *spec,
                                 bool gvisor, bool kernel, json_t *seccomp);
+/* oci_bundle.c: whether the OCI runtime binary is runc (it needs Cove's cgroups named, and its
+ * root at RUNTIME_RUNC_ROOT). */
+bool runtime_oci_is_runc(const struct runtime *rt);
+/* Where the set-up child shows runc the overlay (its own mount namespace only): runc mounts
+ * the root from inside the user namespace, whose root cannot pass the 0700 state dir. */
+#define RUNTIME_RUNC_ROOT "/dev/shm/cove-root"
 /* oci.c: runtime_start_begin for RUNTIME_OCI and RUNTIME_GVISOR. */
 struct runtime_oci_start;
 int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
