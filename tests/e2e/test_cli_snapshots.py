@@ -35,6 +35,7 @@ def as_json(r):
     return json.loads(r.stdout)
 
 
+@pytest.mark.native_only(reason="snapshots are refused (409 SNAPSHOT::UNSUPPORTED) by the oci and gvisor runtimes today")
 def test_snapshot_then_create_from_it_then_rm(coved, cove):
     src = cove("create", "--timeout", "0").stdout.strip()
     made = [src]
@@ -95,6 +96,7 @@ def test_snapshot_then_create_from_it_then_rm(coved, cove):
             coved.request("DELETE", f"/v1/snapshots/{snap}")
 
 
+@pytest.mark.native_only(reason="snapshots are refused (409 SNAPSHOT::UNSUPPORTED) by the oci and gvisor runtimes today")
 def test_snapshot_outlives_its_sandbox_and_yaml(coved, cove):
     src = cove("create").stdout.strip()
     snap = None
@@ -122,6 +124,7 @@ def test_snapshot_outlives_its_sandbox_and_yaml(coved, cove):
             coved.request("DELETE", f"/v1/snapshots/{snap}")
 
 
+@pytest.mark.native_only(reason="snapshots are refused (409 SNAPSHOT::UNSUPPORTED) by the oci and gvisor runtimes today")
 def test_snapshot_without_wait_prints_the_id_at_once(coved, cove):
     src = cove("create").stdout.strip()
     snap = None
@@ -144,6 +147,7 @@ def test_snapshot_without_wait_prints_the_id_at_once(coved, cove):
             coved.request("DELETE", f"/v1/snapshots/{s['id']}")
 
 
+@pytest.mark.native_only(reason="snapshots are refused (409 SNAPSHOT::UNSUPPORTED) by the oci and gvisor runtimes today")
 def test_wait_for_a_failed_snapshot_exits_1_with_its_message(coved, cove):
     src = cove("create").stdout.strip()
     try:

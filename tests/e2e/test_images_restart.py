@@ -75,6 +75,7 @@ def test_an_image_sandbox_survives_a_restart_and_keeps_its_image(own_coved, regi
     assert status == 204
 
 
+@pytest.mark.native_only(reason="snapshots are refused (409 SNAPSHOT::UNSUPPORTED) by the oci and gvisor runtimes today")
 @pytest.mark.static_agent
 def test_a_snapshot_of_an_image_sandbox_restores_over_the_image(own_coved, registry, tmp_path):
     d = own_coved.start()

@@ -73,6 +73,7 @@ def volumes_of(coved, key=None):
                                            headers=coved.headers(key))["items"]}
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_host_bind_read_write(coved, host_root):
     path = owned_dir(host_root, "rw", {"hello.txt": "from the host\n"})
     sid = coved.create(volumes=[host_volume(path, "/mnt/work")])
@@ -95,6 +96,7 @@ def test_host_bind_read_write(coved, host_root):
     assert os.path.exists(os.path.join(path, "out.txt")), "the host's files outlive the sandbox"
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_host_bind_read_only(coved, host_root):
     path = owned_dir(host_root, "ro", {"keep.txt": "keep\n"})
     sid = coved.create(volumes=[host_volume(path, "/ro", readOnly=True)])
@@ -111,6 +113,7 @@ def test_host_bind_read_only(coved, host_root):
     assert open(os.path.join(path, "keep.txt")).read() == "keep\n"
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_host_sub_path_and_file(coved, host_root):
     path = owned_dir(host_root, "sub", {"a/b/inner.txt": "inner\n", "top.txt": "top\n"})
     sid = coved.create(volumes=[host_volume(path, "/inner", subPath="a/b"),
@@ -122,6 +125,7 @@ def test_host_sub_path_and_file(coved, host_root):
         coved.delete(sid)
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_named_volume_kept_and_shared(coved):
     a = coved.create(volumes=[pvc_volume("shared-data", "/data")])
     b = None
@@ -158,6 +162,7 @@ def test_named_volume_kept_and_shared(coved):
     assert status == 404 and body["code"] == "VOLUME::NOT_FOUND"
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_named_volume_size_cap(coved):
     sid = coved.create(volumes=[pvc_volume("small", "/small", storage="20Mi",
                                            deleteOnSandboxTermination=True)])
@@ -174,6 +179,7 @@ def test_named_volume_size_cap(coved):
     assert not os.path.exists(os.path.join(coved.state_dir, "volumes", "small.img"))
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_delete_on_termination_waits_for_the_last_user(coved):
     a = coved.create(volumes=[pvc_volume("scratch", "/s", deleteOnSandboxTermination=True)])
     b = coved.create(volumes=[pvc_volume("scratch", "/s")])
@@ -183,6 +189,7 @@ def test_delete_on_termination_waits_for_the_last_user(coved):
     assert "scratch" not in volumes_of(coved)
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_named_volume_beyond_the_hosts_disk(coved):
     """An image's blocks are reserved at creation: one larger than the free space is refused
     rather than promised (it would fail with I/O errors once the disk filled)."""
@@ -211,6 +218,7 @@ def test_named_volume_beyond_the_hosts_disk(coved):
         coved.delete(sid)
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_failed_set_up_leaves_no_volume_it_made(coved):
     """The set-up fails (a mount point on the read-only /usr): the volume this create made goes
     with it; one that existed before stays."""
@@ -231,6 +239,7 @@ def test_named_volume_missing_when_not_created(coved):
     assert "never-made" not in volumes_of(coved)
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_volumes_are_scoped_by_key(coved):
     sid = coved.create(volumes=[pvc_volume("mine", "/m")])
     try:
@@ -322,6 +331,7 @@ def test_host_volumes_off_without_roots():
         assert d.ok("GET", "/v1/sandboxes")["items"] == []
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_restart_keeps_volumes_and_users(host_root):
     d = Coved(extra_args=["--volume-host-root", host_root])
     try:
@@ -347,6 +357,7 @@ def test_restart_keeps_volumes_and_users(host_root):
         d.cleanup()
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_cli_volume_commands(coved, host_root):
     path = owned_dir(host_root, "cli", {"c.txt": "cli\n"})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COVE_", "OPEN_SANDBOX"))}

@@ -138,6 +138,7 @@ def test_symlink_swapped_in_during_creates(coved, host_root, outside):
     print(f"race: {mounted} mounted, {refused} refused")
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_read_only_volume_stays_read_only(coved, host_root):
     path = owned_dir(host_root, "ro", {"keep.txt": "keep\n"})
     status, body = attempt(coved, [host(path, "/ro", readOnly=True),
@@ -193,6 +194,7 @@ def test_read_only_volume_stays_read_only(coved, host_root):
     coved.ok("DELETE", "/v1/volumes/ro-named", expect=(204,))
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_links_made_inside_a_volume_do_not_lead_out(coved, host_root, outside):
     """A sandbox plants links in its volumes; a later volume naming them is refused rather
     than resolved on the host."""
@@ -222,6 +224,7 @@ def test_links_made_inside_a_volume_do_not_lead_out(coved, host_root, outside):
     coved.ok("DELETE", "/v1/volumes/planted", expect=(204,))
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_mount_point_never_made_on_the_host(coved, host_root):
     """Mount points are made in the sandbox's root only: under the host's read-only /usr
     (bound into the base template) the create fails and the host's /usr is untouched."""
@@ -236,6 +239,7 @@ def test_mount_point_never_made_on_the_host(coved, host_root):
     assert coved.ok("GET", "/v1/sandboxes")["items"] == []
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_another_sandbox_sees_nothing_of_a_volume(coved, host_root):
     path = owned_dir(host_root, "private", {"only-a.txt": "cove-private-a\n"})
     status, body = attempt(coved, [host(path, "/mine"),
@@ -258,6 +262,7 @@ def test_another_sandbox_sees_nothing_of_a_volume(coved, host_root):
     coved.ok("DELETE", "/v1/volumes/private-a", expect=(204,))
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_no_host_root_files_through_a_bind(coved, host_root):
     """Only the bind's owner is mapped: set-id files made inside belong to that owner, other
     users of the sandbox cannot write, and nothing inside is executed set-id."""
@@ -280,6 +285,7 @@ def test_no_host_root_files_through_a_bind(coved, host_root):
     assert sorted(os.listdir(path)) == ["f", "sh"]
 
 
+@pytest.mark.native_only(reason="volumes are refused (400) by the oci and gvisor runtimes today")
 def test_no_escape_through_dot_dot_after_a_rename(coved, host_root):
     """The bind-mount escape: sandbox A binds P/inner and sits in P/inner/d; sandbox B, which
     binds P, moves d out of inner. A's `..` must not climb past its mount into P, nor on to
