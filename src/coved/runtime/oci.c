@@ -35,6 +35,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -344,6 +345,23 @@ static int link_agent_socket(const char *run_dir, struct cove_error **err)
                               "the agent's socket %s was replaced", from);
     }
     return 0;
+}
+
+void runtime_oci_forget_cgroups(const struct runtime *rt, const char *id)
+{
+    if (rt->cgroups.mode != CGROUP_V1 || !runtime_oci_is_runc(rt))
+        return;
+    DIR *d = opendir("/sys/fs/cgroup");
+    if (d == NULL)
+        return;
+    char path[600];
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) > 200)
+            continue;
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/" CGROUP_PARENT "/%s", e->d_name, id);
+        rmdir(path); /* empty by now: everything of the sandbox is dead */
+    }
+    closedir(d);
 }
 
 struct runtime_oci_start {

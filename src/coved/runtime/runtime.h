@@ -213,6 +213,9 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
 /* oci_bundle.c: whether the OCI runtime binary is runc (it needs Cove's cgroups named, and its
  * root at RUNTIME_RUNC_ROOT). */
 bool runtime_oci_is_runc(const struct runtime *rt);
+/* oci.c: runc makes the sandbox's cgroup (cgroupsPath) in every v1 hierarchy, Cove's five
+ * and the others: those others removed at teardown. */
+void runtime_oci_forget_cgroups(const struct runtime *rt, const char *id);
 /* Where the set-up child shows runc the overlay (its own mount namespace only): runc mounts
  * the root from inside the user namespace, whose root cannot pass the 0700 state dir. */
 #define RUNTIME_RUNC_ROOT "/dev/shm/cove-root"
