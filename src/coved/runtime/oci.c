@@ -35,6 +35,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <dirent.h>
 #include <time.h>
 #include <unistd.h>
@@ -131,6 +132,50 @@ static void mount_own_cgroups(int status_fd, const struct cgroup_system *cg)
         _exit(1); /* it said why */
 }
 
+/* The sandbox's user namespace, made by a process of this child's running as the sandbox's
+ * own host uid (owner), as native.c's: the kernel's per-user budgets (inotify instances,
+ * user namespaces, message queues...) used inside are charged up to that uid, not to the
+ * host's root, who would own one crun made. Root inside is host_base; the namespace is
+ * bind-mounted at RUNTIME_OCI_USERNS in the current directory (the run dir) for crun to
+ * join. Answers the helper's pid: killed once crun has joined. */
+static pid_t make_user_namespace(int status_fd, uint32_t owner, uint32_t host_base)
+{
+    int sync[2];
+    if (pipe2(sync, O_CLOEXEC) < 0)
+        child_fail(status_fd, "pipe");
+    pid_t pid = fork();
+    if (pid < 0)
+        child_fail(status_fd, "fork");
+    if (pid == 0) {
+        char ok = 'u';
+        if (setgroups(0, NULL) < 0 || setresgid(owner, owner, owner) < 0 ||
+            setresuid(owner, owner, owner) < 0 || unshare(CLONE_NEWUSER) < 0 ||
+            write(sync[1], &ok, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause(); /* until killed: the namespace lives on in crun's processes */
+    }
+    close(sync[1]);
+    char got = 0;
+    if (read(sync[0], &got, 1) != 1 || got != 'u')
+        child_fail(status_fd, "make the sandbox's user namespace");
+    close(sync[0]);
+    char path[64], map[96];
+    int len = snprintf(map, sizeof(map), "0 %u %u\n", host_base, (unsigned)RUNTIME_ID_COUNT);
+    static const char *const maps[] = {"uid_map", "gid_map"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, maps[i]);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, map, (size_t)len) != len)
+            child_fail(status_fd, "write %s", path);
+        close(fd);
+    }
+    snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+    child_touch(status_fd, RUNTIME_OCI_USERNS);
+    child_mount(status_fd, path, RUNTIME_OCI_USERNS, NULL, MS_BIND, NULL);
+    return pid;
+}
+
 static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
 {
     const struct runtime_spec *spec = a->spec;
@@ -222,6 +267,7 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     /* The runtime's state lives in the layer too: gone with the sandbox. */
     const char *argv[32];
     int n = 0;
+    pid_t userns_helper = -1;
     char platform[40];
     if (a->gvisor) {
         snprintf(platform, sizeof(platform), "--platform=%s", a->rt->gvisor_platform);
@@ -249,6 +295,9 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
         bool runc = runtime_oci_is_runc(a->rt);
         if (runc)
             show_root_to_runc(status_fd);
+        else
+            userns_helper = make_user_namespace(
+                status_fd, RUNTIME_NS_OWNER_BASE + (uint32_t)getpid(), spec->host_id_base);
         const char *c[] = {a->rt->oci_path, "--root", state, "--log", log_path};
         for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
             argv[n++] = c[i];
@@ -278,6 +327,12 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
+    if (userns_helper > 0) {
+        kill(userns_helper, SIGKILL);
+        while (waitpid(userns_helper, NULL, 0) < 0 && errno == EINTR)
+            ;
+        umount2(RUNTIME_OCI_USERNS, MNT_DETACH); /* in this namespace only; the file stays */
+    }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_with_log(status_fd, log_path, a->gvisor ? "runsc" : "oci runtime",
                       WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));

@@ -254,7 +254,13 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
     if (!gvisor) {
         /* root inside is the sandbox's host id range, as for a native sandbox; runsc's
          * sentry is already an unprivileged process in a user namespace of its own. */
-        json_array_append_new(ns, json_pack("{s:s}", "type", "user"));
+        bool runc = runtime_oci_is_runc(rt);
+        char userns[4200];
+        snprintf(userns, sizeof(userns), "%s/" RUNTIME_OCI_USERNS, spec->run_dir);
+        if (runc)
+            json_array_append_new(ns, json_pack("{s:s}", "type", "user"));
+        else /* made by the set-up child, owned by the sandbox's own uid (oci.c) */
+            json_array_append_new(ns, json_pack("{s:s, s:s}", "type", "user", "path", userns));
         /* the cgroup namespace: the set-up child's own (oci.c), inherited */
         /* Cove's own cgroups (made before the runtime runs), for a runtime that wants one
          * (runc); crun is told to leave cgroups alone. */
@@ -262,10 +268,12 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
         snprintf(cgroups, sizeof(cgroups), "/" CGROUP_PARENT "/%s", spec->id);
         if (rt->cgroups.mode == CGROUP_V1)
             json_object_set_new(linux_cfg, "cgroupsPath", json_string(cgroups));
-        json_object_set_new(linux_cfg, "uidMappings", id_mapping(spec->host_id_base));
+        if (runc) {
+            json_object_set_new(linux_cfg, "uidMappings", id_mapping(spec->host_id_base));
+            json_object_set_new(linux_cfg, "gidMappings", id_mapping(spec->host_id_base));
+        }
         if (seccomp != NULL)
             json_object_set(linux_cfg, "seccomp", seccomp);
-        json_object_set_new(linux_cfg, "gidMappings", id_mapping(spec->host_id_base));
         json_object_set_new(linux_cfg, "maskedPaths",
                             string_array(oci_masked, sizeof(oci_masked) / sizeof(oci_masked[0])));
         json_object_set_new(

@@ -216,6 +216,8 @@ bool runtime_oci_is_runc(const struct runtime *rt);
 /* oci.c: runc makes the sandbox's cgroup (cgroupsPath) in every v1 hierarchy, Cove's five
  * and the others: those others removed at teardown. */
 void runtime_oci_forget_cgroups(const struct runtime *rt, const char *id);
+/* In the run dir as the set-up child sees it: the sandbox's user namespace, for crun to join. */
+#define RUNTIME_OCI_USERNS "userns"
 /* Where the set-up child shows runc the overlay (its own mount namespace only): runc mounts
  * the root from inside the user namespace, whose root cannot pass the 0700 state dir. */
 #define RUNTIME_RUNC_ROOT "/dev/shm/cove-root"
