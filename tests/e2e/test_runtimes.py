@@ -332,3 +332,38 @@ def test_a_templates_default_runtime(tmp_path):
                        extensions={"runtime": "native"})
         assert d.get(sid)["extensions"]["runtime"] == "native"
         d.delete(sid)
+
+
+RUNC = shutil.which("runc") or ("/usr/sbin/runc" if os.path.exists("/usr/sbin/runc") else None)
+
+
+@pytest.mark.skipif(RUNC is None, reason="no runc here")
+def test_runc_as_the_oci_runtime():
+    """runc mounts the container's root from inside its user namespace (crun before it): the
+    same sandbox all the same, in an unprivileged id range, in Cove's cgroups, paused by
+    their freezer, and gone without a trace."""
+    from covetest import serve
+    with serve("--oci-runtime", RUNC) as d:
+        sid = d.create(extensions={"runtime": "oci"})
+        assert wait_state(d, sid, "Running") == "Running", d.get(sid)
+        r = d.exec(sid, "echo out; echo err >&2; exit 3")
+        assert (r.stdout.strip(), r.stderr.strip(), r.exit_code) == ("out", "err", 3)
+        uid_map = d.sh(sid, "cat /proc/self/uid_map").split()
+        assert uid_map[0] == "0" and int(uid_map[1]) > 65535, uid_map
+        assert "Seccomp:\t2" in d.sh(sid, "cat /proc/self/status")
+        assert d.sh(sid, "hostname").strip() == sid
+        assert d.sh(sid, "ls /sys/class/net").split() == ["lo"]
+        status, _, _ = upload(d, sid, [({"path": "/tmp/new/f.txt"}, b"runc")])
+        assert status == 200
+        assert download(d, sid, "/tmp/new/f.txt")[:2] == (200, b"runc")
+        assert sandbox_host_pids(sid), "the container's processes are in the sandbox's cgroup"
+        d.pause(sid)
+        assert wait_state(d, sid, "Paused") == "Paused"
+        d.resume(sid)
+        assert wait_state(d, sid, "Running") == "Running"
+        assert d.sh(sid, "cat /tmp/new/f.txt") == "runc\n"
+        d.delete(sid)
+        deadline = time.monotonic() + 10
+        while sandbox_leftovers(d, sid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sandbox_leftovers(d, sid) == []

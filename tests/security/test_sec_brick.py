@@ -184,19 +184,19 @@ def test_unhealthy_clears_when_the_sandbox_recovers(coved, make_sandbox, host_ma
     process) the holders exit and the next check clears it."""
     victim = make_sandbox(limits={"cpu": "1", "memory": "512Mi", "pids": "24"})
     other = make_sandbox()
+    # It keeps taking every pid that frees up (a probe's shell may hold one as it fills up).
     holder = ("import os, time\n"
               "flag = '/tmp/release'\n"
-              "while True:\n"
+              "while not os.path.exists(flag):\n"
               "    try:\n"
               "        pid = os.fork()\n"
               "    except OSError:\n"
-              "        break\n"
+              "        time.sleep(0.05)\n"
+              "        continue\n"
               "    if pid == 0:\n"
               "        while not os.path.exists(flag):\n"
               "            time.sleep(0.2)\n"
-              "        os._exit(0)\n"
-              "while not os.path.exists(flag):\n"
-              "    time.sleep(0.2)\n")
+              "        os._exit(0)\n")
     coved.sh(victim, f"cat > /tmp/holder.py <<'EOF'\n{holder}EOF")
     coved.exec(victim, "python3 /tmp/holder.py", background=True)
     st = wait_status(coved, victim, unhealthy, "reported unhealthy")

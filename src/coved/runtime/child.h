@@ -42,6 +42,9 @@ void child_mount_layer(int status_fd, const struct runtime_spec *spec);
 void child_mount_volumes(int status_fd, const struct runtime_spec *spec, const int *trees,
                          uint32_t owner);
 /* rootfs.c: the sandbox's own cgroups, read-only at /sys/fs/cgroup (in its cgroup namespace). */
+/* The host's /usr read-only at usr/ of the current directory, and the merged-/usr links
+ * (/bin, /lib64, ...) as read-only binds of their targets: rm -rf / leaves a shell. */
+void child_bind_host_usr(int status_fd);
 void child_mount_cgroupfs(int status_fd, const struct cgroup_system *cg);
 /* network.c: loopback, a default route on lo and the egress rules (nftables) in the new
  * network namespace; the resolver and the egress CA bundle in the root being built (cwd). */

@@ -604,6 +604,7 @@ int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,
     runtime_process_reap(proc, false, NULL, 0);
     runtime_process_release(proc);
     int ret = cgroup_destroy(&rt->cgroups, id, err);
+    runtime_oci_forget_cgroups(rt, id);
     if (run_dir != NULL && run_dir[0] != '\0')
         remove_tree(run_dir);
     return ret;

@@ -35,6 +35,8 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <grp.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,6 +94,91 @@ static void fail_with_log(int status_fd, const char *log_path, const char *runti
     child_fail(status_fd, "%s run exited with status %d (%s)", runtime, status, text);
 }
 
+/* runc mounts the container's root from inside its user namespace, whose root may not pass
+ * the state and run dirs (0700, owned by the host's root): crun opens it before. In this
+ * mount namespace only, the overlay (the current directory's root/) is also on a tmpfs over
+ * /dev/shm, a path anyone may pass; config.json names it (runtime_oci_bundle_config). */
+static void show_root_to_runc(int status_fd)
+{
+    int tree = open_tree(AT_FDCWD, "root", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (tree < 0)
+        child_fail(status_fd, "clone the root");
+    child_mount(status_fd, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "mode=0755,size=16k");
+    child_mkdir(status_fd, RUNTIME_RUNC_ROOT, 0755);
+    if (move_mount(tree, "", AT_FDCWD, RUNTIME_RUNC_ROOT, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+        child_fail(status_fd, "mount the root at %s", RUNTIME_RUNC_ROOT);
+    close(tree);
+}
+
+/* The sandbox's cgroups read-only at sys/fs/cgroup, as native.c mounts them: from a cgroup
+ * namespace of this child's (the runtime's processes inherit it; config.json names none),
+ * by a process of its own chrooted to the root (the current directory). crun's own cgroup
+ * mount would leave the hierarchies writable. */
+static void mount_own_cgroups(int status_fd, const struct cgroup_system *cg)
+{
+    if (unshare(CLONE_NEWCGROUP) < 0)
+        child_fail(status_fd, "unshare the cgroup namespace");
+    pid_t pid = fork();
+    if (pid < 0)
+        child_fail(status_fd, "fork");
+    if (pid == 0) {
+        if (chroot(".") < 0)
+            child_fail(status_fd, "chroot");
+        child_mount_cgroupfs(status_fd, cg);
+        _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        _exit(1); /* it said why */
+}
+
+/* The sandbox's user namespace, made by a process of this child's running as the sandbox's
+ * own host uid (owner), as native.c's: the kernel's per-user budgets (inotify instances,
+ * user namespaces, message queues...) used inside are charged up to that uid, not to the
+ * host's root, who would own one crun made. Root inside is host_base; the namespace is
+ * bind-mounted at RUNTIME_OCI_USERNS in the current directory (the run dir) for crun to
+ * join. Answers the helper's pid: killed once crun has joined. */
+static pid_t make_user_namespace(int status_fd, uint32_t owner, uint32_t host_base)
+{
+    int sync[2];
+    if (pipe2(sync, O_CLOEXEC) < 0)
+        child_fail(status_fd, "pipe");
+    pid_t pid = fork();
+    if (pid < 0)
+        child_fail(status_fd, "fork");
+    if (pid == 0) {
+        char ok = 'u';
+        if (setgroups(0, NULL) < 0 || setresgid(owner, owner, owner) < 0 ||
+            setresuid(owner, owner, owner) < 0 || unshare(CLONE_NEWUSER) < 0 ||
+            write(sync[1], &ok, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause(); /* until killed: the namespace lives on in crun's processes */
+    }
+    close(sync[1]);
+    char got = 0;
+    if (read(sync[0], &got, 1) != 1 || got != 'u')
+        child_fail(status_fd, "make the sandbox's user namespace");
+    close(sync[0]);
+    char path[64], map[96];
+    int len = snprintf(map, sizeof(map), "0 %u %u\n", host_base, (unsigned)RUNTIME_ID_COUNT);
+    static const char *const maps[] = {"uid_map", "gid_map"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, maps[i]);
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, map, (size_t)len) != len)
+            child_fail(status_fd, "write %s", path);
+        close(fd);
+    }
+    snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+    child_touch(status_fd, RUNTIME_OCI_USERNS);
+    child_mount(status_fd, path, RUNTIME_OCI_USERNS, NULL, MS_BIND, NULL);
+    return pid;
+}
+
 static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
 {
     const struct runtime_spec *spec = a->spec;
@@ -144,13 +231,26 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
             child_fail(status_fd, "clone %s", path);
     }
     child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-    child_setup_network(status_fd);
     /* crun refuses a hybrid cgroup layout outright; its cgroups are not used anyway. */
     if (a->rt->cgroups.mode == CGROUP_V1 && !a->gvisor)
         mount("tmpfs", "/sys/fs/cgroup/unified", "tmpfs", MS_RDONLY, "size=0");
     /* The namespace owner of the idmap helpers: as native, from the set-up's pid. */
     child_mount_overlay(status_fd, spec, RUNTIME_NS_OWNER_BASE + (uint32_t)getpid());
+    /* After the mounts, as native.c: coved binds its egress sockets in this namespace as
+     * soon as it exists, and lo's addresses being set meanwhile could refuse its bind. */
+    child_setup_network(status_fd);
     child_write_resolv_conf(status_fd); /* in the root, the current directory */
+    if (!a->gvisor) {
+        /* sysfs shows the network namespace of whoever mounts it, and only its owner's user
+         * namespace may: from the container's, crun would bind the host's /sys instead (its
+         * interfaces and all). Mounted here, as native.c does; config.json leaves /sys out. */
+        if (spec->host_os)
+            child_bind_host_usr(status_fd); /* as native.c: the links too, read-only */
+        child_mkdir(status_fd, "sys", 0555);
+        child_mount(status_fd, "sysfs", "sys", "sysfs",
+                    MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL);
+        mount_own_cgroups(status_fd, &a->rt->cgroups);
+    }
     if (chdir(spec->run_dir) < 0)
         child_fail(status_fd, "chdir %s", spec->run_dir);
     int cfg = open("config.json", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -170,6 +270,7 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     /* The runtime's state lives in the layer too: gone with the sandbox. */
     const char *argv[32];
     int n = 0;
+    pid_t userns_helper = -1;
     char platform[40];
     if (a->gvisor) {
         snprintf(platform, sizeof(platform), "--platform=%s", a->rt->gvisor_platform);
@@ -194,8 +295,12 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     } else {
         /* crun leaves its processes in the cgroups they start in; runc has no such switch and
          * is given Cove's own as its cgroupsPath (runtime_oci_bundle_config). */
-        const char *base = strrchr(a->rt->oci_path, '/');
-        bool runc = strstr(base != NULL ? base + 1 : a->rt->oci_path, "runc") != NULL;
+        bool runc = runtime_oci_is_runc(a->rt);
+        if (runc)
+            show_root_to_runc(status_fd);
+        else
+            userns_helper = make_user_namespace(
+                status_fd, RUNTIME_NS_OWNER_BASE + (uint32_t)getpid(), spec->host_id_base);
         const char *c[] = {a->rt->oci_path, "--root", state, "--log", log_path};
         for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
             argv[n++] = c[i];
@@ -225,6 +330,12 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
+    if (userns_helper > 0) {
+        kill(userns_helper, SIGKILL);
+        while (waitpid(userns_helper, NULL, 0) < 0 && errno == EINTR)
+            ;
+        umount2(RUNTIME_OCI_USERNS, MNT_DETACH); /* in this namespace only; the file stays */
+    }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_with_log(status_fd, log_path, a->gvisor ? "runsc" : "oci runtime",
                       WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
@@ -292,6 +403,23 @@ static int link_agent_socket(const char *run_dir, struct cove_error **err)
                               "the agent's socket %s was replaced", from);
     }
     return 0;
+}
+
+void runtime_oci_forget_cgroups(const struct runtime *rt, const char *id)
+{
+    if (rt->cgroups.mode != CGROUP_V1 || !runtime_oci_is_runc(rt))
+        return;
+    DIR *d = opendir("/sys/fs/cgroup");
+    if (d == NULL)
+        return;
+    char path[600];
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) > 200)
+            continue;
+        snprintf(path, sizeof(path), "/sys/fs/cgroup/%s/" CGROUP_PARENT "/%s", e->d_name, id);
+        rmdir(path); /* empty by now: everything of the sandbox is dead */
+    }
+    closedir(d);
 }
 
 struct runtime_oci_start {

@@ -59,6 +59,12 @@ int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct 
     return 0;
 }
 
+bool runtime_oci_is_runc(const struct runtime *rt)
+{
+    const char *base = strrchr(rt->oci_path, '/');
+    return strstr(base != NULL ? base + 1 : rt->oci_path, "runc") != NULL;
+}
+
 /* name as is when it has a slash, else the first executable of that name on PATH. */
 static bool find_binary(const char *name, char *out, size_t size)
 {
@@ -228,8 +234,9 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
     add_mount(mounts, "/dev/pts", "devpts", "devpts",
               gvisor ? "nosuid,noexec" : "nosuid,noexec,newinstance,ptmxmode=0666,mode=0620");
     add_mount(mounts, "/dev/shm", "tmpfs", "shm", "nosuid,noexec,nodev,mode=1777,size=65536k");
-    add_mount(mounts, "/sys", "sysfs", "sysfs", "nosuid,noexec,nodev,ro");
-    if (spec->host_os)
+    if (gvisor) /* else sysfs and the cgroups are the set-up child's (oci.c) */
+        add_mount(mounts, "/sys", "sysfs", "sysfs", "nosuid,noexec,nodev,ro");
+    if (spec->host_os && gvisor) /* else the set-up child's (oci.c) */
         add_mount(mounts, "/usr", "bind", "/usr", "rbind,ro,nosuid,nodev");
     add_mount(mounts, OCI_AGENT_DIR, "tmpfs", "tmpfs", "nosuid,nodev,mode=755,size=1m");
     add_mount(mounts, OCI_AGENT_PATH, "bind", rt->agent_path, "bind,ro,nosuid,nodev");
@@ -248,27 +255,36 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
     if (!gvisor) {
         /* root inside is the sandbox's host id range, as for a native sandbox; runsc's
          * sentry is already an unprivileged process in a user namespace of its own. */
-        json_array_append_new(ns, json_pack("{s:s}", "type", "user"));
-        json_array_append_new(ns, json_pack("{s:s}", "type", "cgroup"));
+        bool runc = runtime_oci_is_runc(rt);
+        char userns[4200];
+        snprintf(userns, sizeof(userns), "%s/" RUNTIME_OCI_USERNS, spec->run_dir);
+        if (runc)
+            json_array_append_new(ns, json_pack("{s:s}", "type", "user"));
+        else /* made by the set-up child, owned by the sandbox's own uid (oci.c) */
+            json_array_append_new(ns, json_pack("{s:s, s:s}", "type", "user", "path", userns));
+        /* the cgroup namespace: the set-up child's own (oci.c), inherited */
         /* Cove's own cgroups (made before the runtime runs), for a runtime that wants one
          * (runc); crun is told to leave cgroups alone. */
         char cgroups[160];
         snprintf(cgroups, sizeof(cgroups), "/" CGROUP_PARENT "/%s", spec->id);
         if (rt->cgroups.mode == CGROUP_V1)
             json_object_set_new(linux_cfg, "cgroupsPath", json_string(cgroups));
-        json_object_set_new(linux_cfg, "uidMappings", id_mapping(spec->host_id_base));
+        if (runc) {
+            json_object_set_new(linux_cfg, "uidMappings", id_mapping(spec->host_id_base));
+            json_object_set_new(linux_cfg, "gidMappings", id_mapping(spec->host_id_base));
+        }
         if (seccomp != NULL)
             json_object_set(linux_cfg, "seccomp", seccomp);
-        json_object_set_new(linux_cfg, "gidMappings", id_mapping(spec->host_id_base));
         json_object_set_new(linux_cfg, "maskedPaths",
                             string_array(oci_masked, sizeof(oci_masked) / sizeof(oci_masked[0])));
         json_object_set_new(
             linux_cfg, "readonlyPaths",
             string_array(oci_readonly, sizeof(oci_readonly) / sizeof(oci_readonly[0])));
     }
-    json_t *config = json_pack("{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2",
-                               "process", process, "root", "path", "root", "readonly", 0,
-                               "hostname", spec->id, "mounts", mounts, "linux", linux_cfg);
+    json_t *config = json_pack(
+        "{s:s, s:o, s:{s:s, s:b}, s:s, s:o, s:o}", "ociVersion", "1.0.2", "process", process,
+        "root", "path", !gvisor && runtime_oci_is_runc(rt) ? RUNTIME_RUNC_ROOT : "root", "readonly",
+        0, "hostname", spec->id, "mounts", mounts, "linux", linux_cfg);
     char *text = config != NULL ? json_dumps(config, JSON_COMPACT) : NULL;
     json_decref(config);
     json_decref(seccomp);

@@ -285,6 +285,13 @@ static void bind_merged_usr_links(int status_fd)
     }
 }
 
+void child_bind_host_usr(int status_fd)
+{
+    child_mkdir(status_fd, "usr", 0755);
+    child_bind_ro(status_fd, "/usr", "usr", MS_NOSUID | MS_NODEV);
+    bind_merged_usr_links(status_fd);
+}
+
 int runtime_layer_forget_setup(int copy, const char *rootfs)
 {
     int template = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -359,11 +366,8 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     child_mount(status_fd, NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
     child_mount_overlay(status_fd, spec, owner);
 
-    if (spec->host_os) {
-        child_mkdir(status_fd, "usr", 0755);
-        child_bind_ro(status_fd, "/usr", "usr", MS_NOSUID | MS_NODEV);
-        bind_merged_usr_links(status_fd);
-    }
+    if (spec->host_os)
+        child_bind_host_usr(status_fd);
     child_mkdir(status_fd, "sys", 0555);
     child_mount(status_fd, "sysfs", "sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
                 NULL);

@@ -213,6 +213,17 @@ int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct 
  * malloc'd, or NULL. */
 char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_spec *spec,
                                 bool gvisor, bool kernel, json_t *seccomp);
+/* oci_bundle.c: whether the OCI runtime binary is runc (it needs Cove's cgroups named, and its
+ * root at RUNTIME_RUNC_ROOT). */
+bool runtime_oci_is_runc(const struct runtime *rt);
+/* oci.c: runc makes the sandbox's cgroup (cgroupsPath) in every v1 hierarchy, Cove's five
+ * and the others: those others removed at teardown. */
+void runtime_oci_forget_cgroups(const struct runtime *rt, const char *id);
+/* In the run dir as the set-up child sees it: the sandbox's user namespace, for crun to join. */
+#define RUNTIME_OCI_USERNS "userns"
+/* Where the set-up child shows runc the overlay (its own mount namespace only): runc mounts
+ * the root from inside the user namespace, whose root cannot pass the 0700 state dir. */
+#define RUNTIME_RUNC_ROOT "/dev/shm/cove-root"
 /* oci.c: runtime_start_begin for RUNTIME_OCI and RUNTIME_GVISOR. */
 struct runtime_oci_start;
 int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,

@@ -170,13 +170,15 @@ static void test_bundle_config(void)
     CHECK(has_namespace(c, "user") && has_namespace(c, "pid") && has_namespace(c, "mount"));
     /* The network namespace is the set-up's, inherited: never a new one, never the host's. */
     CHECK(!has_namespace(c, "network"));
-    json_t *map = json_array_get(json_object_get(json_object_get(c, "linux"), "uidMappings"), 0);
-    CHECK(json_integer_value(json_object_get(map, "containerID")) == 0);
-    CHECK(json_integer_value(json_object_get(map, "hostID")) == 1 << 20);
-    CHECK(json_integer_value(json_object_get(map, "size")) == RUNTIME_ID_COUNT);
+    /* crun joins the user namespace the set-up child made (its maps written there). */
+    CHECK(json_object_get(json_object_get(c, "linux"), "uidMappings") == NULL);
+    CHECK(strstr(text, "\"path\":\"/var/lib/cove/run/sbx1/" RUNTIME_OCI_USERNS "\"") != NULL);
     CHECK(json_array_size(json_object_get(json_object_get(c, "linux"), "maskedPaths")) > 0);
     CHECK(json_object_get(json_object_get(c, "linux"), "seccomp") != NULL);
-    CHECK(has_mount(c, "/usr", "/usr"));
+    /* /usr, sysfs and the cgroups are mounted by the set-up child; its cgroup namespace
+     * is inherited. */
+    CHECK(!has_mount(c, "/usr", NULL) && !has_mount(c, "/sys", NULL));
+    CHECK(!has_namespace(c, "cgroup"));
     CHECK(has_mount(c, "/run/cove/cove-agent", "/opt/cove/cove-agent"));
     CHECK(has_mount(c, "/etc/ssl/certs/ca-certificates.crt", "/var/lib/cove/ca.pem"));
     CHECK(!has_mount(c, "/run/cove/sock", NULL));
@@ -189,8 +191,30 @@ static void test_bundle_config(void)
     json_decref(c);
     free(text);
 
+    /* runc: the root where the set-up child shows it, on a path anyone may pass. */
+    snprintf(rt.oci_path, sizeof(rt.oci_path), "/usr/sbin/runc");
+    CHECK(runtime_oci_is_runc(&rt));
+    text = runtime_oci_bundle_config(&rt, &spec, false, true, NULL);
+    c = text ? json_loads(text, 0, NULL) : NULL;
+    CHECK(c != NULL);
+    CHECK(strcmp(json_string_value(json_object_get(json_object_get(c, "root"), "path")),
+                 RUNTIME_RUNC_ROOT) == 0);
+    /* runc makes the user namespace itself, from the maps. */
+    json_t *map = json_array_get(json_object_get(json_object_get(c, "linux"), "uidMappings"), 0);
+    CHECK(json_integer_value(json_object_get(map, "containerID")) == 0);
+    CHECK(json_integer_value(json_object_get(map, "hostID")) == 1 << 20);
+    CHECK(json_integer_value(json_object_get(map, "size")) == RUNTIME_ID_COUNT);
+    json_decref(c);
+    free(text);
+
     /* runsc: the agent binds its socket in the bind-mounted directory; no user namespace of
      * Cove's (the sentry has its own), no kernel helper, no host /usr without host_os. */
+    text = runtime_oci_bundle_config(&rt, &spec, true, false, NULL);
+    c = text ? json_loads(text, 0, NULL) : NULL;
+    CHECK(c != NULL);
+    CHECK(has_mount(c, "/usr", "/usr") && has_mount(c, "/sys", NULL)); /* host_os: its own */
+    json_decref(c);
+    free(text);
     spec.host_os = false;
     spec.ca_bundle = NULL;
     spec.entrypoint = NULL;
