@@ -301,6 +301,7 @@ def test_code_contexts(coved, kind):
         coved.delete(sid)
 
 
+@pytest.mark.static_agent  # a busybox root: no libc for the sanitizer pass's dynamic agent
 def test_a_templates_default_runtime(tmp_path):
     """A template registered with a runtime gives it to the sandboxes made from it that name
     none; a create's own runtime still wins; a bad one is a 400 that registers nothing."""
