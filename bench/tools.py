@@ -266,8 +266,11 @@ class Cove:
     (covetest.Coved) from copies of the build's binaries, with its own port, key and state
     dir: keep-alive connections to the API, one per client thread, and the gateway."""
 
-    def __init__(self, tmp, coved_path, agent_path, state_parent=None, layer=None):
+    def __init__(self, tmp, coved_path, agent_path, state_parent=None, layer=None, admin=False,
+                 extra_args=()):
         self.dir = os.path.join(tmp, "cove")
+        self.extra_args = list(extra_args)  # more of coved's flags
+        self.admin = admin  # its key an admin key too (the pools' API)
         # The state dir (database and run dirs) lives in the bench's temp dir unless asked
         # to live elsewhere (e.g. on a tmpfs, to see what the disk costs).
         self.state_parent = state_parent
@@ -298,14 +301,21 @@ class Cove:
                                   "cove-kernel")
         if os.path.exists(kernel_src):
             shutil.copy2(kernel_src, os.path.join(bindir, "cove-kernel"))
+        # What the oci and gvisor runtimes need next to coved (cove-shim, the gVisor preload).
+        for helper in ("cove-shim", "cove-gvisor-compat.so"):
+            src = os.path.join(os.path.dirname(self.coved_src), helper)
+            if os.path.exists(src):
+                shutil.copy2(src, os.path.join(bindir, helper))
         if self.state_parent:
             state = tempfile.mkdtemp(prefix="cove-bench-state-", dir=self.state_parent)
         else:
             state = os.path.join(self.dir, "state")
             os.makedirs(state)
         self.daemon = covetest.Coved(api_keys=(self.key,), state_dir=state, coved=coved,
+                                     admin_keys=(self.key,) if self.admin else (),
                                      agent=agent, extra_args=["--log-level", log_level] +
-                                     (["--layer", self.layer] if self.layer else []))
+                                     (["--layer", self.layer] if self.layer else []) +
+                                     self.extra_args)
         # Its own session: a Ctrl-C on the terminal must reach the bench only, which then
         # deletes the sandboxes through the API before stopping coved.
         self.daemon.start(new_session=True)

@@ -11,7 +11,12 @@ packages=(
   # templates: tarballs are unpacked (and directories copied) with libarchive
   libarchive-dev
   libzmq3-dev
+  # E2B's envd speaks Connect with binary protobuf as well as JSON: protoc-c compiles
+  # proto/e2b at build time, libprotobuf-c packs and unpacks (src/lib/connect.c)
+  libprotobuf-c-dev protobuf-c-compiler
   python3 python3-pytest python3-ipykernel
+  # the e2e and security suites run on several workers at once (scripts/test.sh)
+  python3-pytest-xdist
   # tests/e2e/test_cli_aliases.py reads `cove -o yaml` back with a real YAML parser
   python3-yaml
   # `cove completion zsh` is loaded by a test

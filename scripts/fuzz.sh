@@ -17,7 +17,8 @@ if [ "${1:-}" = "--time" ]; then
     shift 2
 fi
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(http multipart websocket wire values routes events tunnel policy dns sniff vault mitm mcp volumes isolated image_manifest layer_unpack)
+[ ${#names[@]} -gt 0 ] || names=(http multipart websocket wire values routes events tunnel policy dns sniff vault mitm mcp volumes isolated image_manifest layer_unpack pool_claim
+    connect_envelope pbjson)
 
 if [ ! -f build-fuzz/build.ninja ]; then
     CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \
@@ -30,8 +31,10 @@ ninja -C build-fuzz "${targets[@]}" >/dev/null
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 mkdir -p build-fuzz/findings
-status=0
-for name in "${names[@]}"; do
+
+# fuzz_one NAME: one harness's run, its verdict (and, failed, the end of its log) on stdout.
+fuzz_one() {
+    local name=$1 work n limits started
     work=$(mktemp -d)
     if [ -n "$time_limit" ]; then
         limits=(-max_total_time="$time_limit")
@@ -51,11 +54,30 @@ for name in "${names[@]}"; do
         >"$work.log" 2>&1; then
         echo "fuzz $name: ok ($(grep -o 'Done [0-9]* runs' "$work.log" || echo done)," \
             "$(( $(date +%s) - started )) s, corpus $(ls "$work" | wc -l) new inputs)"
-    else
-        echo "fuzz $name: FAILED"
-        tail -n 60 "$work.log"
-        status=1
+        rm -rf "$work" "$work.log"
+        return 0
     fi
+    echo "fuzz $name: FAILED"
+    tail -n 60 "$work.log"
     rm -rf "$work" "$work.log"
+    return 1
+}
+
+# As many at once as there are CPUs (COVE_FUZZ_JOBS): each harness is one CPU-bound process
+# with a fixed seed, so running them side by side changes none of the inputs they try.
+jobs=${COVE_FUZZ_JOBS:-$(nproc)}
+out=$(mktemp -d)
+status=0
+for i in "${!names[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+        wait -n || true
+    done
+    { if fuzz_one "${names[$i]}" >"$out/$i"; then echo 0; else echo 1; fi >"$out/$i.rc"; } &
 done
+wait
+for i in "${!names[@]}"; do
+    cat "$out/$i"
+    [ "$(cat "$out/$i.rc" 2>/dev/null)" = 0 ] || status=1
+done
+rm -rf "$out"
 exit "$status"

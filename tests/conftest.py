@@ -17,6 +17,13 @@ def pytest_configure(config):
                             "(skipped in the sanitizer pass, whose agent is dynamic)")
     config.addinivalue_line("markers", "native_only(reason): about the native runtime itself "
                             "(skipped when COVE_TEST_RUNTIME names another)")
+    config.addinivalue_line("markers", "not_under(*runtimes, reason): a known difference of "
+                            "those runtimes (docs/security.md, \"Other runtimes\"): skipped "
+                            "under them, saying why")
+    config.addinivalue_line("markers", "serial(reason): runs alone, not beside other test "
+                            "files under pytest-xdist (scripts/test.sh runs `-m 'not serial'` "
+                            "with -n, then `-m serial` without): load tests and what asserts "
+                            "about the whole host")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -30,6 +37,10 @@ def pytest_collection_modifyitems(config, items):
         if mark is not None:
             why = mark.kwargs.get("reason") or (mark.args[0] if mark.args else "native runtime")
             item.add_marker(pytest.mark.skip(reason=f"native only ({runtime} run): {why}"))
+        for mark in item.iter_markers("not_under"):
+            if runtime in mark.args:
+                item.add_marker(pytest.mark.skip(
+                    reason=f"known {runtime} difference: {mark.kwargs.get('reason', '')}"))
 
 
 LOG_TAIL_LINES = 80

@@ -421,3 +421,20 @@ def descendants(pid, helpers=False):
                 found.append(c)
                 todo.append(c)
     return found
+
+
+def settled_fds(pid, timeout=15):
+    """coved's open descriptors once they stop moving: right after a create or a delete its
+    stock of spares (src/coved/runtime/spares.h: namespaces, layers and run dirs, each a
+    descriptor) is being refilled, which takes a moment after creates pause. The count, once
+    it read the same 5 times 0.1 s apart (or when timeout passed)."""
+    deadline = time.time() + timeout
+    last, same = None, 0
+    while time.time() < deadline:
+        n = len(os.listdir(f"/proc/{pid}/fd"))
+        same = same + 1 if n == last else 0
+        last = n
+        if same >= 4:
+            break
+        time.sleep(0.1)
+    return last

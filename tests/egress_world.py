@@ -32,9 +32,14 @@ NAMES = {
     "metadata.test": "169.254.169.254",
 }
 DNS_ADDRESS = "127.77.0.53"
-HTTP_PORT = 8080
-HTTPS_PORT = 8443
-ECHO_PORT = 7000
+# The servers listen on fixed ports of the addresses above. Under pytest-xdist every worker
+# (PYTEST_XDIST_WORKER gw0, gw1, ...) runs a world of its own at the same time: each gets ports
+# of its own, so that two egress modules never contend for one socket, and what a world's
+# recorder saw came from its own worker's sandboxes.
+_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").lstrip("gw") or 0)
+HTTP_PORT = 8080 + 10 * _WORKER
+HTTPS_PORT = 8443 + 10 * _WORKER
+ECHO_PORT = 7000 + 10 * _WORKER
 
 
 def free_port(address):

@@ -13,6 +13,7 @@
 #include "agent/files.h"
 #include "agent/health.h"
 #include "agent/metrics.h"
+#include "agent/pool.h"
 #include "agent/pty.h"
 #include "agent/session.h"
 
@@ -73,6 +74,12 @@ static const struct route routes[] = {
 /* Served only under a route prefix (an isolated session's agent, OSEP-0013). */
 static const struct route prefixed_routes[] = {
     {"POST", "/run", command_handle_isolated_run}, /* runInIsolatedSession */
+};
+
+/* Served only with --pooled (a warm pool's sandbox, pool.h): 404 otherwise, as unknown paths. */
+static const struct route pooled_routes[] = {
+    {"GET", "/cove/warm", pool_handle_warm},
+    {"POST", "/cove/claim", pool_handle_claim},
 };
 
 /* Routes that see the request right after its head, before the body: a head handler returns
@@ -221,6 +228,9 @@ static void dispatch(struct http_request *req, void *arg)
                               allowed, sizeof(allowed));
     if (path != NULL && handler == NULL && route_prefix_len > 0)
         handler = table_match(prefixed_routes, sizeof(prefixed_routes) / sizeof(prefixed_routes[0]),
+                              method, path, &params, allowed, sizeof(allowed));
+    if (path != NULL && handler == NULL && pool_enabled())
+        handler = table_match(pooled_routes, sizeof(pooled_routes) / sizeof(pooled_routes[0]),
                               method, path, &params, allowed, sizeof(allowed));
     free(decoded);
     if (handler != NULL) {

@@ -18,8 +18,12 @@ struct api_params;
 /* helper_fd: an O_PATH descriptor of cove-kernel, or -1 when the sandbox has none. */
 void code_init(struct event_base *base, int helper_fd);
 /* Starts the default context of language now, so the first run does not wait for its kernel
- * (the template asked for it: cove-agent --prestart LANGUAGE). */
-void code_prestart(const char *language);
+ * (the template asked for it: cove-agent --prestart LANGUAGE). settled, when not NULL, is
+ * called once: settled(arg, NULL) when that context can run at once (its kernel is ready, or it
+ * is a bash one), settled(arg, why) when it cannot (its kernel did not start, or the context
+ * was deleted first); from within code_prestart or later, from the event loop. */
+typedef void (*code_prestart_fn)(void *arg, const char *failure);
+void code_prestart(const char *language, code_prestart_fn settled, void *arg);
 /* Stops every kernel and forgets every context (at exit). */
 void code_cleanup(void);
 

@@ -283,7 +283,7 @@ void code_handle_interrupt(struct http_request *req, const struct api_params *pa
     http_respond(req, 200, NULL, NULL, 0);
 }
 
-void code_prestart(const char *language_text)
+void code_prestart(const char *language_text, code_prestart_fn settled, void *arg)
 {
     cleanup_error struct cove_error *err = NULL;
     char language[LANGUAGE_SIZE];
@@ -293,10 +293,23 @@ void code_prestart(const char *language_text)
         (ctx = code_context_new(language, true, NULL, &err)) == NULL) {
         if (err != NULL)
             log_warn("cannot prestart a %s kernel: %s", language_text, err->message);
+        if (settled != NULL)
+            settled(arg, err != NULL ? err->message : "its default context exists already");
         return;
     }
-    if (!code_context_is_bash(ctx) && code_context_start(ctx, NULL, &err) < 0)
+    if (code_context_is_bash(ctx)) {
+        if (settled != NULL)
+            settled(arg, NULL);
+        return;
+    }
+    if (code_context_start(ctx, NULL, &err) < 0) {
         log_warn("cannot prestart a %s kernel: %s", language, err->message);
+        if (settled != NULL)
+            settled(arg, err->message);
+        return;
+    }
+    if (settled != NULL)
+        code_context_on_start(ctx, settled, arg);
 }
 
 void code_init(struct event_base *base, int helper_fd)

@@ -45,8 +45,10 @@ struct code_context {
     bool ever_ready;            /* a context whose kernel never started is forgotten */
 
     struct http_request *create_req; /* POST /code/context waiting for the kernel */
-    struct code_run *current;        /* sent to the helper */
-    struct code_run *queue;          /* waiting, oldest first */
+    void (*started_fn)(void *arg, const char *failure); /* code_context_on_start */
+    void *started_arg;
+    struct code_run *current; /* sent to the helper */
+    struct code_run *queue;   /* waiting, oldest first */
 
     int busy; /* inside a callback that may free it: freeing is left to that callback */
     bool doomed;
@@ -84,6 +86,22 @@ bool code_context_is_bash(const struct code_context *ctx)
 static bool kernel_ready(const struct code_context *ctx)
 {
     return ctx->helper != NULL && code_helper_state(ctx->helper) == CODE_KERNEL_READY;
+}
+
+/* Tells code_context_on_start's callback, once. */
+static void context_report_start(struct code_context *ctx, const char *failure)
+{
+    void (*fn)(void *, const char *) = ctx->started_fn;
+    ctx->started_fn = NULL;
+    if (fn != NULL)
+        fn(ctx->started_arg, failure);
+}
+
+void code_context_on_start(struct code_context *ctx, void (*fn)(void *arg, const char *failure),
+                           void *arg)
+{
+    ctx->started_fn = fn;
+    ctx->started_arg = arg;
 }
 
 /* --- a run's event stream --- */
@@ -216,6 +234,7 @@ static void on_kernel_ready(void *arg)
     struct code_context *ctx = arg;
     context_hold(ctx);
     ctx->ever_ready = true;
+    context_report_start(ctx, NULL);
     struct http_request *req = ctx->create_req;
     ctx->create_req = NULL;
     if (req != NULL)
@@ -391,6 +410,7 @@ static void context_fail_start(struct code_context *ctx, int status, const char 
         context_unlink(ctx);
         ctx->doomed = true;
     }
+    context_report_start(ctx, message);
     context_fail_waiting(ctx, status, code, message);
     context_release(ctx);
 }
@@ -457,6 +477,7 @@ void code_context_delete(struct code_context *ctx, const char *why)
     context_stop_helper(ctx);
     context_hold(ctx);
     ctx->doomed = true;
+    context_report_start(ctx, why);
     struct http_request *create = ctx->create_req;
     ctx->create_req = NULL;
     if (create != NULL)
@@ -554,11 +575,24 @@ json_t *code_contexts_json(const char *language)
     return list;
 }
 
+size_t code_contexts_update_environment(json_t *set, json_t *unset)
+{
+    size_t told = 0;
+    for (struct code_context *c = contexts; c != NULL; c = c->next) {
+        if (c->helper == NULL || code_helper_state(c->helper) == CODE_KERNEL_EXITING)
+            continue;
+        code_helper_update_environment(c->helper, set, unset);
+        told++;
+    }
+    return told;
+}
+
 void code_contexts_cleanup(void)
 {
     while (contexts != NULL) {
         struct code_context *ctx = contexts;
         contexts = ctx->next;
+        ctx->started_fn = NULL; /* at exit: nobody to tell */
         context_stop_helper(ctx);
         if (ctx->current != NULL)
             run_free(ctx->current);

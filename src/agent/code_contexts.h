@@ -41,6 +41,18 @@ struct json_t *code_contexts_json(const char *language);
  * the kernel is ready, or the error if it does not start. On failure the context is forgotten. */
 int code_context_start(struct code_context *ctx, struct http_request *req, struct cove_error **err);
 
+/* fn(arg, NULL) once the kernel of a started context is first ready, or fn(arg, why) when it
+ * never will be (its start failed, or the context was deleted first); at most once, and not at
+ * all once code_contexts_cleanup ran. */
+void code_context_on_start(struct code_context *ctx, void (*fn)(void *arg, const char *failure),
+                           void *arg);
+
+/* A warm pool's claim (pool.h): every kernel context whose helper runs or starts is sent the
+ * change of environment (code_helper_update_environment), not awaited; returns how many. A
+ * context without a helper gets the agent's environment when its next kernel starts, and bash
+ * contexts are sessions (session_update_environment). */
+size_t code_contexts_update_environment(struct json_t *set, struct json_t *unset);
+
 /* Queues a run of code; req gets its event stream (200 once it can only succeed: at once with
  * the kernel up, else when it starts) or the error of a kernel that does not start. */
 int code_context_run(struct code_context *ctx, struct http_request *req, const char *code,

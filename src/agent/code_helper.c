@@ -172,6 +172,11 @@ void code_helper_send(struct code_helper *helper, json_t *obj)
         event_add(helper->to_helper_event, NULL);
 }
 
+void code_helper_update_environment(struct code_helper *helper, json_t *set, json_t *unset)
+{
+    code_helper_send(helper, json_pack("{s:s, s:O, s:O}", "op", "env", "set", set, "unset", unset));
+}
+
 static void on_stderr(evutil_socket_t fd, short what, void *arg)
 {
     struct code_helper *h = arg;

@@ -1,7 +1,8 @@
 /* One run of cove-kernel, the helper that runs a context's Jupyter kernel (src/kernel/), and
  * its line protocol: JSON lines on its stdin (requests: {"op":"execute","code":...},
- * {"op":"interrupt"}) and on its stdout (control lines {"cove":"ready"|"failed"|"done"|
- * "exited",...}, everything else an execd event of the run under way, forwarded as is).
+ * {"op":"interrupt"}, {"op":"env","set":{...},"unset":[...]}) and on its stdout (control lines
+ * {"cove":"ready"|"failed"|"done"| "exited",...}, everything else an execd event of the run under
+ * way, forwarded as is).
  *
  * The helper knows nothing of contexts or HTTP: what it reads goes to its owner's callbacks.
  * A helper is one process: once it is gone, its owner stops it and starts a new one. */
@@ -57,6 +58,13 @@ enum code_kernel_state code_helper_state(const struct code_helper *helper);
 
 /* Queues one request line for the helper (obj taken). */
 void code_helper_send(struct code_helper *helper, struct json_t *obj);
+
+/* A warm pool's claim: the kernel's environment changes as the agent's did (unset names, then
+ * set ones), for the code it runs next; nothing is awaited. A kernel still starting gets it
+ * before its first run (the helper holds requests until the kernel serves); the helper
+ * supports it for python kernels and says on its stderr that others ignore it. */
+void code_helper_update_environment(struct code_helper *helper, struct json_t *set,
+                                    struct json_t *unset);
 
 /* Reads on after its owner was paused (the run's client took what was sent). */
 void code_helper_resume_reading(struct code_helper *helper);

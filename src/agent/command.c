@@ -24,6 +24,7 @@
 #include "agent/process.h"
 #include "agent/reaper.h"
 #include "agent/sse.h"
+#include "agent/env_name.h"
 #include "lib/environment.h"
 #include "lib/http.h"
 #include "lib/log.h"
@@ -413,7 +414,7 @@ static int parse_envs(json_t *envs, json_t **out, struct cove_error **err)
         if (!json_is_string(value))
             return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
                                   "%s envs.%s must be a string", parse_error, key);
-        if (key[0] == '\0' || strchr(key, '=') != NULL)
+        if (!env_name_valid(key))
             return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
                                   "%s invalid environment variable name '%s'", invalid, key);
     }

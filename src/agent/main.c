@@ -6,16 +6,23 @@
  *              [--kernel-helper-fd N] [--kernel-libs-fd N] [--prestart LANGUAGE]
  *              [--child-nofile SOFT:HARD]
  *              [--session-idle-timeout SECONDS] [--session-max N] [--ready-fd N]
+ *              [--ready-file PATH] [--preload PATH]
  *              [--disk-cap BYTES] [--layer-fd N]
  *              [--route-prefix PREFIX] [--run-as UID:GID] [--workdir DIR]
- *              [--create-workdir] [--user USER[:GROUP]] [--] [entrypoint argv...]
+ *              [--create-workdir] [--user USER[:GROUP]] [--pooled] [--] [entrypoint argv...]
  *
  * --ready-fd: closed once the entrypoint started, after "P" and why when it could not be
- * (coved's start handshake: such a sandbox is Failed, not Running);
+ * (coved's start handshake: such a sandbox is Failed, not Running); --ready-file the same
+ * where no descriptor can be passed (gVisor): written as PATH.tmp, renamed to PATH when done;
+ * --preload puts PATH first in the LD_PRELOAD of every process the agent starts (gVisor's
+ * compatibility library), not in the agent's own, which is loaded already;
  * --kernel-helper-fd: an O_PATH descriptor of cove-kernel, the helper that runs Jupyter
  * kernels for code contexts (code.h), and --kernel-libs-fd one of a directory of its loader
  * and libraries (run under them, it needs nothing of the sandbox's root); --prestart starts
  * LANGUAGE's default context at once;
+ * --pooled: a warm pool's sandbox, started without an entrypoint: GET /cove/warm and
+ * POST /cove/claim are served (pool.h), the claim bringing the user's environment and
+ * entrypoint;
  * --child-nofile is the RLIMIT_NOFILE of every process the agent starts;
  * --session-idle-timeout (0: never; default 1800) and --session-max (default 64) bound the
  * bash and PTY sessions clients leave open (idle.h); --disk-cap, the cap of the sandbox's
@@ -36,6 +43,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -62,6 +70,7 @@
 #include "agent/proc_guard.h"
 #include "agent/process.h"
 #include "agent/metrics.h"
+#include "agent/pool.h"
 #include "agent/pty.h"
 #include "agent/reaper.h"
 #include "agent/session.h"
@@ -87,12 +96,14 @@ struct agent {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
-                 "[--debug] [--kernel-helper-fd N] [--kernel-libs-fd N] [--prestart LANGUAGE] "
-                 "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
-                 "[--ready-fd N] [--disk-cap BYTES] [--layer-fd N] [--route-prefix PREFIX] "
-                 "[--run-as UID:GID] [--workdir DIR] [--create-workdir] [--user USER[:GROUP]] [--] "
-                 "[entrypoint argv...]\n");
+    fprintf(out,
+            "usage: cove-agent [--listen-fd N] [--listen HOST:PORT|unix:PATH]... "
+            "[--debug] [--kernel-helper-fd N] [--kernel-libs-fd N] [--prestart LANGUAGE] "
+            "[--child-nofile SOFT:HARD] [--session-idle-timeout SECONDS] [--session-max N] "
+            "[--ready-fd N] [--ready-file PATH] [--preload PATH] [--disk-cap BYTES] [--layer-fd N] "
+            "[--route-prefix PREFIX] "
+            "[--run-as UID:GID] [--workdir DIR] [--create-workdir] [--user USER[:GROUP]] "
+            "[--pooled] [--] [entrypoint argv...]\n");
 }
 
 /* Children get stdio at 0-2; if the agent was started with any of them closed, pipes it
@@ -413,7 +424,9 @@ int main(int argc, char **argv)
     size_t specs_len = 0, fds_len = 0;
     const char *kernel_helper = NULL, *kernel_libs = NULL, *prestart = NULL, *workdir = NULL;
     bool create_workdir = false; /* --create-workdir: an image's WorkingDir, made if missing */
+    bool pooled = false;
     int ready_fd = -1;
+    const char *ready_file = NULL, *preload = NULL;
     struct idle_limits idle = {IDLE_DEFAULT_TIMEOUT_MS, IDLE_DEFAULT_MAX};
     int i = 1;
     for (; i < argc; i++) {
@@ -441,6 +454,10 @@ int main(int argc, char **argv)
                    parse_count(argv[i + 1], 3, INT32_MAX) >= 0) {
             ready_fd = (int)parse_count(argv[++i], 3, INT32_MAX);
             fcntl(ready_fd, F_SETFD, FD_CLOEXEC); /* for coved alone, never a child */
+        } else if (strcmp(arg, "--ready-file") == 0 && i + 1 < argc) {
+            ready_file = argv[++i];
+        } else if (strcmp(arg, "--preload") == 0 && i + 1 < argc) {
+            preload = argv[++i];
         } else if (strcmp(arg, "--prestart") == 0 && i + 1 < argc) {
             prestart = argv[++i];
         } else if (strcmp(arg, "--child-nofile") == 0 && i + 1 < argc) {
@@ -484,6 +501,8 @@ int main(int argc, char **argv)
             workdir = argv[++i];
         } else if (strcmp(arg, "--create-workdir") == 0) {
             create_workdir = true;
+        } else if (strcmp(arg, "--pooled") == 0) {
+            pooled = true;
         } else if (strcmp(arg, "--user") == 0 && i + 1 < argc) {
             uid_t uid;
             gid_t gid;
@@ -504,6 +523,11 @@ int main(int argc, char **argv)
         }
     }
     char **entrypoint = i < argc ? argv + i : NULL;
+    if (pooled && entrypoint != NULL) {
+        fprintf(stderr, "cove-agent: --pooled takes no entrypoint: POST /cove/claim starts it\n");
+        usage(stderr);
+        return 2;
+    }
     if (specs_len + fds_len == 0) {
         fprintf(stderr, "cove-agent: nothing to listen on\n");
         usage(stderr);
@@ -538,6 +562,7 @@ int main(int argc, char **argv)
     pty_init(agent.base, &idle);
     metrics_init(agent.base);
     health_init(agent.base);
+    pool_init(agent.base, pooled, prestart);
     for (size_t n = 0; n < fds_len + specs_len; n++) {
         const char *spec = n < fds_len ? listen_fds[n] : listen_specs[n - fds_len];
         int fd = n < fds_len                      ? listen_inherited(spec, &err)
@@ -555,13 +580,25 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    if (preload != NULL)
+        process_set_preload(preload);
+    char ready_tmp[PATH_MAX];
+    if (ready_file != NULL) {
+        snprintf(ready_tmp, sizeof(ready_tmp), "%s.tmp", ready_file);
+        ready_fd = open(ready_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (ready_fd < 0)
+            log_warn("cannot create %s: %s", ready_tmp, strerror(errno));
+    }
     start_entrypoint(entrypoint, ready_fd);
+    if (ready_file != NULL && ready_fd >= 0 && rename(ready_tmp, ready_file) < 0)
+        log_warn("cannot rename %s: %s", ready_tmp, strerror(errno));
     if (prestart != NULL)
-        code_prestart(prestart);
+        code_prestart(prestart, pooled ? pool_prestart_settled : NULL, NULL);
 
     event_base_dispatch(agent.base);
 
     http_server_free(agent.server);
+    pool_cleanup();
     metrics_cleanup();
     pty_cleanup();
     code_cleanup();

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,29 @@ void process_set_child_nofile(unsigned long long soft, unsigned long long hard)
 {
     child_nofile.rlim_cur = soft;
     child_nofile.rlim_max = hard;
+}
+
+static const char *preload; /* --preload, or NULL */
+
+void process_set_preload(const char *path)
+{
+    preload = path;
+    process_preload_refresh();
+}
+
+void process_preload_refresh(void)
+{
+    if (preload == NULL)
+        return;
+    const char *theirs = getenv("LD_PRELOAD");
+    size_t len = strlen(preload);
+    if (theirs != NULL && strncmp(theirs, preload, len) == 0 &&
+        (theirs[len] == '\0' || theirs[len] == ':'))
+        return; /* first already */
+    char both[PATH_MAX * 2];
+    snprintf(both, sizeof(both), "%s%s%s", preload, theirs && theirs[0] ? ":" : "",
+             theirs ? theirs : "");
+    setenv("LD_PRELOAD", both, 1);
 }
 
 #ifndef CLOSE_RANGE_CLOEXEC

@@ -41,6 +41,13 @@ int process_spawn(const struct process_spec *spec, pid_t *pid, struct cove_error
  * itself may hold more, for the connections it serves). 0 leaves the agent's own. */
 void process_set_child_nofile(unsigned long long soft, unsigned long long hard);
 
+/* --preload: path first in the LD_PRELOAD of every process the agent starts, by putting it first
+ * in the agent's own environment's, which they inherit (the agent's own libraries are loaded
+ * already). process_preload_refresh puts it back first after that environment changed (a warm
+ * pool's claim may set or unset LD_PRELOAD); path is kept, not copied. */
+void process_set_preload(const char *path);
+void process_preload_refresh(void);
+
 /* SIGKILL to every process of the session sid leads (a child process_spawn made: its jobs,
  * background ones in groups of their own included), found in /proc. One that left the
  * session (setsid) is not found: it chose to be a daemon. */

@@ -99,6 +99,72 @@ static char **copy_environ(void)
     return env;
 }
 
+/* Whether entry (NAME=VALUE) is of a name in unset or set. */
+static bool entry_replaced(const char *entry, json_t *set, json_t *unset)
+{
+    size_t name_len = strcspn(entry, "=");
+    const char *key;
+    json_t *value;
+    json_object_foreach(set, key, value)
+    {
+        if (strlen(key) == name_len && strncmp(entry, key, name_len) == 0)
+            return true;
+    }
+    size_t i;
+    json_array_foreach(unset, i, value)
+    {
+        const char *name = json_string_value(value);
+        if (name != NULL && strlen(name) == name_len && strncmp(entry, name, name_len) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* session->env without the entries set or unset replaces, then set's; NULL without memory. */
+static char **updated_environment(const struct session *session, json_t *set, json_t *unset)
+{
+    size_t n = 0;
+    while (session->env[n] != NULL)
+        n++;
+    char **env = calloc(n + json_object_size(set) + 1, sizeof(char *));
+    size_t out = 0;
+    for (size_t i = 0; env != NULL && i < n; i++) {
+        if (entry_replaced(session->env[i], set, unset))
+            continue;
+        if ((env[out++] = strdup(session->env[i])) == NULL) {
+            environment_free(env);
+            return NULL;
+        }
+    }
+    const char *key;
+    json_t *value;
+    json_object_foreach(set, key, value)
+    {
+        if (env == NULL)
+            break;
+        size_t size = strlen(key) + json_string_length(value) + 2;
+        if ((env[out] = malloc(size)) == NULL) {
+            environment_free(env);
+            return NULL;
+        }
+        snprintf(env[out++], size, "%s=%s", key, json_string_value(value));
+    }
+    return env;
+}
+
+void session_update_environment(json_t *set, json_t *unset)
+{
+    for (struct session *s = sessions; s != NULL; s = s->next) {
+        char **env = updated_environment(s, set, unset);
+        if (env == NULL) {
+            log_warn("session %s: out of memory for the claim's environment: kept", s->id);
+            continue;
+        }
+        environment_free(s->env);
+        s->env = env;
+    }
+}
+
 static struct session *session_find(const char *id)
 {
     for (struct session *s = sessions; s != NULL; s = s->next)

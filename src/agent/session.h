@@ -23,6 +23,13 @@ void session_handle_create(struct http_request *req, const struct api_params *pa
 void session_handle_run(struct http_request *req, const struct api_params *params);
 void session_handle_delete(struct http_request *req, const struct api_params *params);
 
+/* A warm pool's claim (pool.h): in every session's environment (a bash context's, prestarted,
+ * above all), the names of unset (a JSON array of strings) removed, then set's members (an
+ * object of strings) set, as the agent does to its own; new sessions copy the agent's. A run
+ * under way reports the environment it had, which replaces this when it ends. */
+struct json_t;
+void session_update_environment(struct json_t *set, struct json_t *unset);
+
 /* Forgets every session (at exit; processes are dealt with by the caller). */
 void session_cleanup(void);
 

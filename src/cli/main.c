@@ -53,6 +53,13 @@ static const struct cli_command *const group_commands[] = {
     NULL,
 };
 
+/* What only admin keys may do: warm pools. */
+extern const struct cli_command pool_command; /* pool_cmds.c */
+static const struct cli_command *const admin_commands[] = {
+    &pool_command,
+    NULL,
+};
+
 /* About cove itself: help, the manual, completion. */
 static const struct cli_command *const help_commands[] = {
     &help_command,
@@ -66,6 +73,7 @@ const struct cli_section cli_sections[] = {
     {"Files, logs and terminals", agent_commands},
     {"Network", network_commands},
     {"Grouped as osb spells them", group_commands},
+    {"Administration (admin key)", admin_commands},
     {"Help", help_commands},
     {NULL, NULL},
 };

@@ -136,6 +136,7 @@ enum {
     CREATE_OPTION_SNAPSHOT,
     CREATE_OPTION_IMAGE_USERNAME,
     CREATE_OPTION_IMAGE_PASSWORD_STDIN,
+    CREATE_OPTION_POOL,
 };
 
 /* --volume host:PATH:MOUNT[:OPTS] or pvc:NAME[/SUBPATH]:MOUNT[:OPTS], OPTS comma-separated
@@ -291,14 +292,15 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         {"snapshot", required_argument, NULL, CREATE_OPTION_SNAPSHOT},
         {"image-username", required_argument, NULL, CREATE_OPTION_IMAGE_USERNAME},
         {"image-password-stdin", no_argument, NULL, CREATE_OPTION_IMAGE_PASSWORD_STDIN},
+        {"pool", required_argument, NULL, CREATE_OPTION_POOL},
         {0},
     };
-    const char *template_name = NULL, *snapshot = NULL;
+    const char *template_name = NULL, *snapshot = NULL, *pool = NULL;
     const char *network = NULL, *layer = NULL, *image_username = NULL;
     bool credential_proxy = false, image_password_stdin = false;
     cleanup_json json_t *request = json_object();
-    cleanup_json json_t *limits =
-        json_pack("{s:s, s:s}", "cpu", SANDBOX_DEFAULT_CPU, "memory", SANDBOX_DEFAULT_MEMORY);
+    /* only what was given: the defaults go in after the options, unless a pool has its own */
+    cleanup_json json_t *limits = json_object();
     cleanup_json json_t *env = json_object();
     cleanup_json json_t *metadata = json_object();
     cleanup_json json_t *rules = json_array();
@@ -377,6 +379,11 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         case CREATE_OPTION_IMAGE_PASSWORD_STDIN:
             image_password_stdin = true;
             break;
+        case CREATE_OPTION_POOL:
+            if (optarg[0] == '\0')
+                return cli_usage_error(err, "--pool must not be empty");
+            pool = optarg;
+            break;
         default:
             if (cli_common_option(cli, option, optarg, err) < 0)
                 return -1;
@@ -390,15 +397,28 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
     if (credential_proxy &&
         json_object_set_new(request, "credentialProxy", json_pack("{s:b}", "enabled", 1)) < 0)
         return cove_error_sys(err, "cannot build the request");
-    if (layer != NULL &&
-        json_object_set_new(request, "extensions", json_pack("{s:s}", "cove.layer", layer)) < 0)
-        return cove_error_sys(err, "cannot build the request");
+    if (layer != NULL || pool != NULL) {
+        json_t *extensions = json_object();
+        if (extensions == NULL || json_object_set_new(request, "extensions", extensions) < 0)
+            return cove_error_sys(err, "cannot build the request");
+        if (layer != NULL && json_object_set_new(extensions, "cove.layer", json_string(layer)) < 0)
+            return cove_error_sys(err, "cannot build the request");
+        if (pool != NULL && set_string(extensions, "poolRef", pool, "--pool", err) < 0)
+            return -1;
+    }
 
     /* A snapshot brings its template; without an entrypoint the server picks one */
     if (snapshot != NULL && template_name != NULL)
         return cli_usage_error(err, "give --template or --snapshot, not both");
     if (snapshot != NULL && (image_username != NULL || image_password_stdin))
         return cli_usage_error(err, "--image-username is for an image, not --snapshot");
+    /* A pool's sandboxes are made already, from its template: a snapshot's files cannot be
+     * put in one after the fact */
+    if (snapshot != NULL && pool != NULL)
+        return cli_usage_error(err, "give --pool or --snapshot, not both");
+    if (pool != NULL && template_name == NULL && (image_username != NULL || image_password_stdin))
+        return cli_usage_error(err, "--image-username is for an image: with --pool, give "
+                                    "--template too");
     cleanup_json json_t *image_auth = NULL;
     if (cli_image_auth(image_username, image_password_stdin, "--image-username",
                        "--image-password-stdin", &image_auth, err) < 0)
@@ -409,9 +429,10 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         return -1;
     /* An OCI image without an entrypoint runs its own Entrypoint and Cmd, as `docker run`
      * does: what looks like a reference is sent without one first (below). */
-    bool image_default = optind >= argc && snapshot == NULL && template_name != NULL &&
-                         strpbrk(template_name, "/:@") != NULL;
-    if (optind >= argc && snapshot == NULL &&
+    bool image_default = optind >= argc && snapshot == NULL && pool == NULL &&
+                         template_name != NULL && strpbrk(template_name, "/:@") != NULL;
+    /* From a pool, what was not given is the pool's: no default image, limits or entrypoint */
+    if (optind >= argc && snapshot == NULL && pool == NULL &&
         string_array(sizeof(SANDBOX_DEFAULT_ENTRYPOINT) / sizeof(SANDBOX_DEFAULT_ENTRYPOINT[0]),
                      SANDBOX_DEFAULT_ENTRYPOINT, &entrypoint, err) < 0)
         return -1;
@@ -420,7 +441,7 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
     if (snapshot != NULL) {
         if (set_string(request, "snapshotId", snapshot, "--snapshot", err) < 0)
             return -1;
-    } else {
+    } else if (pool == NULL || template_name != NULL) {
         json_t *image = json_object();
         json_object_set_new(request, "image", image);
         if (set_string(image, "uri",
@@ -430,7 +451,14 @@ static int create_run(struct cli *cli, int argc, char **argv, struct cove_error 
         if (image_auth != NULL && json_object_set(image, "auth", image_auth) < 0)
             return cove_error_sys(err, "cannot build the request");
     }
-    json_object_set(request, "resourceLimits", limits);
+    if (pool == NULL &&
+        ((json_object_get(limits, "cpu") == NULL &&
+          json_object_set_new(limits, "cpu", json_string(SANDBOX_DEFAULT_CPU)) < 0) ||
+         (json_object_get(limits, "memory") == NULL &&
+          json_object_set_new(limits, "memory", json_string(SANDBOX_DEFAULT_MEMORY)) < 0)))
+        return cove_error_sys(err, "cannot build the request");
+    if (json_object_size(limits) > 0)
+        json_object_set(request, "resourceLimits", limits);
     if (json_object_size(env) > 0)
         json_object_set(request, "env", env);
     if (json_object_size(metadata) > 0)
@@ -488,6 +516,9 @@ const struct cli_command sandbox_create_command = {
         "      --snapshot ID     start from a snapshot instead: its template, with the files\n"
         "                        its sandbox had ('cove snapshot --help'); without an\n"
         "                        entrypoint, the server's default (tail -f /dev/null)\n"
+        "      --pool NAME       take a sandbox warm pool NAME made ahead of time, with\n"
+        "                        its template, limits and entrypoint unless given here\n"
+        "                        ('cove pool --help')\n"
         "      --cpu QUANTITY    CPU limit, e.g. 2 (" SANDBOX_DEFAULT_CPU ")\n"
         "      --memory SIZE     memory limit, e.g. 2Gi (" SANDBOX_DEFAULT_MEMORY
         "); units: Ki Mi Gi Ti,\n"

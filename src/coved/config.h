@@ -27,7 +27,8 @@ struct coved_config {
     int64_t quota[QUOTA_RESOURCES]; /* default per-key quota; QUOTA_UNLIMITED or a limit */
     double memory_overcommit, cpu_overcommit;
     bool insecure;
-    bool resume_on_access; /* gateway traffic resumes a paused sandbox */
+    bool resume_on_access;     /* gateway traffic resumes a paused sandbox */
+    bool cgroup_favor_dynmods; /* remount cgroup2 with favordynmods at start (cgroup.h) */
     int64_t max_timeout_s;
     int64_t max_template_bytes;  /* a template registered over the API */
     unsigned sandbox_file_share; /* a sandbox may hold 1/N of fs.file-max */

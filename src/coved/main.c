@@ -17,7 +17,9 @@
 #include "coved/image/image.h"
 #include "coved/route_key_command.h"
 #include "coved/runtime/kernel_libs.h"
+#include "coved/runtime/orphans.h"
 #include "coved/runtime/runtime.h"
+#include "coved/sandbox/pool.h"
 #include "coved/sandbox/sandbox.h"
 #include "coved/sandbox/isolated.h"
 #include "coved/sandbox/snapshot.h"
@@ -62,6 +64,20 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     struct event_base *base = arg;
     log_info("signal %d: stopping (sandboxes keep running)", (int)sig);
     event_base_loopexit(base, NULL);
+}
+
+/* How often coved as PID 1 looks for orphans to reap (orphans.h). No SIGCHLD handler: libevent's
+ * would be inherited by every child that forks before it execs (and writes the signal's number
+ * to whatever descriptor that child has at the handler's old number), and it would make poll
+ * and nanosleep return EINTR throughout coved. A zombie costs only its pid meanwhile. */
+#define ORPHANS_REAP_INTERVAL_S 1
+
+static void on_orphans_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    runtime_orphans_reap();
 }
 
 /* Every client connection and gateway tunnel holds descriptors: take all the hard limit
@@ -205,11 +221,12 @@ int main(int argc, char **argv)
     struct image_store *images = NULL;
     struct snapshot_registry *snapshots = NULL;
     struct isolated_registry *isolated = NULL;
+    struct pool_registry *pools = NULL;
     struct egress *egress = NULL;
     struct egress_policy *default_policy = NULL;
     struct runtime rt = {.agent_fd = -1, .kernel_fd = -1, .kernel_libs_fd = -1};
     struct api api = {0};
-    struct event *sigterm = NULL, *sigint = NULL;
+    struct event *sigterm = NULL, *sigint = NULL, *orphans = NULL;
     char path[PATH_MAX + 16];
 
     if (mkdir(o.state_dir, 0700) < 0 && errno != EEXIST) {
@@ -233,6 +250,8 @@ int main(int argc, char **argv)
         file_budget_read(&rt.files, o.sandbox_file_share, &err) < 0)
         goto out;
     file_budget_log(&rt.files, CGROUP_DEFAULT_PIDS);
+    if (o.cgroup_favor_dynmods)
+        cgroup_favor_dynmods();
     if (rt.kernel_fd >= 0 &&
         runtime_kernel_libs_setup(&rt, o.state_dir, o.kernel_helper, &err) < 0) {
         log_warn("%s: code contexts work only in templates that have the kernel helper's "
@@ -245,6 +264,9 @@ int main(int argc, char **argv)
                             o.layer_tmpfs ? RUNTIME_LAYER_TMPFS : RUNTIME_LAYER_DISK,
                             API_DEFAULT_DISK_LAYER_BYTES, &err) < 0)
         goto out;
+    /* Spare layers (runtime/spares.h) of the default size, when the default is a disk layer. */
+    if (rt.layer == RUNTIME_LAYER_DISK)
+        runtime_spares_layer_size(&rt, rt.layer_dir, API_DEFAULT_DISK_LAYER_BYTES);
     if (o.session_idle_timeout_s >= 0) /* for the agents' command line (native.c) */
         snprintf(rt.session_idle_timeout, sizeof(rt.session_idle_timeout), "%lld",
                  (long long)o.session_idle_timeout_s);
@@ -266,7 +288,8 @@ int main(int argc, char **argv)
         snapshot_registry_open(base, store, &rt, sandboxes, templates, o.state_dir, &snapshots,
                                &err) < 0 ||
         isolated_registry_new(base, &rt, sandboxes, &isolated, &err) < 0 ||
-        sandbox_health_start(base, sandboxes, o.health_interval_s, &health, &err) < 0)
+        sandbox_health_start(base, sandboxes, o.health_interval_s, &health, &err) < 0 ||
+        pool_registry_new(base, sandboxes, store, &pools, &err) < 0)
         goto out;
 
     api.base = base;
@@ -277,6 +300,7 @@ int main(int argc, char **argv)
     api.snapshots = snapshots;
     api.isolated = isolated;
     api.images = images;
+    api.pools = pools;
     api.config = (struct api_config){
         .listen_host = host,
         .listen_port = port,
@@ -303,13 +327,24 @@ int main(int argc, char **argv)
     };
     api.store = store;
     memcpy(api.config.default_quota.v, o.quota, sizeof(api.config.default_quota.v));
-    if (route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
+    if (api_pools_restore(&api, &err) < 0 ||
+        route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;
     egress_set_own_endpoint(host, http_server_port(api.http));
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     sigint = evsignal_new(base, SIGINT, on_signal, base);
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
+    if (runtime_orphans_are_ours()) {
+        /* A container's init: what is orphaned in the namespace is coved's to reap. */
+        struct timeval every = {.tv_sec = ORPHANS_REAP_INTERVAL_S};
+        orphans = event_new(base, -1, EV_PERSIST, on_orphans_tick, NULL);
+        if (orphans == NULL || event_add(orphans, &every) < 0) {
+            cove_error_set(&err, 0, 500, "COVE::INTERNAL", "cannot watch for orphans to reap");
+            goto out;
+        }
+        runtime_orphans_reap(); /* those it inherited as it started */
+    }
     log_info("listening on %s:%d (state %s, cgroup %s)", host, http_server_port(api.http),
              o.state_dir, rt.cgroups.mode == CGROUP_V2 ? "v2" : "v1");
     /* Tests and scripts wait for this line on stdout. */
@@ -326,11 +361,15 @@ out:
         event_free(sigterm);
     if (sigint)
         event_free(sigint);
+    if (orphans)
+        event_free(orphans);
     api_stop(&api);
     route_signer_close(&api.signer);
     isolated_registry_free(isolated);  /* before the sandboxes: their sessions stop */
     snapshot_registry_free(snapshots); /* before the sandboxes: it thaws the ones it froze */
+    pool_registry_close(pools);        /* fills the teardown ends are not made again */
     sandbox_manager_free(sandboxes);
+    pool_registry_free(pools);     /* after the sandboxes, whose fills tell it when they end */
     volume_registry_free(volumes); /* after the sandboxes, which stop using theirs */
     sandbox_health_free(health);   /* after the sandboxes, which drop their probes */
     egress_policy_unref(default_policy);

@@ -7,10 +7,16 @@
  *
  *   agent -> helper  {"op":"execute","code":"..."}  run code (one execution at a time)
  *                    {"op":"interrupt"}             interrupt the execution under way
+ *                    {"op":"env","set":{K:V},"unset":[K]}  change the kernel's environment
+ *                                                   (a warm pool's claim): python only, by a
+ *                                                   silent execution the user never sees;
+ *                                                   like every request, one sent while the
+ *                                                   kernel starts waits until it serves
  *                    {"op":"shutdown"}, or EOF      stop the kernel and exit
  *   helper -> agent  the execd ServerStreamEvents of the execution under way (events.h), and
  *                    control lines, told apart by their "cove" member:
  *                    {"cove":"ready","kernel":NAME,"language":L,"pid":PID}  the kernel answers
+ *                                                   (a python one has run its warm-up too)
  *                    {"cove":"failed","status":400|500,"message":M}  it cannot start; exit follows
  *                    {"cove":"done"}                the execution's last event has been sent
  *                    {"cove":"exited","message":M}  the kernel is gone; exit follows
@@ -30,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -63,8 +70,12 @@
  * in its own code just before the user's: "KeyboardInterrupt caught in kernel") ends this
  * long after the idle status, unless the reply, which travels on another socket, comes. */
 #define REPLY_GRACE_MS 1000
+/* A warm-up the kernel has not replied to by then is not waited for any longer. */
+#define WARM_UP_TIMEOUT_MS 10000
 
-enum phase { STARTING, SERVING, STOPPING };
+/* WARMING: the kernel answers and runs the warm-up; requests wait for it as they do while it
+ * starts. */
+enum phase { STARTING, WARMING, SERVING, STOPPING };
 
 struct helper {
     enum phase phase;
@@ -86,6 +97,8 @@ struct helper {
 
     int64_t start_deadline_ms, next_info_ms;
     bool info_replied, iopub_works;
+    char warm_up_id[WIRE_ID_SIZE];
+    int64_t warm_up_deadline_ms;
 
     bool running; /* an execution is under way */
     char msg_id[WIRE_ID_SIZE];
@@ -392,6 +405,57 @@ static void interrupt(struct helper *h)
     kill(-h->kernel_pid, SIGINT);
 }
 
+/* The claim of a warm-pool sandbox (the agent's pool.h): the user's variables in the running
+ * kernel's os.environ, unset ones first, as the agent does to its own. A silent execution that
+ * stores no history: no execution_count, no In/Out entry, and the code binds no name in the
+ * user's namespace (a lambda's parameters and a comprehension's variables stay in them). The
+ * payload goes in as a JSON text inside a Python string literal: JSON's string escapes are
+ * Python's, and with UTF-8 left as it is (no ensure_ascii) no surrogate pair appears. Its
+ * messages' parent is not h->msg_id, so what it publishes and replies is never taken for the
+ * user's execution's; the kernel handles shell requests in order, so an execution sent after
+ * it sees the new environment. */
+static void update_environment(struct helper *h, json_t *request)
+{
+    if (strcasecmp(h->spec.language, "python") != 0) {
+        fprintf(stderr,
+                "cove-kernel: environment updates are not supported for %s kernels: ignored\n",
+                h->spec.language);
+        return;
+    }
+    json_t *set = json_object_get(request, "set");
+    json_t *unset = json_object_get(request, "unset");
+    json_t *payload =
+        json_pack("{s:o, s:o}", "set", json_is_object(set) ? json_incref(set) : json_object(),
+                  "unset", json_is_array(unset) ? json_incref(unset) : json_array());
+    char *text = payload != NULL ? json_dumps(payload, JSON_COMPACT) : NULL;
+    json_t *text_json = text != NULL ? json_string(text) : NULL;
+    char *literal = text_json != NULL ? json_dumps(text_json, JSON_ENCODE_ANY) : NULL;
+    static const char before[] = "(lambda e, d: [e.pop(k, None) for k in d['unset']] + "
+                                 "[e.update(d['set'])] and None)(__import__('os').environ, "
+                                 "__import__('json').loads(";
+    size_t size = literal != NULL ? sizeof(before) + strlen(literal) + 2 : 0;
+    char *code = size > 0 ? malloc(size) : NULL;
+    if (code == NULL) {
+        fprintf(stderr, "cove-kernel: out of memory for an environment update: ignored\n");
+    } else {
+        snprintf(code, size, "%s%s))", before, literal);
+        json_t *content =
+            json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", code, "silent", 1, "store_history",
+                      0, "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
+        char id[WIRE_ID_SIZE];
+        struct cove_error *err = NULL;
+        if (jupyter_send(&h->client, h->client.shell, "execute_request", content, id, &err) < 0) {
+            fprintf(stderr, "cove-kernel: environment update: %s\n", err->message);
+            cove_error_free(err);
+        }
+    }
+    free(code);
+    free(literal);
+    json_decref(text_json);
+    free(text);
+    json_decref(payload);
+}
+
 /* One request line from the agent. */
 static void handle_request(struct helper *h, const char *line, size_t len)
 {
@@ -405,6 +469,8 @@ static void handle_request(struct helper *h, const char *line, size_t len)
         execute(h, code != NULL ? code : "");
     } else if (strcmp(op, "interrupt") == 0) {
         interrupt(h);
+    } else if (strcmp(op, "env") == 0) {
+        update_environment(h, request);
     } else if (strcmp(op, "shutdown") == 0) {
         h->phase = STOPPING;
     }
@@ -515,12 +581,67 @@ static void give_up_on_reply(struct helper *h)
     finish_if_complete(h);
 }
 
+static void become_ready(struct helper *h)
+{
+    h->phase = SERVING;
+    emit(h, json_pack("{s:s, s:s, s:s, s:i}", "cove", "ready", "kernel", h->spec.name, "language",
+                      h->spec.language, "pid", (int)h->kernel_pid));
+}
+
+/* IPython builds its display formatters (a dozen configurables) the first time a result is
+ * shown, and ipykernel sets up its execution path on the first execute_request: together about
+ * 10 ms of the user's first execution, the one a warm pool's sandbox exists to make fast. A
+ * silent execution that stores no history does both without a trace (execution_count, In/Out,
+ * _ and _i stay as they were, no output, and the statements bind no name); a kernel that is
+ * not IPython's skips it. Its messages' parent is not h->msg_id, like an environment update's.
+ * Every python kernel gets it, not only a pool's: it runs before anything the agent sends
+ * (requests wait until ready) and costs less than the first execution saves. */
+static const char warm_up_code[] = "try:\n"
+                                   "    get_ipython().display_formatter.format(0)\n"
+                                   "except Exception:\n"
+                                   "    pass\n";
+
+/* True when the warm-up was sent and is to be waited for. */
+static bool send_warm_up(struct helper *h)
+{
+    if (strcasecmp(h->spec.language, "python") != 0)
+        return false;
+    json_t *content =
+        json_pack("{s:s, s:b, s:b, s:{}, s:b, s:b}", "code", warm_up_code, "silent", 1,
+                  "store_history", 0, "user_expressions", "allow_stdin", 0, "stop_on_error", 0);
+    struct cove_error *err = NULL;
+    if (jupyter_send(&h->client, h->client.shell, "execute_request", content, h->warm_up_id, &err) <
+        0) {
+        fprintf(stderr, "cove-kernel: warm-up: %s\n", err->message);
+        cove_error_free(err);
+        return false;
+    }
+    h->warm_up_deadline_ms = cove_monotonic_ms() + WARM_UP_TIMEOUT_MS;
+    return true;
+}
+
+/* The warm-up replied, or took too long: the kernel serves as it is. */
+static void check_warmed(struct helper *h, const struct wire_message *reply)
+{
+    if (reply != NULL && strcmp(reply->parent_id, h->warm_up_id) == 0) {
+        become_ready(h);
+    } else if (reply == NULL && cove_monotonic_ms() >= h->warm_up_deadline_ms) {
+        fprintf(stderr, "cove-kernel: the kernel did not finish its warm-up within %d s\n",
+                WARM_UP_TIMEOUT_MS / 1000);
+        become_ready(h);
+    }
+}
+
 static void handle_shell(struct helper *h, struct wire_message *msg)
 {
     if (!from_this_session(h, msg))
         return;
     if (strcmp(msg->msg_type, "kernel_info_reply") == 0) {
         h->info_replied = true;
+        return;
+    }
+    if (h->phase == WARMING && strcmp(msg->msg_type, "execute_reply") == 0) {
+        check_warmed(h, msg);
         return;
     }
     if (!h->running || strcmp(msg->msg_type, "execute_reply") != 0 ||
@@ -562,7 +683,7 @@ static void report_exit(struct helper *h)
     char how[128], message[256];
     drain(h, h->client.iopub, handle_iopub); /* what it published before dying */
     describe_exit(h->exit_status, how, sizeof(how));
-    if (h->phase == STARTING) {
+    if (h->phase == STARTING || h->phase == WARMING) {
         snprintf(message, sizeof(message), "the %s kernel (%s) exited during start-up: %s",
                  h->spec.language, h->spec.name, how);
         emit_failed(h, 500, message);
@@ -586,9 +707,10 @@ static void check_started(struct helper *h)
 {
     int64_t now = cove_monotonic_ms();
     if (h->info_replied && h->iopub_works) {
-        h->phase = SERVING;
-        emit(h, json_pack("{s:s, s:s, s:s, s:i}", "cove", "ready", "kernel", h->spec.name,
-                          "language", h->spec.language, "pid", (int)h->kernel_pid));
+        if (send_warm_up(h))
+            h->phase = WARMING;
+        else
+            become_ready(h);
         return;
     }
     if (now >= h->start_deadline_ms) {
@@ -616,8 +738,9 @@ static void check_started(struct helper *h)
 static int poll_timeout(const struct helper *h)
 {
     int timeout = -1;
-    if (h->phase == STARTING) {
-        int64_t wait = h->next_info_ms - cove_monotonic_ms();
+    if (h->phase == STARTING || h->phase == WARMING) {
+        int64_t wait =
+            (h->phase == STARTING ? h->next_info_ms : h->warm_up_deadline_ms) - cove_monotonic_ms();
         timeout = wait < 0 ? 0 : (int)wait;
     }
     if (h->kernel_pidfd < 0 && (timeout < 0 || timeout > EXIT_POLL_MS))
@@ -684,11 +807,12 @@ static void serve(struct helper *h)
                 break;
             }
         }
-        if (h->phase == STARTING) {
+        if (h->phase == STARTING)
             check_started(h);
-            if (h->input_closed)
-                h->phase = STOPPING;
-        }
+        else if (h->phase == WARMING)
+            check_warmed(h, NULL);
+        if ((h->phase == STARTING || h->phase == WARMING) && h->input_closed)
+            h->phase = STOPPING;
         if (h->phase == SERVING)
             handle_requests(h);
     }

@@ -63,6 +63,18 @@ class Agent:
         return parse_events(text)
 
 
+def listening(path):
+    """Whether a unix socket at path takes connections."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 @contextlib.contextmanager
 def start_agent(*flags):
     """The agent with flags on a fresh socket, in a fresh work directory; stopped (and
@@ -79,7 +91,9 @@ def start_agent(*flags):
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 10
-        while not os.path.exists(sock):
+        # The socket's file exists from its bind, before the agent listens: until a
+        # connect is taken, it is not there yet.
+        while not listening(sock):
             assert proc.poll() is None, open(log.name).read()
             assert time.monotonic() < deadline, "the agent did not listen"
             time.sleep(0.02)
@@ -97,6 +111,13 @@ def start_agent(*flags):
             os.killpg(proc.pid, signal.SIGKILL)  # anything left in its group
         log.close()
         shutil.rmtree(top, ignore_errors=True)
+
+
+def cwd_of(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
 
 
 def stop(proc):
@@ -264,10 +285,13 @@ def test_run_timeout_kills(agent):
                            timeout=30)
     assert [e["type"] for e in command] == [e["type"] for e in events], (command, events)
     assert command[-1]["error"] == last["error"], (command[-1], last)
-    # The sleep is gone with its shell (its process group was killed).
+    # The sleep is gone with its shell (its process group was killed): no `sleep 30` of the
+    # run-as user works in this agent's directory (other tests, run alongside under
+    # pytest-xdist, may have sleeps of their own elsewhere).
     out = subprocess.run(["pgrep", "-u", str(RUN_AS[0]), "-f", "^sleep 30$"],
                          capture_output=True, text=True)
-    assert out.stdout.strip() == "", out.stdout
+    left = [p for p in out.stdout.split() if cwd_of(p) == agent.workdir]
+    assert left == [], out.stdout
 
 
 def test_run_default_timeout_is_long(agent):

@@ -1,16 +1,17 @@
 """Every process coved starts has one owner that signals and reaps it through a pidfd: a
 set-up that fails never takes another sandbox with it (even once its pid is handed out
 again), no zombie is left under coved, and a re-adopted sandbox is watched as well as one
-coved started."""
+coved started. As PID 1 of its pid namespace coved also reaps what is orphaned in it."""
 
 import os
+import shutil
 import signal
 import threading
 import time
 
 import pytest
 
-from covetest import Coved, sandbox_init_pid, sandbox_leftovers, comm
+from covetest import Coved, descendants, sandbox_init_pid, sandbox_leftovers, comm
 
 BODY = {"image": {"uri": "base"}, "entrypoint": ["sleep", "infinity"],
         "resourceLimits": {"cpu": "1", "memory": "256Mi"}}
@@ -44,19 +45,35 @@ def zombies_under(pid):
     return sorted(c for c in children(pid) if stat_field(c, 0) == "Z")
 
 
-@pytest.fixture
-def small_pid_coved():
-    """coved as PID 1 of its own pid namespace (with its own /proc), pid_max PID_MAX."""
-    script = f'echo {PID_MAX} > /proc/sys/kernel/pid_max && exec "$@"'
+def zombies_staying_under(pid, wait_s=5):
+    """The zombies under pid (with their names) still there after waiting up to wait_s for
+    none: a child that has just exited is one until its owner (an orphan's: coved as init)
+    reaps it."""
+    deadline = time.monotonic() + wait_s
+    while zombies_under(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [(z, comm(z)) for z in zombies_under(pid)]
+
+
+def coved_as_init(pid_max=None):
+    """coved as PID 1 of its own pid namespace (with its own /proc), started."""
+    script = 'exec "$@"'
+    if pid_max is not None:
+        script = f"echo {pid_max} > /proc/sys/kernel/pid_max && " + script
     d = Coved(wrapper=["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM",
                        "sh", "-c", script, "sh"])
     try:
         d.start()
     except RuntimeError as e:
         d.cleanup()
-        if "pid_max" in str(e) or "Invalid argument" in str(e):
+        if pid_max is not None and ("pid_max" in str(e) or "Invalid argument" in str(e)):
             pytest.skip("no pid_max per pid namespace here (Linux 6.14 or later)")
         raise
+    return d
+
+
+def run_as_init(d):
+    """A fixture's life of coved_as_init's daemon."""
     # The wrapper forwards nothing: coved itself gets the signals.
     (inner,) = children(d.proc.pid)
     d.inner_pid = inner
@@ -70,6 +87,18 @@ def small_pid_coved():
             except Exception:
                 pass
         d.cleanup()
+
+
+@pytest.fixture
+def init_coved():
+    """coved as PID 1 of its own pid namespace: what is orphaned in it is coved's child."""
+    yield from run_as_init(coved_as_init())
+
+
+@pytest.fixture
+def small_pid_coved():
+    """coved as PID 1 of its own pid namespace (with its own /proc), pid_max PID_MAX."""
+    yield from run_as_init(coved_as_init(PID_MAX))
 
 
 def kill_set_up(d, result):
@@ -93,6 +122,7 @@ def kill_set_up(d, result):
     return t, False
 
 
+@pytest.mark.not_under("gvisor", reason="a set-up killed while runsc runs orphans runsc's sentry and gofer to coved as PID 1")
 def test_failing_set_ups_kill_nobody_else_and_leave_no_zombie(small_pid_coved):
     d = small_pid_coved
     kept = [d.create() for _ in range(3)]
@@ -148,13 +178,61 @@ def test_failing_set_ups_kill_nobody_else_and_leave_no_zombie(small_pid_coved):
         assert sandbox_init_pid(sid) == kept_pids[sid]
         assert d.sh(sid, "echo alive") == "alive\n"
     assert d.ok("GET", "/v1/sandboxes?metadata=case%3Dkilled-set-up")["items"] == []
-    assert zombies_under(d.inner_pid) == []
+    # What a set-up killed midway had started (the oci runtime's crun, the container's agent)
+    # is orphaned to coved, its init: reaped as well.
+    assert zombies_staying_under(d.inner_pid) == []
     assert d.health()["status"] == "healthy"
     for sid in kept:
         d.delete(sid)
     for sid in kept + churned + made:
         assert sandbox_leftovers(d, sid) == [], sid
-    assert zombies_under(d.inner_pid) == []
+    assert zombies_staying_under(d.inner_pid) == []
+
+
+@pytest.mark.skipif(shutil.which("crun") is None, reason="no crun here")
+def test_an_oci_set_up_killed_while_crun_runs_leaves_no_zombie_and_no_crun(init_coved):
+    """A set-up killed midway orphans what it started to coved, PID 1 here: the create fails
+    on the set-up's end (were its status pipe still held, coved would wait out the start's
+    time-out), crun dies with it, and coved reaps every orphan."""
+    d = init_coved
+    caught = 0
+    for _ in range(10):
+        before = children(d.inner_pid)
+        result = {}
+
+        def create():
+            result["response"] = d.request(
+                "POST", "/v1/sandboxes",
+                dict(BODY, extensions={"runtime": "oci"}, metadata={"case": "crun-orphaned"}),
+                timeout=120)
+
+        t = threading.Thread(target=create)
+        t.start()
+        hit = False
+        while t.is_alive() and not hit:
+            for pid in children(d.inner_pid) - before:
+                # The set-up child (not yet cove-shim) while crun, its child, runs.
+                if comm(pid) == "coved" and "crun" in {comm(c) for c in children(pid)}:
+                    os.kill(pid, signal.SIGKILL)
+                    hit = True
+                    break
+        t.join(120)
+        status, body, _ = result["response"]
+        if status == 202:  # crun was done before it was seen
+            d.delete(body["id"])
+            continue
+        assert status == 500 and body["code"] == "SANDBOX::START_FAILED", body
+        assert "the set-up process" in body["message"], body  # its end, not a time-out
+        caught += hit
+        if caught == 3:
+            break
+    assert caught > 0, "crun never seen running under a set-up"
+    assert d.ok("GET", "/v1/sandboxes?metadata=case%3Dcrun-orphaned")["items"] == []
+    assert zombies_staying_under(d.inner_pid) == []
+    left = [p for p in descendants(d.inner_pid, helpers=True)
+            if comm(p) in ("crun", "cove-agent") and stat_field(p, 0) != "Z"]
+    assert left == [], left
+    assert d.health()["status"] == "healthy"
 
 
 def test_deleted_and_crashed_sandboxes_leave_no_zombie(coved):

@@ -462,6 +462,7 @@ class Terminal:
         os.close(self.fd)
 
 
+@pytest.mark.not_under("gvisor", reason="runsc's terminal does not turn ^C into SIGINT for the foreground job")
 def test_shell_through_a_pseudo_terminal(coved, sandbox, tmp_path):
     # sh runs cove on the terminal, then records the terminal's settings: restored by cove
     script = (f'stty -g > {tmp_path}/before; "$CLI" shell "$SID"; echo "cove-exit=$?"; '

@@ -75,7 +75,8 @@ def run_coved(*args, env=None):
 def test_bad_settings_refuse_to_start(tmp_path):
     ini = tmp_path / "bad.ini"
     for text in ("[server]\nbogus = 1\n", "[other]\nlisten = 1.2.3.4:5\n", "not ini at all\n",
-                 "[server]\nmax_sandbox_timeout_seconds = ten\n"):
+                 "[server]\nmax_sandbox_timeout_seconds = ten\n",
+                 "[server]\nmax_sandbox_timeout_seconds = 9223372036854775807\n"):
         ini.write_text(text)
         r = run_coved("--config", str(ini), "--state-dir", str(tmp_path / "s"))
         assert r.returncode == 2, (text, r.stderr)
@@ -86,3 +87,42 @@ def test_bad_settings_refuse_to_start(tmp_path):
     assert r.returncode == 2 and "loopback" in r.stderr
     r = run_coved("--help")
     assert r.returncode == 0 and "COVE_STATE_DIR" in r.stdout and "api_keys" in r.stdout
+
+
+def cgroup2_mounts():
+    with open("/proc/self/mountinfo") as f:
+        rows = [line.split(" - ") for line in f]
+    return [(left.split()[4], right.split()[2]) for left, right in rows
+            if right.split()[0] == "cgroup2"]
+
+
+def test_cgroup_favor_dynmods(tmp_path):
+    """coved remounts the host's cgroup2 with favordynmods, keeping the mount's own options
+    (a remount that dropped nsdelegate would loosen systemd's delegation), unless told not
+    to; a value that is no boolean refuses to start."""
+    before = cgroup2_mounts()
+    d = Coved()
+    try:
+        d.start()
+        after = cgroup2_mounts()
+        log = d.log()
+    finally:
+        d.cleanup()
+    if not before:
+        assert "no cgroup2 mount" in log
+        return
+    target = next((m for m in after if m[0] == "/sys/fs/cgroup"), after[0])
+    opts = set(target[1].split(","))
+    if "cannot remount" in log:  # a kernel older than 6.0 has no such option
+        return
+    assert "favordynmods" in opts, (target, log[-2000:])
+    old = dict(before)[target[0]].split(",")
+    assert set(old) <= opts  # nothing the mount had was lost
+    d = Coved(extra_args=["--cgroup-favor-dynmods", "false"])
+    try:
+        d.start()
+        assert "favordynmods" not in d.log()
+    finally:
+        d.cleanup()
+    r = run_coved("--cgroup-favor-dynmods", "maybe", "--state-dir", str(tmp_path / "s"))
+    assert r.returncode == 2 and "cgroup_favor_dynmods" in r.stderr

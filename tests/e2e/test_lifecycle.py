@@ -4,7 +4,21 @@ import os
 import signal
 import time
 
-from covetest import sandbox_leftovers
+from covetest import sandbox_host_pids, sandbox_init_pid, sandbox_leftovers
+
+RUNTIME = os.environ.get("COVE_TEST_RUNTIME", "native")
+
+
+def gvisor_sentry_pid(sid):
+    """Host pid of the sentry (`runsc boot`) of a gVisor sandbox, or None."""
+    for pid in sandbox_host_pids(sid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"\0boot\0" in f.read():
+                    return pid
+        except OSError:
+            pass
+    return None
 
 
 def test_create_returns_spec_shape(coved):
@@ -115,11 +129,10 @@ def test_sandbox_whose_processes_died_is_failed_after_restart(fresh_coved):
 
 def test_agent_crash_marks_sandbox_failed(coved):
     sid = coved.create()
-    pid = None
-    for d in ("/sys/fs/cgroup/pids/cove", "/sys/fs/cgroup/cove"):
-        p = os.path.join(d, sid, "cgroup.procs")
-        if os.path.exists(p):
-            pid = min(int(x) for x in open(p).read().split())
+    # The sandbox's PID 1 (the agent; under an OCI runtime not coved's child but its shim's),
+    # or for gVisor the sentry that runs it.
+    pid = sandbox_init_pid(sid) if RUNTIME != "gvisor" else gvisor_sentry_pid(sid)
+    assert pid is not None
     os.kill(pid, signal.SIGKILL)
     for _ in range(100):
         if coved.get(sid)["status"]["state"] == "Failed":

@@ -118,7 +118,7 @@ def test_renew_on_access_through_the_gateway(coved):
 
 @pytest.mark.parametrize("extensions", [
     {"access.renew.extend.seconds": "10"}, {"access.renew.extend.seconds": "soon"},
-    {"access.renew.extend.seconds": [1]}, {"poolRef": "warm"}, "yes",
+    {"access.renew.extend.seconds": [1]}, {"poolRef": 5}, {"cove.pool": "warm"}, "yes",
 ])
 def test_bad_extensions(coved, extensions):
     status, body, _ = coved.request("POST", "/v1/sandboxes", {

@@ -85,7 +85,17 @@ def sandbox_of_process(pid):
     for line in text.splitlines():
         parts = line.split("/cove/")
         if len(parts) > 1:
-            return parts[1].split("/")[0]
+            found = parts[1].split("/")[0]
+            if found == "shims":
+                # An OCI sandbox's cove-shim (Cove's own cgroup): it counts as the sandbox of
+                # the PID 1 it holds, if any.
+                try:
+                    kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
+                except OSError:
+                    return None  # gone meanwhile
+                held = {sandbox_of_process(int(k)) for k in kids} - {None}
+                return held.pop() if len(held) == 1 else f"shim {pid} of {sorted(held)}"
+            return found
     return None
 
 

@@ -9,6 +9,7 @@ import pty
 import select
 import signal
 import subprocess
+import tempfile
 import termios
 import time
 
@@ -70,13 +71,14 @@ def test_sigterm_from_outside_still_stops_the_sandbox(coved, make_sandbox):
     check_still_fine(coved, make_sandbox)
 
 
-def test_ctrl_c_on_coveds_terminal_does_not_stop_sandboxes(make_sandbox, tmp_path):
+def test_ctrl_c_on_coveds_terminal_does_not_stop_sandboxes(make_sandbox):
     """coved run in the foreground of a terminal, then ^C and the terminal closed: its
     sandboxes keep running (item 8, the agent's half: a terminal's SIGINT and SIGHUP are not
     the agent's to act on, whichever process group it is in), and a new coved re-adopts them
     Running."""
-    state_dir = str(tmp_path / "state")
-    os.makedirs(state_dir)
+    # A short path, as covetest's own: the agent's socket in state_dir/run/ID must fit a unix
+    # socket's path (a pytest tmp_path under xdist, .../popen-gwN/..., may not).
+    state_dir = tempfile.mkdtemp(prefix="cove-test-")
     master, slave = pty.openpty()
 
     def on_the_terminal():  # coved leads a session whose terminal is the pty's

@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from hostile import netns_inodes, own_netns, socket_netns_of
-from covetest import cgroup_dirs, descendants, sandbox_host_pids, sandbox_leftovers
+from covetest import cgroup_dirs, descendants, sandbox_host_pids, sandbox_leftovers, settled_fds
 
 WAVES, WIDTH = 5, 20
 SERVER = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "8080", "--directory", "/tmp"]
@@ -26,14 +26,10 @@ def named_netns():
         return ""
 
 
-def fd_count(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def test_create_delete_100_leaves_nothing(coved):
     pid = coved.proc.pid
     netns_before, named_before = netns_inodes(), named_netns()
-    fds_before = fd_count(pid)
+    fds_before = settled_fds(pid)
     host_ns = own_netns()
     ids = []
 
@@ -87,7 +83,7 @@ def test_create_delete_100_leaves_nothing(coved):
     with open(f"/proc/{pid}/mountinfo") as f:
         mounts = f.read()
     assert not any(sid in mounts for sid in ids)
-    fds_after = fd_count(pid)
+    fds_after = settled_fds(pid)
     print(f"coved fds {fds_before} -> {fds_after}; new netns on the host: "
           f"{len(netns_inodes() - netns_before)} (other users' included)")
     assert fds_after <= fds_before + 2

@@ -7,7 +7,8 @@ import pytest
 from hostile import delete_and_check
 from covetest import ApiError, cgroup_file, sandbox_init_pid
 
-COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.05; done"
+# Written aside and renamed: a read never meets the file truncated and not yet written.
+COUNTER = "i=0; while :; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.05; done"
 
 
 def cpu_usage_ns(sid):

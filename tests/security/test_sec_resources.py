@@ -58,6 +58,7 @@ def answer_within(coved, sid, seconds):
     return None
 
 
+@pytest.mark.not_under("gvisor", reason="the sentry lives in the sandbox's cgroups (pids headroom, its memory): bombs take the sandbox down instead")
 def test_fork_bomb_stops_at_pids_limit(coved, make_sandbox):
     """A blocking bomb (every copy waits for its two children) and a Python fork loop, each
     ended by the command's timeout (the agent kills its process group)."""
@@ -92,6 +93,7 @@ def test_fork_bomb_stops_at_pids_limit(coved, make_sandbox):
     print(f"host processes: {len([p for p in os.listdir('/proc') if p.isdigit()])}")
 
 
+@pytest.mark.not_under("gvisor", reason="the sentry lives in the sandbox's cgroups (pids headroom, its memory): bombs take the sandbox down instead")
 def test_background_fork_bomb_is_contained(coved, make_sandbox):
     """The classic `:(){ :|:& };:` backgrounds two copies and returns, so the command ends at
     once and the bomb rages on by itself, outside any command's timeout. It stays at the pids
@@ -124,6 +126,7 @@ def test_background_fork_bomb_is_contained(coved, make_sandbox):
     assert len(descendants(coved.proc.pid)) == baseline
 
 
+@pytest.mark.not_under("gvisor", reason="the sentry lives in the sandbox's cgroups (pids headroom, its memory): bombs take the sandbox down instead")
 def test_memory_bomb_is_oom_killed_inside(coved, make_sandbox):
     sid = make_sandbox(limits={"cpu": "1", "memory": "256Mi", "pids": "64"})
     agent = sandbox_init_pid(sid)
@@ -184,6 +187,9 @@ def host_used(path="/"):
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
+@pytest.mark.not_under("gvisor", reason="the sentry lives in the sandbox's cgroups (pids headroom, its memory): bombs take the sandbox down instead")
+# How much the host's disk use grew is the host's, not this sandbox's alone.
+@pytest.mark.serial(reason="measures the whole host's disk use")
 @pytest.mark.parametrize("layer", ["tmpfs", "disk"])
 def test_disk_filler_hits_enospc(coved, make_sandbox, layer):
     sid = make_sandbox(limits={"cpu": "1", "memory": "512Mi", "ephemeral-storage": "64Mi"},
@@ -226,6 +232,7 @@ def test_disk_filler_hits_enospc(coved, make_sandbox, layer):
     assert not os.path.exists(image)
 
 
+@pytest.mark.not_under("gvisor", reason="the sentry lives in the sandbox's cgroups (pids headroom, its memory): bombs take the sandbox down instead")
 def test_host_and_daemon_stay_responsive_under_bombs(coved, make_sandbox):
     cpus = str(min(2, os.cpu_count() or 1))  # all the host has, up to two
     hostile = make_sandbox(limits={"cpu": cpus, "memory": "256Mi", "pids": "64"})
@@ -332,6 +339,10 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.not_under("gvisor", reason="the sentry lives in the sandbox's cgroups (pids headroom, its memory): bombs take the sandbox down instead")
+# /proc/net/sockstat's "mem" is the whole host's TCP and UDP memory (what other test files'
+# traffic uses too), and the flood takes the host's tcp_mem up to a quarter of its limit.
+@pytest.mark.serial(reason="measures the whole host's socket memory")
 def test_socket_buffers_count_against_the_sandbox(coved, make_sandbox):
     """Data queued on the sandbox's own loopback is kernel memory: it must come out of the
     sandbox's budget, not the host's (cgroup v1 leaves socket buffers out unless kmem.tcp is

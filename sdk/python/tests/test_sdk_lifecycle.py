@@ -224,21 +224,62 @@ async def test_async_with_kills_when_cancelled(conn, coved):
     assert state_of(coved, sid) == 404
 
 
+async def _held_answers_proxy(port, release):
+    """A TCP proxy to coved on 127.0.0.1 that passes requests on at once and holds every
+    answer back until `release` is set: the create is then in flight for as long as the test
+    wants, however fast coved makes the sandbox."""
+    import asyncio
+
+    async def pump(reader, writer, gate):
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    break
+                if gate is not None:
+                    await gate.wait()
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve(client_r, client_w):
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.gather(pump(client_r, up_w, None), pump(up_r, client_w, release))
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0)
+
+
 async def test_create_cancelled_in_flight_leaves_no_sandbox(conn, coved):
     """A create cancelled (Task.cancel, as asyncio.wait_for does) while coved is making the
     sandbox still learns its id, kills it, and raises the cancellation."""
     import asyncio
-    for _ in range(3):
-        before = set(coved.known_sandboxes())
-        task = asyncio.ensure_future(cove.aio.Sandbox.create(**conn))
-        while not set(coved.known_sandboxes()) - before and not task.done():
-            await asyncio.sleep(0.001)
-        assert not task.done()  # coved has the sandbox; its answer is not back yet
-        new = set(coved.known_sandboxes()) - before
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert [state_of(coved, sid) for sid in new] == [404] * len(new)
+    release = asyncio.Event()
+    proxy = await _held_answers_proxy(coved.port, release)
+    held = dict(conn, server=f"http://127.0.0.1:{proxy.sockets[0].getsockname()[1]}")
+    try:
+        for _ in range(3):
+            release.clear()
+            before = set(coved.known_sandboxes())
+            task = asyncio.ensure_future(cove.aio.Sandbox.create(**held))
+            for _ in range(30000):  # coved has the sandbox once it is in its store
+                if set(coved.known_sandboxes()) - before or task.done():
+                    break
+                await asyncio.sleep(0.001)
+            new = set(coved.known_sandboxes()) - before
+            assert len(new) == 1 and not task.done()  # its answer is held back
+            task.cancel()
+            await asyncio.sleep(0.01)
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert [state_of(coved, sid) for sid in new] == [404]
+    finally:
+        release.set()
+        proxy.close()
+        await proxy.wait_closed()
 
 
 async def test_create_cancelled_by_a_scope_leaves_no_sandbox(conn, coved):

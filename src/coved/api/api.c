@@ -1,4 +1,5 @@
 #include "coved/api/api.h"
+#include "coved/api/e2b.h"
 #include "coved/api/egress_api.h"
 #include "coved/api/mcp.h"
 
@@ -180,6 +181,16 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
         return api_volume_get(api, req, c, p0);
     case API_ROUTE_VOLUME_DELETE:
         return api_volume_delete(api, req, c, p0);
+    case API_ROUTE_POOLS_LIST:
+        return api_pools_list(api, req, c);
+    case API_ROUTE_POOLS_CREATE:
+        return api_pools_create(api, req, c);
+    case API_ROUTE_POOL_GET:
+        return api_pool_get(api, req, c, p0);
+    case API_ROUTE_POOL_PATCH:
+        return api_pool_patch(api, req, c, p0);
+    case API_ROUTE_POOL_DELETE:
+        return api_pool_delete(api, req, c, p0);
     }
     not_found(req);
 }
@@ -190,6 +201,8 @@ static void on_request(struct http_request *req, void *arg)
     api_add_request_id(req);
     if (strcmp(http_request_path(req), "/mcp") == 0)
         return api_mcp_handle(api, req);
+    if (api_e2b_is_path(http_request_path(req)))
+        return api_e2b_handle(api, req);
     struct api_router_match m;
     enum api_router_result r =
         api_router_match(http_request_method(req), http_request_path(req), &m);
@@ -224,6 +237,8 @@ static void on_error(struct http_request *req, int status, const char *code, con
 {
     (void)arg;
     api_add_request_id(req);
+    if (api_e2b_is_path(http_request_path(req))) /* a body too large, say: in E2B's shape */
+        return api_e2b_respond_error(req, status, "%s", message);
     http_respond_error(req, status, code, message);
 }
 

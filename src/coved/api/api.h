@@ -53,6 +53,8 @@ struct store;
 struct volume_registry;
 struct snapshot_registry;
 struct isolated_registry;
+struct pool;
+struct pool_registry;
 
 struct api {
     struct event_base *base;
@@ -73,6 +75,7 @@ struct api {
     struct snapshot_registry *snapshots; /* sandbox/snapshot.h */
     struct isolated_registry *isolated;  /* sandbox/isolated.h */
     struct image_store *images;          /* image/image.h */
+    struct pool_registry *pools;         /* warm pools (sandbox/pool.h) */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint): the
@@ -132,8 +135,40 @@ json_t *api_parse_json_object(struct http_request *req);
 /* Any JSON value (answered with a 400 and NULL when malformed). */
 json_t *api_parse_json_body(struct http_request *req);
 
+/* A create request's body checked and parsed into req (api/sandboxes.c); req->template is a
+ * reference and req->policy, req->layers the caller's to release. pool_mode: a create naming
+ * a pool, whose entrypoint may be left out (none runs). */
+int api_parse_create(struct api *api, json_t *body, struct sandbox_request *req, bool pool_mode,
+                     struct cove_error **err);
+
+/* Warm pools (api/pools.c, sandbox/pool.h): Cove's own routes, admin keys only. */
+void api_pools_create(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_pools_list(struct api *api, struct http_request *req, const struct api_caller *c);
+void api_pool_get(struct api *api, struct http_request *req, const struct api_caller *c,
+                  const char *name);
+void api_pool_patch(struct api *api, struct http_request *req, const struct api_caller *c,
+                    const char *name);
+void api_pool_delete(struct api *api, struct http_request *req, const struct api_caller *c,
+                     const char *name);
+/* Loads the stored pools (before api_start); a pool that no longer parses is logged and left
+ * out. */
+int api_pools_restore(struct api *api, struct cove_error **err);
+/* A create's body naming pool, with the pool's template, resourceLimits and extensions where
+ * it left them out: a new reference, NULL when out of memory. */
+json_t *api_pool_request_body(const struct pool *pool, json_t *body);
+
 /* Route handlers (api/sandboxes.c, api/templates.c). */
 void api_sandboxes_create(struct api *api, struct http_request *req, const struct api_caller *c);
+/* A create's answer: with the Running sandbox, or sb NULL and why not; req NULL when its
+ * client went away (the sandbox stays). Called once, unless out of memory first (a 500). */
+typedef void (*api_create_reply_fn)(struct api *api, struct http_request *req, struct sandbox *sb,
+                                    const struct cove_error *err, void *arg);
+/* createSandbox with an OpenSandbox body already parsed (borrowed), answered by reply (NULL:
+ * createSandbox's own answer): another API's create (api/e2b.c) made by the same path, warm
+ * pools, quotas and all. */
+void api_sandboxes_create_with(struct api *api, struct http_request *req,
+                               const struct api_caller *c, json_t *body, api_create_reply_fn reply,
+                               void *reply_arg);
 void api_sandboxes_list(struct api *api, struct http_request *req, const struct api_caller *c);
 void api_sandbox_get(struct api *api, struct http_request *req, const struct api_caller *c,
                      const char *id);

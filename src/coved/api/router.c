@@ -47,11 +47,16 @@ static const struct {
     {"GET", "volumes", API_ROUTE_VOLUMES_LIST, API_ACCESS_KEY},
     {"GET", "volumes/*", API_ROUTE_VOLUME_GET, API_ACCESS_KEY},
     {"DELETE", "volumes/*", API_ROUTE_VOLUME_DELETE, API_ACCESS_KEY},
+    {"GET", "pools", API_ROUTE_POOLS_LIST, API_ACCESS_ADMIN},
+    {"POST", "pools", API_ROUTE_POOLS_CREATE, API_ACCESS_ADMIN},
+    {"GET", "pools/*", API_ROUTE_POOL_GET, API_ACCESS_ADMIN},
+    {"PATCH", "pools/*", API_ROUTE_POOL_PATCH, API_ACCESS_ADMIN},
+    {"DELETE", "pools/*", API_ROUTE_POOL_DELETE, API_ACCESS_ADMIN},
 };
 
-/* The path's segments, an optional leading "v1" dropped; -1 if a segment is too long or
- * there are too many. */
-static int split(const char *path, char segs[MAX_SEGMENTS][API_ROUTER_SEGMENT_MAX])
+/* The path's segments, an optional leading "v1" dropped when strip_v1; -1 if a segment is too
+ * long or there are too many. */
+static int split(const char *path, bool strip_v1, char segs[MAX_SEGMENTS][API_ROUTER_SEGMENT_MAX])
 {
     int n = 0;
     const char *p = path;
@@ -69,7 +74,7 @@ static int split(const char *path, char segs[MAX_SEGMENTS][API_ROUTER_SEGMENT_MA
             break;
         p = end + 1;
     }
-    if (n > 0 && strcmp(segs[0], "v1") == 0) {
+    if (strip_v1 && n > 0 && strcmp(segs[0], "v1") == 0) {
         memmove(segs[0], segs[1], sizeof(segs[0]) * (size_t)(n - 1));
         n--;
     }
@@ -107,7 +112,7 @@ enum api_router_result api_router_match(const char *method, const char *path,
 {
     char segs[MAX_SEGMENTS][API_ROUTER_SEGMENT_MAX];
     memset(m, 0, sizeof(*m));
-    int n = split(path, segs);
+    int n = split(path, true, segs);
     if (n <= 0)
         return API_ROUTER_NOT_FOUND;
     size_t allow_len = 0;
@@ -130,4 +135,13 @@ enum api_router_result api_router_match(const char *method, const char *path,
         m->access = routes[r].access > m->access ? routes[r].access : m->access;
     }
     return allow_len > 0 ? API_ROUTER_METHOD_NOT_ALLOWED : API_ROUTER_NOT_FOUND;
+}
+
+bool api_router_pattern_match(const char *pattern, const char *path,
+                              char params[2][API_ROUTER_SEGMENT_MAX])
+{
+    char segs[MAX_SEGMENTS][API_ROUTER_SEGMENT_MAX];
+    int n = split(path, false, segs);
+    params[0][0] = params[1][0] = '\0';
+    return n > 0 && match(pattern, segs, n, params);
 }

@@ -39,6 +39,11 @@ enum api_route_id {
     API_ROUTE_VOLUMES_LIST,
     API_ROUTE_VOLUME_GET,
     API_ROUTE_VOLUME_DELETE,
+    API_ROUTE_POOLS_LIST,
+    API_ROUTE_POOLS_CREATE,
+    API_ROUTE_POOL_GET,
+    API_ROUTE_POOL_PATCH,
+    API_ROUTE_POOL_DELETE,
 };
 
 enum api_access {
@@ -70,3 +75,7 @@ struct api_router_match {
 /* Matches method and path (the target before '?'; an optional leading /v1). */
 enum api_router_result api_router_match(const char *method, const char *path,
                                         struct api_router_match *m);
+/* Whether path (no /v1 dropped) matches one pattern of the same syntax ("*" one segment,
+ * "**" the rest), its "*" segments copied to params: for another API's table (api/e2b.c). */
+bool api_router_pattern_match(const char *pattern, const char *path,
+                              char params[2][API_ROUTER_SEGMENT_MAX]);

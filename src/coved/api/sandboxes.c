@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "coved/api/api.h"
+#include "coved/sandbox/pool.h"
+#include "lib/log.h"
 #include "coved/image/image.h"
 #include "coved/sandbox/snapshot.h"
 #include "coved/api/quantity.h"
@@ -40,6 +42,8 @@
 #define EXTENSION_RUNTIME "runtime"
 /* The sandbox's writable layer: "disk" or "tmpfs" (coved's --layer by default). */
 #define EXTENSION_LAYER "cove.layer"
+/* The warm pool to take the sandbox from (sandbox/pool.h); its shape fills what is left out. */
+#define EXTENSION_POOL_REF "poolRef"
 
 static const char *const create_fields[] = {
     "image",        "snapshotId", "platform",   "timeout",          "resourceLimits",
@@ -148,8 +152,30 @@ static int check_metadata(json_t *metadata, bool is_patch, struct cove_error **e
 }
 
 /* No sandbox may ask for more pids than the host has. */
-static int max_pids(void)
+/* What resourceLimits are checked against: the host's CPUs, RAM and half its pid_max, read at
+ * most once a HOST_FACTS_TTL_MS. Every admission charges each live sandbox's limits through
+ * the same parser (api_limits_charge), and sysinfo(2) walks every block device (a disk layer
+ * is a loop device each): read per call, a create with a thousand sandboxes alive cost tens
+ * of milliseconds of these. */
+#define HOST_FACTS_TTL_MS 10000
+
+struct host_facts {
+    long cpus;
+    int64_t ram; /* INT64_MAX when unknown */
+    int max_pids;
+};
+
+static const struct host_facts *host_facts(void)
 {
+    static struct host_facts facts;
+    static int64_t read_ms = -HOST_FACTS_TTL_MS;
+    int64_t now = cove_monotonic_ms();
+    if (now - read_ms < HOST_FACTS_TTL_MS)
+        return &facts;
+    read_ms = now;
+    facts.cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    struct sysinfo si;
+    facts.ram = sysinfo(&si) == 0 ? (int64_t)si.totalram * si.mem_unit : INT64_MAX;
     int pid_max = MAX_PIDS;
     FILE *f = fopen("/proc/sys/kernel/pid_max", "re");
     if (f != NULL) {
@@ -157,16 +183,21 @@ static int max_pids(void)
             pid_max = MAX_PIDS;
         fclose(f);
     }
-    return pid_max / 2;
+    facts.max_pids = pid_max / 2;
+    return &facts;
+}
+
+static int max_pids(void)
+{
+    return host_facts()->max_pids;
 }
 
 /* out->layer says what the disk cap is a cap of: a tmpfs layer is in the sandbox's memory. */
 static int parse_limits(json_t *limits, struct sandbox_request *out, struct cove_error **err)
 {
     bool tmpfs = out->layer == RUNTIME_LAYER_TMPFS;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    struct sysinfo si;
-    int64_t ram = sysinfo(&si) == 0 ? (int64_t)si.totalram * si.mem_unit : INT64_MAX;
+    long cpus = host_facts()->cpus;
+    int64_t ram = host_facts()->ram;
     out->cgroup.cpu_millicores = 0;
     out->cgroup.memory_bytes = DEFAULT_MEMORY < ram ? DEFAULT_MEMORY : ram / 2;
     out->cgroup.pids_max = DEFAULT_PIDS;
@@ -264,9 +295,8 @@ void api_limits_charge(json_t *limits, enum runtime_layer layer, int64_t host_cp
     if (parse_limits(limits, &r, &err) < 0) {
         /* Valid when the sandbox was made, so the host shrank since: a limit beyond the
          * host's is worth the whole host. */
-        struct sysinfo si;
         r.cgroup.cpu_millicores = 0;
-        r.cgroup.memory_bytes = sysinfo(&si) == 0 ? (int64_t)si.totalram * si.mem_unit : 0;
+        r.cgroup.memory_bytes = host_facts()->ram != INT64_MAX ? host_facts()->ram : 0;
         r.disk_bytes = 0;
         cove_error_free(err);
     }
@@ -402,8 +432,17 @@ static int parse_image(struct api *api, json_t *image, struct sandbox_request *r
     return 0;
 }
 
-static int parse_create(struct api *api, json_t *body, struct sandbox_request *req,
-                        struct cove_error **err)
+/* [], one value for the life of coved: a pool's create that names no entrypoint runs none. */
+static json_t *no_entrypoint(void)
+{
+    static json_t *value;
+    if (value == NULL)
+        value = json_array();
+    return value;
+}
+
+int api_parse_create(struct api *api, json_t *body, struct sandbox_request *req, bool pool_mode,
+                     struct cove_error **err)
 {
     const char *key;
     json_t *value;
@@ -452,6 +491,8 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
                          (entrypoint == NULL || json_is_null(entrypoint));
     if (image_default)
         entrypoint = NULL;
+    else if (pool_mode && (entrypoint == NULL || json_is_null(entrypoint)))
+        entrypoint = no_entrypoint();
     else if (!json_is_array(entrypoint) || json_array_size(entrypoint) == 0 ||
              json_array_size(entrypoint) > MAX_ENTRYPOINT_ARGS)
         return invalid(err, "%s must be a non-empty array of strings", "entrypoint");
@@ -536,10 +577,17 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
         {
             if (strcmp(key, EXTENSION_LAYER) == 0 || strcmp(key, EXTENSION_RUNTIME) == 0)
                 continue; /* parse_layer's, parse_runtime's */
+            if (strcmp(key, EXTENSION_POOL_REF) == 0) {
+                if (!json_is_string(value))
+                    return invalid(err, "%s must be a pool's name",
+                                   "extensions." EXTENSION_POOL_REF);
+                continue; /* api_sandboxes_create's */
+            }
             if (strcmp(key, EXTENSION_RENEW_ON_ACCESS) != 0)
                 return cove_error_set(err, 0, 400, "SANDBOX::EXTENSION_UNSUPPORTED",
                                       "unsupported extension '%.64s' (supported: " EXTENSION_LAYER
-                                      ", " EXTENSION_RUNTIME ", " EXTENSION_RENEW_ON_ACCESS ")",
+                                      ", " EXTENSION_RUNTIME ", " EXTENSION_POOL_REF
+                                      ", " EXTENSION_RENEW_ON_ACCESS ")",
                                       key);
             int64_t secs = json_is_string(value)    ? quantity_parse_count(json_string_value(value))
                            : json_is_integer(value) ? json_integer_value(value)
@@ -558,6 +606,10 @@ static int parse_create(struct api *api, json_t *body, struct sandbox_request *r
 /* A request answered once a sandbox's set-up or teardown ends. */
 struct reply_wait {
     struct http_request *req; /* NULL once the client went away */
+    /* A create's answer other than createSandbox's (api_sandboxes_create_with), or NULL. */
+    api_create_reply_fn reply;
+    void *reply_arg;
+    struct api *api;
 };
 
 static void on_reply_abort(struct http_request *req, void *arg)
@@ -600,7 +652,13 @@ static void on_deleted(const struct cove_error *err, void *arg)
 
 static void on_created(struct sandbox *sb, const struct cove_error *err, void *arg)
 {
-    struct http_request *req = reply_wait_end(arg);
+    struct reply_wait *w = arg;
+    api_create_reply_fn reply = w->reply;
+    void *reply_arg = w->reply_arg;
+    struct api *api = w->api;
+    struct http_request *req = reply_wait_end(w);
+    if (reply != NULL)
+        return reply(api, req, sb, err, reply_arg);
     if (req == NULL)
         return;
     if (sb == NULL) {
@@ -613,32 +671,138 @@ static void on_created(struct sandbox *sb, const struct cove_error *err, void *a
     api_respond_json(req, 202, api_sandbox_json(sb, false));
 }
 
+/* A claim under way (sandbox_claim): what its create needs to be made cold instead, should the
+ * pooled sandbox not take the claim (its agent wedged, say): a create a pool serves never
+ * fails for the pool's sake. */
+struct claim_wait {
+    struct api *api;
+    struct reply_wait *w;
+    json_t *body; /* the create's body, the pool's parts filled in */
+    struct api_caller caller;
+    bool pool_mode;
+};
+
+static void on_claimed(struct sandbox *sb, const struct cove_error *err, void *arg)
+{
+    struct claim_wait *cw = arg;
+    if (sb != NULL || err == NULL || strcmp(err->code, SANDBOX_CLAIM_FAILED) != 0) {
+        on_created(sb, err, cw->w);
+    } else {
+        log_warn("%s: the create is made anew", err->message);
+        struct cove_error *again = NULL;
+        struct sandbox_request sreq = {.owner = cw->caller.owner};
+        if (api_parse_create(cw->api, cw->body, &sreq, cw->pool_mode, &again) < 0 ||
+            api_quota_admit(cw->api, &cw->caller, &sreq, &again) < 0 ||
+            sandbox_create(cw->api->sandboxes, &sreq, on_created, cw->w, &again) < 0)
+            on_created(NULL, again, cw->w);
+        template_unref(sreq.template);
+        egress_policy_unref(sreq.policy);
+        cove_error_free(again);
+    }
+    json_decref(cw->body);
+    free(cw);
+}
+
+/* The create's pool: the one extensions.poolRef names (404 if none has that name; *effective
+ * then is body with the pool's template, resources and extensions where body left them out,
+ * a new reference), else NULL with *effective body itself. */
+static int find_pool_ref(struct api *api, json_t *body, struct pool **pool, json_t **effective,
+                         struct cove_error **err)
+{
+    json_t *ref = json_object_get(json_object_get(body, "extensions"), EXTENSION_POOL_REF);
+    *pool = NULL;
+    *effective = json_incref(body);
+    if (ref == NULL || json_is_null(ref))
+        return 0;
+    if (!json_is_string(ref))
+        return invalid(err, "%s must be a pool's name", "extensions." EXTENSION_POOL_REF);
+    *pool = api->pools != NULL ? pool_find(api->pools, json_string_value(ref)) : NULL;
+    if (*pool == NULL)
+        return cove_error_set(err, 0, 404, "POOL::NOT_FOUND", "pool %.80s not found",
+                              json_string_value(ref));
+    json_decref(*effective);
+    *effective = api_pool_request_body(*pool, body);
+    if (*effective == NULL)
+        return cove_error_set(err, ENOMEM, 500, "COVE::INTERNAL", "out of memory");
+    return 0;
+}
+
 /* Answered once the sandbox runs (its agent's socket accepts): other requests go on
- * meanwhile, and many sandboxes are set up at once. */
+ * meanwhile, and many sandboxes are set up at once. A create a warm pool can serve (named by
+ * extensions.poolRef, or of a pool's shape) is answered with one of its idle sandboxes,
+ * claimed (sandbox_claim); with none idle, it is made as any other. */
 void api_sandboxes_create(struct api *api, struct http_request *req, const struct api_caller *c)
 {
     json_t *body = api_parse_json_object(req);
-    if (body == NULL)
-        return;
+    if (body != NULL)
+        api_sandboxes_create_with(api, req, c, body, NULL, NULL);
+    json_decref(body);
+}
+
+void api_sandboxes_create_with(struct api *api, struct http_request *req,
+                               const struct api_caller *c, json_t *body, api_create_reply_fn reply,
+                               void *reply_arg)
+{
     struct cove_error *err = NULL;
     struct sandbox_request sreq = {.owner = c->owner};
     struct reply_wait *w = NULL;
     struct volume_spec volumes[RUNTIME_MAX_VOLUMES];
-    sreq.volumes = json_object_get(body, "volumes");
+    struct pool *pool = NULL;
+    json_t *effective = NULL;
+    const char *mismatch = NULL;
     sreq.volume_specs = volumes;
-    if (parse_create(api, body, &sreq, &err) < 0 ||
+    if (find_pool_ref(api, body, &pool, &effective, &err) < 0 ||
+        (sreq.volumes = json_object_get(effective, "volumes"),
+         api_parse_create(api, effective, &sreq, pool != NULL, &err) < 0) ||
         volume_specs_parse(sreq.volumes, volumes, &sreq.volume_count, &err) < 0 ||
+        (pool != NULL && (mismatch = pool_mismatch(pool, &sreq)) != NULL &&
+         cove_error_set(&err, 0, 400, "POOL::MISMATCH", "pool %s: %s", pool_name(pool), mismatch) <
+             0) ||
         api_quota_admit(api, c, &sreq, &err) < 0) {
-        api_respond_error(req, err);
-    } else if ((w = reply_wait_new(req)) != NULL &&
-               sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0) {
-        api_respond_error(reply_wait_end(w), err);
+        if (reply != NULL)
+            reply(api, req, NULL, err, reply_arg);
+        else
+            api_respond_error(req, err);
+    } else if ((w = reply_wait_new(req)) != NULL) {
+        w->reply = reply;
+        w->reply_arg = reply_arg;
+        w->api = api;
+        if (pool == NULL && api->pools != NULL)
+            pool = pool_match(api->pools, &sreq);
+        struct sandbox *idle = pool != NULL ? pool_take(api->pools, pool) : NULL;
+        struct claim_wait *cw = idle != NULL ? calloc(1, sizeof(*cw)) : NULL;
+        if (cw != NULL) {
+            *cw = (struct claim_wait){.api = api,
+                                      .w = w,
+                                      .body = json_incref(effective),
+                                      .caller = *c,
+                                      .pool_mode = pool != NULL};
+        }
+        if (cw != NULL && sandbox_claim(api->sandboxes, idle, &sreq, on_claimed, cw, &err) < 0) {
+            /* Not claimable after all (its thaw failed, say): it goes; the create goes on. */
+            log_warn("pool %s: sandbox %s not claimed: %s", pool_name(pool), idle->id,
+                     err->message);
+            cove_error_free(err);
+            err = NULL;
+            json_decref(cw->body);
+            free(cw);
+            cw = NULL;
+        }
+        if (idle != NULL && cw == NULL) {
+            struct cove_error *ignored = NULL;
+            sandbox_delete(api->sandboxes, idle, "pool_drained", NULL, NULL, &ignored);
+            cove_error_free(ignored);
+        } else if (cw != NULL) {
+            w = NULL; /* claimed: on_claimed answers */
+        }
+        if (w != NULL && sandbox_create(api->sandboxes, &sreq, on_created, w, &err) < 0)
+            on_created(NULL, err, w);
     }
+    json_decref(effective);
     template_unref(sreq.template);
     egress_policy_unref(sreq.policy);
     snapshot_layers_free(sreq.layers, sreq.layer_count);
     cove_error_free(err);
-    json_decref(body);
 }
 
 struct list_filter {

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/mount.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -143,6 +144,82 @@ int cgroup_detect(struct cgroup_system *sys, struct cove_error **err)
     return 0;
 }
 
+/* Every migration into a cgroup takes cgroup_threadgroup_rwsem for writing; in its default
+ * mode the kernel's percpu rwsem makes each writer that comes after a quiet spell wait for a
+ * full RCU grace period (synchronize_rcu in rcu_sync_enter): 6-15 ms measured here for one
+ * cgroup.procs write after 100 ms without one, against 0.1 ms back to back. favordynmods
+ * keeps the rwsem in its slow mode (Linux 6.18: per-threadgroup rwsems instead), a setting of
+ * the whole kernel that any cgroup2 mount can turn on (systemd has it as a boot option). */
+void cgroup_favor_dynmods(void)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL)
+        return;
+    char line[4096], target[256] = "", opts[1024] = "";
+    while (fgets(line, sizeof(line), f)) {
+        char mountpoint[256], fstype[32], source[256], superopts[1024];
+        char *sep = strstr(line, " - ");
+        if (sep == NULL || sscanf(line, "%*s %*s %*s %*s %255s", mountpoint) != 1 ||
+            sscanf(sep + 3, "%31s %255s %1023s", fstype, source, superopts) != 3 ||
+            strcmp(fstype, "cgroup2") != 0)
+            continue;
+        snprintf(target, sizeof(target), "%s", mountpoint);
+        snprintf(opts, sizeof(opts), "%s", superopts);
+        if (strcmp(mountpoint, "/sys/fs/cgroup") == 0)
+            break;
+    }
+    fclose(f);
+    if (target[0] == '\0') {
+        log_info("cgroups: no cgroup2 mount to set favordynmods on; a create after a quiet "
+                 "spell may wait for an RCU grace period when it moves its sandbox");
+        return;
+    }
+    if (strstr(opts, "favordynmods") != NULL) {
+        log_debug("cgroups: %s has favordynmods already", target);
+        return;
+    }
+    /* The superblock alone is reconfigured (fspick), never the mount: mount(2) with
+     * MS_REMOUNT would also set the mount's own flags from its arguments, clearing nosuid,
+     * nodev and noexec (and ro) on the host's cgroup2. The options it keeps must be named again
+     * (cgroup2 resets the ones left out, nsdelegate and memory_recursiveprot among them); rw/ro,
+     * not named, stay as they are. */
+    char keep[1100] = "";
+    int fs = fspick(AT_FDCWD, target, FSPICK_CLOEXEC | FSPICK_NO_AUTOMOUNT);
+    int rc = fs < 0 ? -1 : 0;
+    char *save = NULL;
+    for (char *opt = strtok_r(opts, ",", &save); opt != NULL && rc == 0;
+         opt = strtok_r(NULL, ",", &save)) {
+        if (strcmp(opt, "rw") == 0 || strcmp(opt, "ro") == 0)
+            continue;
+        char *value = strchr(opt, '=');
+        if (value != NULL)
+            *value++ = '\0';
+        rc = value != NULL ? fsconfig(fs, FSCONFIG_SET_STRING, opt, value, 0)
+                           : fsconfig(fs, FSCONFIG_SET_FLAG, opt, NULL, 0);
+        size_t len = strlen(keep);
+        snprintf(keep + len, sizeof(keep) - len, "%s%s%s%s", opt, value ? "=" : "",
+                 value ? value : "", ",");
+    }
+    if (rc == 0)
+        rc = fsconfig(fs, FSCONFIG_SET_FLAG, "favordynmods", NULL, 0);
+    if (rc == 0)
+        rc = fsconfig(fs, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0);
+    int saved = errno;
+    if (fs >= 0)
+        close(fs);
+    if (rc < 0) {
+        log_warn("cgroups: cannot reconfigure %s with favordynmods (%s): a create after a quiet "
+                 "spell may wait for an RCU grace period when it moves its sandbox; "
+                 "cgroup_favor_dynmods = false stops trying",
+                 target, strerror(saved));
+        return;
+    }
+    log_info("cgroups: reconfigured %s with %sfavordynmods, for the whole host: moving a "
+             "sandbox into its cgroups no longer waits for an RCU grace period "
+             "(cgroup_favor_dynmods = false leaves the mount alone)",
+             target, keep);
+}
+
 void cgroup_path(const struct cgroup_system *sys, enum cgroup_v1_controller controller,
                  const char *id, char *out, size_t out_size)
 {
@@ -261,6 +338,26 @@ static int v1_create(const struct cgroup_system *sys, const char *id,
     return 0;
 }
 
+int cgroup_set_cpu(const struct cgroup_system *sys, const char *id, int64_t millicores,
+                   struct cove_error **err)
+{
+    char value[64];
+    if (millicores <= 0)
+        return 0;
+    if (sys->mode == CGROUP_V2) {
+        snprintf(value, sizeof(value), "%lld %d", (long long)millicores * CPU_PERIOD_US / 1000,
+                 CPU_PERIOD_US);
+        return write_in(sys, 0, id, "cpu.max", value, err);
+    }
+    if (sys->v1_mount[CGROUP_V1_CPU][0] == '\0')
+        return 0;
+    snprintf(value, sizeof(value), "%d", CPU_PERIOD_US);
+    if (write_in(sys, CGROUP_V1_CPU, id, "cpu.cfs_period_us", value, err) < 0)
+        return -1;
+    snprintf(value, sizeof(value), "%lld", (long long)millicores * CPU_PERIOD_US / 1000);
+    return write_in(sys, CGROUP_V1_CPU, id, "cpu.cfs_quota_us", value, err);
+}
+
 int cgroup_create(const struct cgroup_system *sys, const char *id,
                   const struct cgroup_limits *limits, struct cove_error **err)
 {
@@ -288,6 +385,13 @@ int cgroup_add_pid(const struct cgroup_system *sys, const char *id, pid_t pid,
             return -1;
     }
     return 0;
+}
+
+int cgroup_make_leaf(const struct cgroup_system *sys, const char *name, struct cove_error **err)
+{
+    struct cgroup_limits none = {0};
+    return sys->mode == CGROUP_V2 ? v2_create(sys, name, &none, err)
+                                  : v1_create(sys, name, &none, err);
 }
 
 static void sleep_ms(long ms)

@@ -264,9 +264,85 @@ static int attach_loop(int image_fd, char *dev, size_t size)
     return -1;
 }
 
+int runtime_layer_make_spare(const char *layer_dir, int64_t bytes, char *image, size_t size,
+                             char *why, size_t why_size)
+{
+    char template[4200], dev[64], tag[17];
+    if (template_path(layer_dir, bytes, template, sizeof(template)) < 0) {
+        snprintf(why, why_size, "format %s: %s", template, strerror(errno));
+        return -1;
+    }
+    /* The maker's prefix: runtime_layer_setup removes what a coved that died left. */
+    cove_random_hex(tag, 8);
+    snprintf(image, size, "%s/" MAKING_PREFIX "spare-%s.img", layer_dir, tag);
+    const char *step = "copy the template";
+    int image_fd = -1, loop = -1, fs = -1, mnt = -1;
+    if (copy_sparse(template, image, bytes) < 0)
+        goto fail;
+    step = "open the copy";
+    if ((image_fd = open(image, O_RDWR | O_CLOEXEC)) < 0)
+        goto fail;
+    step = "attach a loop device";
+    if ((loop = attach_loop(image_fd, dev, sizeof(dev))) < 0)
+        goto fail;
+    /* A detached mount: the set-up child that takes it moves it into its own namespace. */
+    step = "mount the layer";
+    if ((fs = fsopen("ext4", FSOPEN_CLOEXEC)) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_FLAG, "noinit_itable", NULL, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0 ||
+        (mnt = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)) < 0)
+        goto fail;
+    close(fs);
+    close(loop); /* the mount holds the device from here on */
+    close(image_fd);
+    /* The overlay's directories (child_mount_overlay): the first writes to a fresh ext4 are
+     * the slow ones, made here rather than in a create. */
+    step = "make the overlay's directories";
+    if (mkdirat(mnt, "lower", 0755) < 0 || mkdirat(mnt, "upper", 0755) < 0 ||
+        mkdirat(mnt, "work", 0700) < 0 || mkdirat(mnt, "root", 0755) < 0) {
+        fs = loop = image_fd = -1;
+        goto fail;
+    }
+    return mnt;
+fail:;
+    int saved = errno;
+    snprintf(why, why_size, "%s (%s): %s", step, image, strerror(saved));
+    if (mnt >= 0)
+        close(mnt);
+    if (fs >= 0)
+        close(fs);
+    if (loop >= 0)
+        close(loop);
+    if (image_fd >= 0)
+        close(image_fd);
+    unlink(image);
+    errno = saved;
+    return -1;
+}
+
+int runtime_layer_place_spare(const char *image, const char *run_dir)
+{
+    char to[4200];
+    if ((size_t)snprintf(to, sizeof(to), "%s/" LAYER_IMAGE, run_dir) >= sizeof(to)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return rename(image, to);
+}
+
 void child_mount_layer(int status_fd, const struct runtime_spec *spec)
 {
     char opts[128];
+    if (spec->layer_from_spare) {
+        /* Made ahead (runtime_layer_make_spare), its image in the run dir already
+         * (runtime_layer_place_spare): its mount goes over the run dir, as below. */
+        if (move_mount(spec->layer_mount_fd, "", AT_FDCWD, spec->run_dir, MOVE_MOUNT_F_EMPTY_PATH) <
+            0)
+            child_fail(status_fd, "mount the writable layer made ahead on %s", spec->run_dir);
+        close(spec->layer_mount_fd);
+        return;
+    }
     if (spec->layer != RUNTIME_LAYER_DISK) {
         /* A tmpfs whose size is the disk cap: its pages are charged to the sandbox's memory
          * cgroup, so the cap can never exceed what the sandbox may use anyway. */

@@ -115,6 +115,10 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         if (a->volume_fds[i] < 0)
             child_fail(status_fd, "dup");
     }
+    int layer_tmp =
+        a->spec->layer_from_spare ? fcntl(a->spec->layer_mount_fd, F_DUPFD_CLOEXEC, 100) : -1;
+    if (a->spec->layer_from_spare && layer_tmp < 0)
+        child_fail(status_fd, "dup");
     status_fd = fds[3];
     /* 3 listener, 4 agent, 5 go, 6 status, 7 kernel helper, 8 its libraries: the listener,
      * the status pipe (the agent's --ready-fd) and the helper's stay open across the agent's
@@ -136,6 +140,14 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         if (dup3(a->volume_fds[i], volume_fds[i], O_CLOEXEC) < 0)
             child_fail(status_fd, "dup3");
     }
+    /* Then a spare layer's mount, which child_mount_layer moves into place. */
+    struct runtime_spec spec_here = *a->spec;
+    int kept = AGENT_LISTEN_FD + nfds + (int)volume_count;
+    if (layer_tmp >= 0) {
+        if (dup3(layer_tmp, kept, O_CLOEXEC) < 0)
+            child_fail(status_fd, "dup3");
+        spec_here.layer_mount_fd = kept++;
+    }
     int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0)
         child_fail(status_fd, "stdio");
@@ -144,7 +156,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
      * reader costs the agent log lines, never progress. */
     if (dup2(log_w, 2) < 0 || fcntl(2, F_SETFL, O_NONBLOCK) < 0)
         child_fail(status_fd, "agent log pipe");
-    if (syscall(SYS_close_range, AGENT_LISTEN_FD + nfds + (int)volume_count, ~0U, 0) < 0)
+    if (syscall(SYS_close_range, kept, ~0U, 0) < 0)
         child_fail(status_fd, "close_range");
 
     sigset_t all;
@@ -159,7 +171,7 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         child_fail(status_fd, "handshake with coved (namespace owner)");
     if (a->cgroups->mode == CGROUP_V1)
         join_cgroups_v1(status_fd, a->cgroups, a->spec->id);
-    child_build_root(status_fd, a->spec, owner);
+    child_build_root(status_fd, &spec_here, owner);
     child_mount_volumes(status_fd, a->spec, volume_fds, owner);
     /* Lowered as host root; root inside cannot raise it again (that takes CAP_SYS_RESOURCE
      * in the host's namespace). The agent keeps a few more for the connections it serves
@@ -233,6 +245,8 @@ static __attribute__((noreturn)) void child_main(struct child_args *a)
         argv[i++] = "--prestart";
         argv[i++] = (char *)a->spec->prestart;
     }
+    if (a->spec->pooled)
+        argv[i++] = "--pooled";
     /* The agent names the cap when an upload finds the layer full. */
     char disk_cap[24];
     snprintf(disk_cap, sizeof(disk_cap), "%lld", (long long)a->spec->disk_bytes);
@@ -308,7 +322,8 @@ struct runtime_start {
     int status_fd; /* read end, non-blocking: 'U', 'E'+text, or EOF when the agent was exec'd */
     int log_fd;    /* read end of the agent's stderr */
     bool maps_written;
-    uint32_t host_id_base; /* host id of root inside */
+    uint32_t host_id_base;  /* host id of root inside */
+    int64_t cpu_millicores; /* set before the agent runs */
     char msg[600];
     size_t msg_len;
 };
@@ -354,6 +369,15 @@ pid_t runtime_start_pid(const struct runtime_start *op)
     return op->oci != NULL ? runtime_oci_start_pid(op->oci) : op->child.pid;
 }
 
+/* The set-up child died (killed, or failed) before coved could tell it to go on: its pipe
+ * is closed (EPIPE). The sandbox's failure, as any other end of its set-up. */
+static int set_up_gone(struct cove_error **err)
+{
+    return cove_error_set(err, errno, 500, "SANDBOX::START_FAILED",
+                          "sandbox set-up failed: its set-up process is gone (%s)",
+                          strerror(errno));
+}
+
 int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
                         struct runtime_start **out, struct cove_error **err)
 {
@@ -365,12 +389,19 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
         spec->nofile_hard < spec->nofile_soft || spec->volume_count > RUNTIME_MAX_VOLUMES)
         return cove_error_set(err, EINVAL, 500, "COVE::INTERNAL",
                               "sandbox %s: no id range or RLIMIT_NOFILE given", spec->id);
-    if (mkdir(spec->run_dir, 0700) < 0 && errno != EEXIST)
+    /* A run dir made ahead, its agent socket listening (spares.h), or both made here. */
+    int spare_listen = spec->kind == RUNTIME_NATIVE && access(spec->run_dir, F_OK) < 0
+                           ? runtime_spares_take_run_dir(rt, spec->run_dir)
+                           : -1;
+    if (spare_listen < 0 && mkdir(spec->run_dir, 0700) < 0 && errno != EEXIST)
         return cove_error_sys(err, "mkdir %s", spec->run_dir);
 
     struct runtime_start *op = calloc(1, sizeof(*op));
-    if (op == NULL)
+    if (op == NULL) {
+        if (spare_listen >= 0)
+            close(spare_listen);
         return cove_error_sys(err, "calloc");
+    }
     if (spec->kind != RUNTIME_NATIVE) {
         if (runtime_oci_begin(rt, spec, &op->oci, err) < 0) {
             free(op);
@@ -379,11 +410,11 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
         *out = op;
         return 0;
     }
-    op->go_fd = op->status_fd = op->log_fd = op->child.pidfd = -1;
+    op->go_fd = op->status_fd = op->log_fd = op->child.pidfd = op->child.shim_pidfd = -1;
     snprintf(op->id, sizeof(op->id), "%s", spec->id);
     op->host_id_base = spec->host_id_base;
 
-    listen_fd = make_agent_socket(spec->run_dir, err);
+    listen_fd = spare_listen >= 0 ? spare_listen : make_agent_socket(spec->run_dir, err);
     if (listen_fd < 0)
         goto fail;
     if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0 ||
@@ -391,7 +422,14 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
         cove_error_sys(err, "pipe");
         goto fail;
     }
-    if (cgroup_create(&rt->cgroups, spec->id, &spec->limits, err) < 0)
+    /* The cpu limit waits until the set-up's mounts are done (runtime_start_step, before the
+     * child may become the sandbox's root and exec the agent): the set-up child lives in these
+     * cgroups, and a limit of 100m would make a create wait 90 ms of every 100 for work of
+     * coved's own. Memory and pids hold from the start. */
+    struct cgroup_limits setup_limits = spec->limits;
+    setup_limits.cpu_millicores = 0;
+    op->cpu_millicores = spec->limits.cpu_millicores;
+    if (cgroup_create(&rt->cgroups, spec->id, &setup_limits, err) < 0)
         goto fail;
 
     /* The child's copy, its layer settled. */
@@ -410,13 +448,44 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
         .status_fd = status[1],
         .log_fd = log[1],
     };
+    /* A disk layer made ahead, of this size (spares.h), its image moved into the run dir
+     * here; the child mounts it. */
+    int spare_layer = child_spec.layer == RUNTIME_LAYER_DISK
+                          ? runtime_spares_take_layer(rt, spec->disk_bytes, spec->run_dir)
+                          : -1;
+    child_spec.layer_from_spare = spare_layer >= 0;
+    child_spec.layer_mount_fd = spare_layer;
+    /* A network namespace made ahead (spares.h): coved stands in it for the clone alone, so
+     * the child is born there, set up already; without one the clone makes a new one. */
+    int spare_net = runtime_spares_take_netns(rt);
+    if (spare_net >= 0 && setns(spare_net, CLONE_NEWNET) < 0) {
+        log_warn("sandbox %s: cannot enter a spare network namespace (%s): making one", spec->id,
+                 strerror(errno));
+        close(spare_net);
+        spare_net = -1;
+    }
+    child_spec.net_ready = spare_net >= 0;
     /* A fork-like clone: the child runs on a copy of this stack, so it may use `args`. Its
      * pidfd (the parent_tid argument with CLONE_PIDFD) is its one handle from here on. */
     int pidfd = -1;
     pid_t pid = (pid_t)syscall(SYS_clone,
-                               CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET |
-                                   CLONE_NEWUTS | CLONE_NEWIPC | SIGCHLD,
+                               CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWNS |
+                                   (spare_net >= 0 ? 0 : CLONE_NEWNET) | CLONE_NEWUTS |
+                                   CLONE_NEWIPC | SIGCHLD,
                                NULL, &pidfd, NULL, 0);
+    if (spare_net >= 0) {
+        int saved = errno;
+        if (pid != 0)
+            runtime_spares_return(rt);
+        close(spare_net);
+        errno = saved;
+    }
+    if (spare_layer >= 0 && pid != 0) {
+        /* The child has it, or (no child) it goes, and its image with the run dir. */
+        int saved = errno;
+        close(spare_layer);
+        errno = saved;
+    }
     if (pid < 0) {
         cove_error_sys(err, "clone (CLONE_PIDFD needs Linux 5.2 or later)");
         goto fail;
@@ -455,7 +524,7 @@ int runtime_start_begin(struct runtime *rt, const struct runtime_spec *spec,
     uint32_t owner = RUNTIME_NS_OWNER_BASE + (uint32_t)pid;
     memcpy(go_msg + 1, &owner, sizeof(owner));
     if (write(op->go_fd, go_msg, sizeof(go_msg)) != (ssize_t)sizeof(go_msg)) {
-        cove_error_sys(err, "handshake");
+        set_up_gone(err);
         goto fail;
     }
     close(listen_fd);
@@ -506,8 +575,12 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
             if (write_id_map(op->child.pid, "uid_map", op->host_id_base, err) < 0 ||
                 write_id_map(op->child.pid, "gid_map", op->host_id_base, err) < 0)
                 goto fail;
+            /* The cpu limit, before 'M' lets the child exec the agent: nothing of the
+             * sandbox's (its entrypoint, started by the agent) ever runs without it. */
+            if (cgroup_set_cpu(&rt->cgroups, op->id, op->cpu_millicores, err) < 0)
+                goto fail;
             if (write(op->go_fd, "M", 1) != 1) {
-                cove_error_sys(err, "handshake");
+                set_up_gone(err);
                 goto fail;
             }
             op->maps_written = true;
@@ -537,6 +610,7 @@ int runtime_start_step(struct runtime *rt, struct runtime_start *op, struct runt
     out->start_time = runtime_process_start_time(op->child.pid);
     out->log_fd = op->log_fd;
     out->pidfd = op->child.pidfd; /* the sandbox record owns it from here */
+    out->shim_pidfd = -1;
     op->log_fd = op->child.pidfd = -1;
     start_free(op);
     return 0;
@@ -601,11 +675,18 @@ int runtime_destroy(struct runtime *rt, const char *id, const char *run_dir,
         kill_sandbox(rt, id, proc);
         runtime_process_wait(proc, 10000);
     }
-    runtime_process_reap(proc, false, NULL, 0);
+    if (runtime_process_reap(proc, false, NULL, 0) == 0 && proc->shim_pidfd >= 0) {
+        /* A shim still reaping what its runtime left after 10 s: no zombie of it stays. */
+        syscall(SYS_pidfd_send_signal, proc->shim_pidfd, SIGKILL, NULL, 0);
+        runtime_process_reap(proc, true, NULL, 0);
+    }
     runtime_process_release(proc);
     int ret = cgroup_destroy(&rt->cgroups, id, err);
     runtime_oci_forget_cgroups(rt, id);
-    if (run_dir != NULL && run_dir[0] != '\0')
+    /* A native sandbox's run dir goes to the trash for the spares' maker to empty (spares.h);
+     * an OCI one may hold its bundle's mounts, and is walked here, never into a mount. */
+    if (run_dir != NULL && run_dir[0] != '\0' &&
+        (runtime_kind_of(run_dir) != RUNTIME_NATIVE || !runtime_spares_trash(rt, run_dir)))
         remove_tree(run_dir);
     return ret;
 }
@@ -621,6 +702,8 @@ int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_
     if (kernel_path != NULL && kernel_path[0] != '\0' &&
         realpath(kernel_path, rt->kernel_path) == NULL)
         rt->kernel_path[0] = '\0';
+    runtime_spares_init(&rt->spares);
+    runtime_seccomp_prepare();
     if (cgroup_detect(&rt->cgroups, err) < 0)
         return -1;
     if (file_budget_read(&rt->files, FILE_BUDGET_DEFAULT_SHARE, err) < 0)
@@ -648,6 +731,7 @@ int runtime_init(struct runtime *rt, const char *agent_path, const char *kernel_
 
 void runtime_fini(struct runtime *rt)
 {
+    runtime_spares_fini(&rt->spares);
     if (rt->agent_fd >= 0)
         close(rt->agent_fd);
     if (rt->kernel_fd >= 0)

@@ -18,7 +18,9 @@
  * The set-up child reports on its status pipe: "R" and the host pid of the sandbox's PID 1
  * (crun: the agent; runsc: its sandbox process, the sentry, whose death ends the gofer and
  * every task), then what the agent said on its ready pipe ("P" and why its entrypoint did not
- * start), or "E" and why the set-up failed; EOF ends it. */
+ * start), or "E" and why the set-up failed; EOF ends it. Started, the set-up child becomes
+ * cove-shim (shim.c): the child subreaper of what the runtime leaves, through which coved
+ * learns how PID 1 ended, as for a native sandbox. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -29,12 +31,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <linux/close_range.h>
 #include <grp.h>
 #include <dirent.h>
 #include <time.h>
@@ -45,11 +49,18 @@
 #include "lib/cleanup.h"
 #include "lib/log.h"
 
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
 /* How long the set-up child waits for runsc's agent to accept. */
 #define OCI_READY_TIMEOUT_MS 30000
 
 /* Host threads of runsc's own allowed beyond a gVisor sandbox's pids limit. */
 #define OCI_GVISOR_PIDS_HEADROOM 192
+
+/* The cgroup of every sandbox's cove-shim (cgroup_make_leaf). */
+#define RUNTIME_SHIM_CGROUP "shims"
 
 /* What the set-up child needs, all made before the fork. */
 struct oci_args {
@@ -59,7 +70,8 @@ struct oci_args {
     const char *config; /* config.json's text */
     int listen_fd;      /* crun: coved's listener at run_dir/agent.sock */
     int status_fd, log_fd;
-    int kernel_fd; /* crun: cove-kernel, or -1 */
+    int kernel_fd;      /* crun: cove-kernel, or -1 */
+    int kernel_libs_fd; /* crun: its loader and libraries (kernel_libs.h), or -1 */
 };
 
 static void write_all_or_fail(int status_fd, int fd, const char *text, size_t len, const char *what)
@@ -146,13 +158,18 @@ static pid_t make_user_namespace(int status_fd, uint32_t owner, uint32_t host_ba
     int sync[2];
     if (pipe2(sync, O_CLOEXEC) < 0)
         child_fail(status_fd, "pipe");
+    pid_t self = getpid();
     pid_t pid = fork();
     if (pid < 0)
         child_fail(status_fd, "fork");
     if (pid == 0) {
         char ok = 'u';
+        /* Dies with the set-up: it holds the status pipe, whose EOF tells coved the set-up
+         * ended (else a killed set-up would be seen only at its timeout). After the new ids,
+         * whose change clears it. */
         if (setgroups(0, NULL) < 0 || setresgid(owner, owner, owner) < 0 ||
             setresuid(owner, owner, owner) < 0 || unshare(CLONE_NEWUSER) < 0 ||
+            prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != self ||
             write(sync[1], &ok, 1) != 1)
             _exit(1);
         for (;;)
@@ -179,6 +196,46 @@ static pid_t make_user_namespace(int status_fd, uint32_t owner, uint32_t host_ba
     return pid;
 }
 
+/* runsc's agent writes its word on the entrypoint (--ready-file, what a native agent writes on
+ * its ready pipe) to sock/ready.tmp and renames it sock/ready: passed on once there. That
+ * directory is the sandbox's to change too: no link is followed, only a regular file read,
+ * and all it can say is how the sandbox's own start went. */
+static bool relay_ready_file(int status_fd, const char *run_dir)
+{
+    char path[4200], buf[512];
+    snprintf(path, sizeof(path), "%s/sock/ready", run_dir);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, buf, sizeof(buf)) : 0;
+    close(fd);
+    if (n > 0 && buf[0] == 'P')
+        write_all_or_fail(status_fd, status_fd, buf, (size_t)n, "status");
+    return true;
+}
+
+/* The container runs: the set-up child execs cove-shim (shim.c), which reaps PID 1 and ends
+ * as it did, holding nothing of coved's but stderr (the agent's log pipe). The status pipe
+ * closes with the exec: coved's EOF. */
+static __attribute__((noreturn)) void become_shim(int status_fd, const struct oci_args *a,
+                                                  pid_t init)
+{
+    char pid[16];
+    snprintf(pid, sizeof(pid), "%d", (int)init);
+    /* Out of the sandbox's cgroups (not counted in its limits, not frozen with it) into the
+     * shims' own: not coved's either, which a service manager may kill with coved. */
+    struct cove_error *cgerr = NULL;
+    if (cgroup_add_pid(&a->rt->cgroups, RUNTIME_SHIM_CGROUP, getpid(), &cgerr) < 0) {
+        errno = cgerr != NULL ? cgerr->errnum : EIO;
+        child_fail(status_fd, "leave the sandbox's cgroups");
+    }
+    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) < 0 || chdir("/") < 0)
+        child_fail(status_fd, "prepare cove-shim");
+    execl(a->rt->shim_path, "cove-shim", pid, (char *)NULL);
+    child_fail(status_fd, "run %s", a->rt->shim_path);
+}
+
 static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
 {
     const struct runtime_spec *spec = a->spec;
@@ -187,28 +244,30 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     if (setsid() < 0)
         child_fail(status_fd, "setsid");
     /* Descriptors at fixed numbers: 3 the listener, 4 the agent's ready pipe, 5 the kernel
-     * helper (crun passes 3..5 to the agent), then the status pipe and the ready pipe's read
-     * end; the rest closed. stderr is the agent's log pipe: the runtime hands it on. */
+     * helper, 6 its libraries (crun passes 3..6 to the agent), then 7 the status pipe and 8
+     * the ready pipe's read end; the rest closed. stderr is the agent's log pipe: the runtime
+     * hands it on. */
     int ready[2];
     if (pipe2(ready, O_CLOEXEC) < 0)
         child_fail(status_fd, "pipe");
-    int fds[6] = {a->listen_fd, ready[1], a->kernel_fd, a->status_fd, ready[0], a->log_fd};
-    for (int i = 0; i < 6; i++) {
+    int fds[7] = {a->listen_fd, ready[1], a->kernel_fd, a->kernel_libs_fd,
+                  a->status_fd, ready[0], a->log_fd};
+    for (int i = 0; i < 7; i++) {
         if (fds[i] >= 0 && (fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 100)) < 0)
             child_fail(status_fd, "dup");
     }
     int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 || dup2(fds[5], 2) < 0)
+    if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 || dup2(fds[6], 2) < 0)
         child_fail(status_fd, "stdio");
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         if (fds[i] >= 0 && dup3(fds[i], 3 + i, 0) < 0)
             child_fail(status_fd, "dup3");
     }
-    status_fd = 6;
-    int ready_r = 7;
+    status_fd = 7;
+    int ready_r = 8;
     fcntl(status_fd, F_SETFD, FD_CLOEXEC);
     fcntl(ready_r, F_SETFD, FD_CLOEXEC);
-    if (syscall(SYS_close_range, 8, ~0U, 0) < 0)
+    if (syscall(SYS_close_range, 9, ~0U, 0) < 0)
         child_fail(status_fd, "close_range");
     sigset_t all;
     sigemptyset(&all);
@@ -216,6 +275,10 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
     for (int sig = 1; sig < NSIG; sig++)
         signal(sig, SIG_DFL);
 
+    /* What the runtime leaves behind when it exits (PID 1, runsc's gofer) becomes this
+     * process's, which becomes cove-shim (become_shim). */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+        child_fail(status_fd, "PR_SET_CHILD_SUBREAPER");
     /* The sandbox's cgroups first: the runtime and everything it starts inherit them. */
     struct cove_error *cgerr = NULL;
     if (cgroup_add_pid(&a->rt->cgroups, spec->id, getpid(), &cgerr) < 0) {
@@ -311,7 +374,9 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
                            "--pid-file",
                            pid_path,
                            "--preserve-fds",
-                           a->kernel_fd >= 0 ? "3" : "2",
+                           a->kernel_libs_fd >= 0 ? "4"
+                           : a->kernel_fd >= 0    ? "3"
+                                                  : "2",
                            "--bundle",
                            spec->run_dir,
                            spec->id};
@@ -319,10 +384,15 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
             argv[n++] = r[i];
     }
     argv[n] = NULL;
+    pid_t self = getpid();
     pid_t pid = fork();
     if (pid < 0)
         child_fail(status_fd, "fork");
     if (pid == 0) {
+        /* A set-up killed meanwhile takes the runtime with it (what it started is in the
+         * sandbox's cgroups, killed with them). */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != self)
+            _exit(127);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -361,19 +431,27 @@ static __attribute__((noreturn)) void oci_child_main(struct oci_args *a)
                 break;
             write_all_or_fail(status_fd, status_fd, buf, (size_t)r, "status");
         }
-        _exit(0);
+        become_shim(status_fd, a, (pid_t)init);
     }
-    /* runsc: until the agent accepts on its socket. */
+    /* runsc: until the agent accepts on its socket and has said how its entrypoint started. */
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/sock/agent.sock", spec->run_dir);
+    bool listening = false;
     for (int waited = 0; waited < OCI_READY_TIMEOUT_MS; waited += 5) {
-        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int s = listening ? -1 : socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (s >= 0 && connect(s, (struct sockaddr *)&addr, sizeof(addr)) == 0)
-            _exit(0);
+            listening = true;
         if (s >= 0)
             close(s);
-        if (kill((pid_t)init, 0) < 0)
-            child_fail(status_fd, "the gVisor sandbox exited before its agent listened");
+        if (listening && relay_ready_file(status_fd, spec->run_dir))
+            become_shim(status_fd, a, (pid_t)init);
+        /* The sentry is this subreaper's child once runsc has exited: a zombie until the
+         * shim reaps it, which kill(0) would not tell from a live one. */
+        siginfo_t info = {0};
+        if (kill((pid_t)init, 0) < 0 ||
+            (waitid(P_PID, (id_t)init, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+             info.si_pid == (pid_t)init))
+            child_fail(status_fd, "the gVisor sandbox exited before its agent was ready");
         struct timespec ts = {0, 5 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -484,7 +562,7 @@ int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
     struct runtime_oci_start *op = calloc(1, sizeof(*op));
     if (op == NULL)
         return cove_error_sys(err, "calloc");
-    op->status_fd = op->log_fd = op->setup.pidfd = -1;
+    op->status_fd = op->log_fd = op->setup.pidfd = op->setup.shim_pidfd = -1;
     snprintf(op->id, sizeof(op->id), "%s", spec->id);
     op->kind = spec->kind;
     snprintf(op->run_dir, sizeof(op->run_dir), "%s", spec->run_dir);
@@ -558,7 +636,10 @@ int runtime_oci_begin(struct runtime *rt, const struct runtime_spec *spec,
         .status_fd = status[1],
         .log_fd = log[1],
         .kernel_fd = gvisor ? -1 : rt->kernel_fd,
+        .kernel_libs_fd = gvisor || rt->kernel_fd < 0 ? -1 : rt->kernel_libs_fd,
     };
+    if (cgroup_make_leaf(&rt->cgroups, RUNTIME_SHIM_CGROUP, err) < 0)
+        goto fail;
     int pidfd = -1;
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PIDFD | CLONE_NEWNS | CLONE_NEWNET | SIGCHLD, NULL,
                                &pidfd, NULL, 0);
@@ -625,9 +706,8 @@ int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct ru
             break;
     }
     op->msg[op->msg_len] = '\0';
-    /* EOF: the set-up child is exiting; it is reaped here (a moment at most). */
-    runtime_process_reap(&op->setup, true, NULL, 0);
-    runtime_process_release(&op->setup);
+    /* EOF: the set-up child has become cove-shim, or is exiting (a failure: it is then killed
+     * and reaped by runtime_oci_cancel). */
     if (op->msg_len > 0 && op->init != 0 && op->msg[0] == 'P') {
         cove_error_set(err, 0, 500, RUNTIME_ENTRYPOINT_FAILED, "%s", op->msg + 1);
         goto fail;
@@ -639,10 +719,19 @@ int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct ru
                                            : op->msg);
         goto fail;
     }
+    /* EOF with nothing said is the shim's exec, or the set-up child's death (its sandbox's
+     * limits can kill it): told apart without reaping it. */
+    siginfo_t info = {0};
+    if (waitid((idtype_t)P_PIDFD, (id_t)op->setup.pidfd, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        info.si_pid != 0) {
+        cove_error_set(err, 0, 500, "SANDBOX::START_FAILED",
+                       "sandbox set-up failed: the set-up process ended before cove-shim ran");
+        goto fail;
+    }
     if (op->kind == RUNTIME_GVISOR && link_agent_socket(op->run_dir, err) < 0)
         goto fail;
-    /* PID 1 is not coved's child (the runtime's was): watched through a pidfd of its own,
-     * like a re-adopted sandbox's. */
+    /* PID 1 is not coved's child (the runtime's was, then the shim's): signalled through a
+     * pidfd of its own, like a re-adopted sandbox's; its end is told by the shim's. */
     out->kind = op->kind;
     out->pid = op->init;
     out->start_time = runtime_process_start_time(op->init);
@@ -651,6 +740,8 @@ int runtime_oci_step(struct runtime *rt, struct runtime_oci_start *op, struct ru
                        "the sandbox's init (pid %d) exited at once", (int)op->init);
         goto fail;
     }
+    out->shim_pidfd = op->setup.pidfd; /* the sandbox record owns it from here */
+    op->setup.pidfd = -1;
     out->log_fd = op->log_fd;
     op->log_fd = -1;
     oci_free(op);

@@ -14,6 +14,7 @@
 #define OCI_AGENT_DIR "/run/cove"
 #define OCI_AGENT_PATH OCI_AGENT_DIR "/cove-agent"
 #define OCI_SOCKET_DIR OCI_AGENT_DIR "/sock"
+#define OCI_GVISOR_COMPAT OCI_AGENT_DIR "/gvisor-compat.so"
 
 static const char *const kind_names[] = {"native", "oci", "gvisor"};
 
@@ -56,6 +57,10 @@ int runtime_kind_check(const struct runtime *rt, enum runtime_kind kind, struct 
     if (kind == RUNTIME_GVISOR && rt->gvisor_path[0] == '\0')
         return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
                               "runtime gvisor: no runsc here (coved's --gvisor-runtime)");
+    if (kind != RUNTIME_NATIVE && rt->shim_path[0] == '\0')
+        return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                              "runtime %s: no cove-shim next to coved (an incomplete install)",
+                              runtime_kind_name(kind));
     return 0;
 }
 
@@ -101,6 +106,18 @@ int runtime_oci_configure(struct runtime *rt, const char *oci, const char *gviso
                                   "--gvisor-runtime %s: not executable", gvisor);
         rt->gvisor_path[0] = '\0';
     }
+    char exe[sizeof(rt->shim_path) - 16];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    char *slash = len > 0 ? (exe[len] = '\0', strrchr(exe, '/')) : NULL;
+    if (slash != NULL)
+        *slash = '\0';
+    snprintf(rt->shim_path, sizeof(rt->shim_path), "%s/cove-shim", slash != NULL ? exe : ".");
+    if (slash == NULL || access(rt->shim_path, X_OK) < 0)
+        rt->shim_path[0] = '\0';
+    snprintf(rt->gvisor_compat_path, sizeof(rt->gvisor_compat_path), "%s/cove-gvisor-compat.so",
+             slash != NULL ? exe : ".");
+    if (slash == NULL || access(rt->gvisor_compat_path, R_OK) < 0)
+        rt->gvisor_compat_path[0] = '\0';
     if (platform == NULL || platform[0] == '\0')
         platform = "ptrace";
     if (strcmp(platform, "ptrace") != 0 && strcmp(platform, "systrap") != 0 &&
@@ -170,6 +187,12 @@ static json_t *agent_args(const struct runtime *rt, const struct runtime_spec *s
     if (gvisor) {
         json_array_append_new(args, json_string("--listen"));
         json_array_append_new(args, json_string("unix:" OCI_SOCKET_DIR "/agent.sock"));
+        json_array_append_new(args, json_string("--ready-file"));
+        json_array_append_new(args, json_string(OCI_SOCKET_DIR "/ready"));
+        if (rt->gvisor_compat_path[0] != '\0') {
+            json_array_append_new(args, json_string("--preload"));
+            json_array_append_new(args, json_string(OCI_GVISOR_COMPAT));
+        }
     } else {
         static const char *const fds[] = {"--listen-fd", "3", "--ready-fd", "4"};
         for (size_t i = 0; i < 4; i++)
@@ -178,11 +201,17 @@ static json_t *agent_args(const struct runtime *rt, const struct runtime_spec *s
             json_array_append_new(args, json_string("--kernel-helper-fd"));
             json_array_append_new(args, json_string("5"));
         }
+        if (kernel && rt->kernel_libs_fd >= 0) {
+            json_array_append_new(args, json_string("--kernel-libs-fd"));
+            json_array_append_new(args, json_string("6"));
+        }
     }
     if (spec->prestart != NULL && spec->prestart[0] != '\0') {
         json_array_append_new(args, json_string("--prestart"));
         json_array_append_new(args, json_string(spec->prestart));
     }
+    if (spec->pooled)
+        json_array_append_new(args, json_string("--pooled"));
     snprintf(disk_cap, sizeof(disk_cap), "%lld", (long long)spec->disk_bytes);
     json_array_append_new(args, json_string("--disk-cap"));
     json_array_append_new(args, json_string(disk_cap));
@@ -218,6 +247,9 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
     json_t *env = json_array();
     for (size_t i = 0; spec->env != NULL && spec->env[i] != NULL; i++)
         json_array_append_new(env, json_string(spec->env[i]));
+    /* gVisor: cove-gvisor-compat.so preloaded in every process the agent starts (the agent's
+     * --preload; gvisor_compat.c), not in the agent itself. */
+    bool compat = gvisor && rt->gvisor_compat_path[0] != '\0';
     uint64_t nofile =
         spec->nofile_hard > RUNTIME_AGENT_NOFILE ? spec->nofile_hard : RUNTIME_AGENT_NOFILE;
     json_t *process = json_pack(
@@ -244,6 +276,9 @@ char *runtime_oci_bundle_config(const struct runtime *rt, const struct runtime_s
         char sock[4200];
         snprintf(sock, sizeof(sock), "%s/sock", spec->run_dir);
         add_mount(mounts, OCI_SOCKET_DIR, "bind", sock, "bind,rw,nosuid,nodev,noexec");
+        if (compat)
+            add_mount(mounts, OCI_GVISOR_COMPAT, "bind", rt->gvisor_compat_path,
+                      "bind,ro,nosuid,nodev");
     }
     if (spec->ca_bundle != NULL)
         add_mount(mounts, "/etc/ssl/certs/ca-certificates.crt", "bind", spec->ca_bundle,

@@ -2,7 +2,8 @@
  * one re-adopted after a restart, opened once its start time proved it the same process).
  * Signals and the wait go through that descriptor, so a pid the kernel has since handed to
  * another process is never hit. Only the holder of the pidfd reaps: coved has no
- * waitpid(-1) and no SIGCHLD handler. */
+ * waitpid(-1) and no SIGCHLD handler, and as PID 1 it reaps only the zombies no pidfd names
+ * (orphans.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -80,18 +81,25 @@ int runtime_process_signal(const struct runtime_process *proc, int sig)
 
 int runtime_process_reap(struct runtime_process *proc, bool block, char *why, size_t size)
 {
-    if (proc->pidfd < 0)
+    int fd = runtime_process_exit_fd(proc);
+    if (fd < 0)
         return -1;
     siginfo_t info;
     memset(&info, 0, sizeof(info));
     int rc;
     do {
-        rc = waitid((idtype_t)P_PIDFD, (id_t)proc->pidfd, &info, WEXITED | (block ? 0 : WNOHANG));
+        rc = waitid((idtype_t)P_PIDFD, (id_t)fd, &info, WEXITED | (block ? 0 : WNOHANG));
     } while (rc < 0 && errno == EINTR);
     if (rc < 0)
         return -1; /* ECHILD: re-adopted, another process's child */
     if (info.si_pid == 0)
         return 0; /* still running */
+    /* runsc's sentry ends with its container's PID 1, a signal as 128 + its number. */
+    if (proc->kind == RUNTIME_GVISOR && info.si_code == CLD_EXITED && info.si_status > 128 &&
+        info.si_status < 128 + 65) {
+        info.si_code = CLD_KILLED;
+        info.si_status -= 128;
+    }
     if (why != NULL && (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED))
         snprintf(why, size, "sandbox init was killed by signal %d", info.si_status);
     else if (why != NULL)
@@ -99,10 +107,15 @@ int runtime_process_reap(struct runtime_process *proc, bool block, char *why, si
     return 1;
 }
 
+int runtime_process_exit_fd(const struct runtime_process *proc)
+{
+    return proc->shim_pidfd >= 0 ? proc->shim_pidfd : proc->pidfd;
+}
+
 bool runtime_process_wait(const struct runtime_process *proc, int timeout_ms)
 {
-    if (proc->pidfd >= 0) {
-        struct pollfd p = {.fd = proc->pidfd, .events = POLLIN};
+    if (runtime_process_exit_fd(proc) >= 0) {
+        struct pollfd p = {.fd = runtime_process_exit_fd(proc), .events = POLLIN};
         int rc;
         do {
             rc = poll(&p, 1, timeout_ms);
@@ -121,7 +134,7 @@ bool runtime_process_wait(const struct runtime_process *proc, int timeout_ms)
 
 int runtime_process_adopt(struct runtime_process *proc)
 {
-    proc->pidfd = -1;
+    proc->pidfd = proc->shim_pidfd = -1;
     if (!runtime_alive(proc))
         return -1;
     int fd = (int)syscall(SYS_pidfd_open, proc->pid, 0);
@@ -142,7 +155,9 @@ void runtime_process_release(struct runtime_process *proc)
 {
     if (proc->pidfd >= 0)
         close(proc->pidfd);
-    proc->pidfd = -1;
+    if (proc->shim_pidfd >= 0)
+        close(proc->shim_pidfd);
+    proc->pidfd = proc->shim_pidfd = -1;
 }
 
 int runtime_netns_enter(pid_t pid, int *self, struct cove_error **err)

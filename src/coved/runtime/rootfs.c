@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -21,35 +22,57 @@
 #include "coved/runtime/child.h"
 #include "coved/runtime/id_range.h"
 
+struct idmap_holder {
+    uint32_t owner;
+    int sync_w;
+};
+
+/* The holder of an idmap namespace: becomes the sandbox's namespace owner, makes a user
+ * namespace and says its pid (as the host's /proc, still mounted here, knows it: getpid()
+ * answers the sandbox's pid namespace), then waits to be killed. It shares its parent's
+ * memory (CLONE_VM), so it makes system calls and nothing else: no allocation, no stdio, and
+ * errno, shared too, is written only by a failing call, after which it exits while its
+ * parent sits in read(2). */
+static int idmap_holder_main(void *arg)
+{
+    const struct idmap_holder *h = arg;
+    char self[32];
+    long n = 0;
+    if (syscall(SYS_prctl, PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 ||
+        syscall(SYS_setgroups, 0, NULL) < 0 ||
+        syscall(SYS_setresgid, h->owner, h->owner, h->owner) < 0 ||
+        syscall(SYS_setresuid, h->owner, h->owner, h->owner) < 0 ||
+        syscall(SYS_unshare, CLONE_NEWUSER) < 0 ||
+        (n = syscall(SYS_readlink, "/proc/self", self, sizeof(self) - 1)) <= 0)
+        syscall(SYS_exit, 1);
+    (void)syscall(SYS_write, h->sync_w, self, n);
+    for (;;)
+        syscall(SYS_pause); /* until killed */
+    return 0;
+}
+
 /* A user namespace whose map takes count owners on disk (the templates' RUNTIME_HOST_ID_BASE...,
  * or a host volume's one owner) to the sandbox's range, for an idmapped mount. A short-lived child
  * of this process makes it and is killed once its namespace is open: the descriptor, then the
  * mount, keep the namespace. The child runs as the sandbox's namespace owner (see
- * child_main), so the namespace counts against that uid's budget, not host root's. */
+ * child_main), so the namespace counts against that uid's budget, not host root's. It shares
+ * this process's memory: a fork would copy coved's page tables (this process is a copy of
+ * coved) for a child that only makes system calls, about a millisecond of every create. */
 static int child_idmap_userns(int status_fd, uint32_t disk_uid, uint32_t disk_gid, uint32_t count,
                               uint32_t host_base, uint32_t owner)
 {
+    enum { HOLDER_STACK = 64 * 1024 };
     int sync[2];
     if (pipe2(sync, O_CLOEXEC) < 0)
         child_fail(status_fd, "pipe");
-    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, NULL, NULL, NULL, 0);
+    void *stack = mmap(NULL, HOLDER_STACK, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED)
+        child_fail(status_fd, "a stack for the template's id mapping");
+    struct idmap_holder holder = {.owner = owner, .sync_w = sync[1]};
+    pid_t pid = clone(idmap_holder_main, (char *)stack + HOLDER_STACK, CLONE_VM | SIGCHLD, &holder);
     if (pid < 0)
-        child_fail(status_fd, "fork for the template's id mapping");
-    if (pid == 0) {
-        /* Its pid as the host's /proc (still mounted here) knows it: getpid() answers the
-         * sandbox's pid namespace. */
-        char self[32] = "";
-        close(sync[0]);
-        if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0 ||
-            setgroups(0, NULL) < 0 || setresgid(owner, owner, owner) < 0 ||
-            setresuid(owner, owner, owner) < 0 || unshare(CLONE_NEWUSER) < 0 ||
-            readlink("/proc/self", self, sizeof(self) - 1) <= 0)
-            _exit(1);
-        ssize_t ignored = write(sync[1], self, strlen(self));
-        (void)ignored;
-        for (;;)
-            pause(); /* until killed */
-    }
+        child_fail(status_fd, "start the holder of the template's id mapping");
     close(sync[1]);
     char host_pid[32], path[64];
     ssize_t n;
@@ -73,6 +96,7 @@ static int child_idmap_userns(int status_fd, uint32_t disk_uid, uint32_t disk_gi
     kill(pid, SIGKILL);
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;
+    munmap(stack, HOLDER_STACK); /* its user is gone */
     errno = saved;
     if (ns < 0)
         child_fail(status_fd, "make the user namespace of the template's id mapping");
@@ -389,7 +413,8 @@ void child_build_root(int status_fd, const struct runtime_spec *spec, uint32_t o
     snprintf(path, sizeof(path), "%s", spec->id);
     if (sethostname(path, strlen(path)) < 0)
         child_fail(status_fd, "sethostname");
-    child_setup_network(status_fd);
+    if (!spec->net_ready)
+        child_setup_network(status_fd);
 }
 
 /* The sandbox's own cgroups, read-only at /sys/fs/cgroup (Docker does the same): mounted

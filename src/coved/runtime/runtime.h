@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include "coved/runtime/cgroup.h"
+#include "coved/runtime/spares.h"
 #include "coved/runtime/file_budget.h"
 #include "coved/runtime/id_range.h"
 #include "lib/error.h"
@@ -65,12 +66,14 @@ enum runtime_kind {
 
 struct runtime {
     struct cgroup_system cgroups;
-    enum runtime_kind kind;   /* the default of sandboxes that do not ask */
-    char oci_path[512];       /* the OCI runtime binary, "" when none was found */
-    char gvisor_path[512];    /* runsc, "" when none was found */
-    char gvisor_platform[16]; /* runsc --platform (ptrace by default) */
-    char agent_path[4096];    /* cove-agent, bind-mounted into OCI and gVisor sandboxes */
-    char kernel_path[4096];   /* cove-kernel, or "" */
+    enum runtime_kind kind;        /* the default of sandboxes that do not ask */
+    char oci_path[512];            /* the OCI runtime binary, "" when none was found */
+    char gvisor_path[512];         /* runsc, "" when none was found */
+    char gvisor_platform[16];      /* runsc --platform (ptrace by default) */
+    char shim_path[4096];          /* cove-shim next to coved (shim.c), "" when missing */
+    char gvisor_compat_path[4096]; /* cove-gvisor-compat.so next to coved, "" when missing */
+    char agent_path[4096];         /* cove-agent, bind-mounted into OCI and gVisor sandboxes */
+    char kernel_path[4096];        /* cove-kernel, or "" */
     int agent_fd;       /* O_PATH fd of the static cove-agent binary, exec'd inside sandboxes */
     int kernel_fd;      /* O_PATH fd of cove-kernel, or -1: sandboxes then have no kernels */
     int kernel_libs_fd; /* its loader and libraries (kernel_libs.h), or -1 */
@@ -84,6 +87,7 @@ struct runtime {
     enum runtime_layer layer;
     bool disk_layers;
     char layer_dir[512];
+    struct runtime_spares spares; /* network namespaces made ahead (spares.h) */
 };
 
 /* At most this many snapshot layers under a sandbox's writable layer. */
@@ -124,12 +128,20 @@ struct runtime_spec {
     const char *user;
     const char *workdir;
     const char *prestart; /* language whose kernel the agent starts at once, or NULL */
+    /* A warm pool's sandbox (sandbox/pool.h): its agent waits for a claim (--pooled), which
+     * brings the env and entrypoint; entrypoint is NULL then. */
+    bool pooled;
     struct cgroup_limits limits;
     int64_t disk_bytes;       /* cap of the writable layer */
     enum runtime_layer layer; /* resolved by runtime_start_begin (runtime_layer_resolve) */
     const char *layer_dir;    /* set by runtime_start_begin: the runtime's layer_dir */
-    uint32_t host_id_base;    /* host id of root inside: the sandbox's id range */
-    uint64_t nofile_soft;     /* RLIMIT_NOFILE of the sandbox's processes (file_budget.h) */
+    bool net_ready; /* set by runtime_start_begin: born in a spare namespace, set up already */
+    /* Set by runtime_start_begin: a disk layer made ahead (spares.h), mounted detached, its
+     * image in the run dir already; the set-up child moves the mount into place. */
+    bool layer_from_spare;
+    int layer_mount_fd;
+    uint32_t host_id_base; /* host id of root inside: the sandbox's id range */
+    uint64_t nofile_soft;  /* RLIMIT_NOFILE of the sandbox's processes (file_budget.h) */
     uint64_t nofile_hard;
     const char *ca_bundle; /* host file over the system trust bundle (credential proxy), or NULL */
     const struct runtime_volume *volumes; /* mounted in this order, after the root is built */
@@ -145,6 +157,11 @@ struct runtime_process {
      * re-adopted sandbox under valgrind, which has no pidfd_open). Whoever holds the
      * runtime_process is the one owner that signals and reaps it. */
     int pidfd;
+    /* An OCI runtime's sandbox: the pidfd of its set-up child, coved's own child, which
+     * became cove-shim and the subreaper of what the runtime left (PID 1 among them) and
+     * exits as PID 1 did. Watched and reaped in PID 1's stead (which is not coved's child);
+     * -1 otherwise. */
+    int shim_pidfd;
     /* What runs it: only a native sandbox's PID 1 is the agent holding its layer (fd 64) and
      * only there is a second agent beside it inside the wall (runsc's PID 1 is its sentry). */
     enum runtime_kind kind;
@@ -163,6 +180,14 @@ int runtime_layer_setup(struct runtime *rt, const char *state_dir, enum runtime_
                         int64_t probe_bytes, struct cove_error **err);
 /* "disk" or "tmpfs": 0, or -1 for anything else. */
 int runtime_layer_parse(const char *s, enum runtime_layer *out);
+/* A disk layer of bytes made ahead, for a set-up child to take (spares.h): the template
+ * copied to a new image in layer_dir (its name in image), attached, its ext4 mounted detached
+ * with the overlay's directories made. The mount's descriptor, or -1 with why filled. */
+int runtime_layer_make_spare(const char *layer_dir, int64_t bytes, char *image, size_t size,
+                             char *why, size_t why_size);
+/* Moves a spare layer's image to run_dir's layer image: 0, or -1 with errno (EXDEV: the run
+ * dirs are on another file system than the layer dir). */
+int runtime_layer_place_spare(const char *image, const char *run_dir);
 const char *runtime_layer_name(enum runtime_layer layer);
 /* The layer a sandbox gets when it asks for this one (DEFAULT: the runtime's; DISK where disk
  * layers do not work: TMPFS). */
@@ -240,7 +265,8 @@ int runtime_oci_configure(struct runtime *rt, const char *oci, const char *gviso
 int runtime_pause(struct runtime *rt, const char *id, struct cove_error **err);
 int runtime_resume(struct runtime *rt, const char *id, struct cove_error **err);
 /* The first half of a teardown that does not wait: kills every process of the sandbox.
- * Answers 0 when proc->pidfd becomes readable once its PID 1 has exited, -1 if there is
+ * Answers 0 when runtime_process_exit_fd(proc) becomes readable once its PID 1 has exited
+ * (and its shim), -1 if there is
  * nothing to wait for there; either way the caller then calls runtime_destroy. */
 int runtime_kill(struct runtime *rt, const char *id, const struct runtime_process *proc);
 /* Kills every process, waits for them (reaping PID 1 if it is coved's child), releases the
@@ -306,21 +332,27 @@ bool runtime_alive(const struct runtime_process *proc);
 uint64_t runtime_process_start_time(pid_t pid);
 /* Sends sig to PID 1 and to nothing else, even if its pid was reused. */
 int runtime_process_signal(const struct runtime_process *proc, int sig);
-/* Reaps PID 1 if it has exited (or, with block, once it has): 1 with why filled ("sandbox init
- * was killed by signal 9"), 0 while it runs, -1 if it is not coved's child or has no pidfd. */
+/* Reaps PID 1 (or its shim) if it has exited (or, with block, once it has): 1 with why filled
+ * ("sandbox init was killed by signal 9"), 0 while it runs, -1 if it is not coved's child or
+ * has no pidfd. */
 int runtime_process_reap(struct runtime_process *proc, bool block, char *why, size_t size);
-/* Waits up to timeout_ms for PID 1 to exit; true once it has. Does not reap. */
+/* Waits up to timeout_ms for PID 1 (and its shim) to exit; true once it has. Does not reap. */
 bool runtime_process_wait(const struct runtime_process *proc, int timeout_ms);
+/* The descriptor readable once the sandbox has ended: its shim's pidfd, else PID 1's. */
+int runtime_process_exit_fd(const struct runtime_process *proc);
 /* A re-adopted sandbox (not coved's child): opens its pidfd. -1 if its PID 1 is gone or its
  * pid now names another process; 0 otherwise (pidfd -1 where pidfd_open is missing). */
 int runtime_process_adopt(struct runtime_process *proc);
-/* Closes the pidfd; the process itself is left as it is. */
+/* Closes the pidfds; the processes themselves are left as they are. */
 void runtime_process_release(struct runtime_process *proc);
 
 /* The same profile as an OCI config.json's linux.seccomp (crun applies it to the agent). */
 json_t *runtime_seccomp_oci(void);
 /* Loads the seccomp profile into the calling process (used by the sandbox child). */
 int runtime_seccomp_load(struct cove_error **err);
+/* Compiles the filter runtime_seccomp_load loads once, in coved, before any set-up child
+ * is made (runtime_init); without it each child compiles its own. */
+void runtime_seccomp_prepare(void);
 /* Trims the capability bounding set to Docker's default set. */
 int runtime_caps_trim(struct cove_error **err);
 

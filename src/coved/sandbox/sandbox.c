@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 
 #include "coved/egress/egress.h"
 #include "coved/image/image.h"
+#include "coved/sandbox/agent_call.h"
 #include "coved/sandbox/health.h"
 #include "coved/sandbox/volume.h"
 #include "coved/store/store.h"
@@ -40,7 +42,16 @@ struct sandbox_manager {
     int64_t retention_ms;
     struct volume_registry *volumes;
     struct image_store *images;
+    /* sandbox_manager_set_pool_hook's */
+    void (*pool_lost)(struct sandbox *sb, bool failed, void *arg);
+    void *pool_arg;
+    /* The runtime's spare network namespaces (runtime/spares.h): when to refill, and the
+     * running maker's socket. */
+    struct event *spares_timer, *spares_ev;
+    bool spares_urgent; /* spares_timer is the short one */
 };
+
+static void spares_kick(struct sandbox_manager *mgr);
 
 void sandbox_manager_set_images(struct sandbox_manager *mgr, struct image_store *images)
 {
@@ -81,6 +92,7 @@ static void sandbox_free(struct sandbox *sb)
         return;
     image_wait_cancel(sb->pulling);
     start_args_free(sb->start_args);
+    agent_call_cancel(sb->pool_call);
     sandbox_health_forget(sb);
     if (sb->agent_log)
         event_free(sb->agent_log);
@@ -158,7 +170,7 @@ static void note_end(struct sandbox *sb, const char *reason)
 /* Keeps what a client may still ask of sb once it is gone. Out of memory, it is not kept. */
 static void remember_end(struct sandbox_manager *mgr, const struct sandbox *sb)
 {
-    if (mgr->ended_max == 0)
+    if (mgr->ended_max == 0 || sb->pool_idle) /* nobody's: nobody asks */
         return;
     if (mgr->ended == NULL && (mgr->ended = calloc(mgr->ended_max, sizeof(*mgr->ended))) == NULL)
         return;
@@ -238,6 +250,8 @@ static int registry_add(struct sandbox_manager *mgr, struct sandbox *sb, struct 
 
 static void registry_remove(struct sandbox_manager *mgr, struct sandbox *sb)
 {
+    if (sb->pool_idle && mgr->pool_lost != NULL)
+        mgr->pool_lost(sb, false, mgr->pool_arg);
     for (size_t i = 0; i < mgr->count; i++) {
         if (mgr->items[i] == sb) {
             memmove(&mgr->items[i], &mgr->items[i + 1], (mgr->count - i - 1) * sizeof(sb));
@@ -274,6 +288,8 @@ static struct store_sandbox sandbox_record(const struct sandbox *sb)
         .credential_proxy = sb->credential_proxy,
         .volumes = sb->volumes,
         .snapshot_id = sb->snapshot_id,
+        .pool = sb->pool,
+        .pool_idle = sb->pool_idle,
     };
 }
 
@@ -313,6 +329,8 @@ static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
         sb->volumes = json_incref(rec->volumes);
     snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s",
              rec->snapshot_id ? rec->snapshot_id : "");
+    snprintf(sb->pool, sizeof(sb->pool), "%s", rec->pool ? rec->pool : "");
+    sb->pool_idle = rec->pool_idle && sb->pool[0] != '\0';
     return sb;
 }
 
@@ -455,6 +473,8 @@ static void start_cancel(struct sandbox_manager *mgr, struct sandbox *sb)
     sb->pulling = NULL;
     start_args_free(sb->start_args);
     sb->start_args = NULL;
+    agent_call_cancel(sb->pool_call);
+    sb->pool_call = NULL;
     if (sb->start_event != NULL)
         event_free(sb->start_event);
     sb->start_event = NULL;
@@ -471,7 +491,9 @@ static int destroy_runtime(struct sandbox_manager *mgr, struct sandbox *sb, stru
     sb->exit_event = NULL;
     egress_sandbox_close(sb->egress);
     sb->egress = NULL;
-    return runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, err);
+    int rc = runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, err);
+    spares_kick(mgr); /* its run dir may be in the trash */
+    return rc;
 }
 
 /* A create that did not make it: everything of the sandbox goes, then its waiter is told. */
@@ -498,6 +520,17 @@ static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     done(NULL, why, arg);
 }
 
+/* The create is over, sb made (Running, or Failed with its reason): its waiter is told, once.
+ * Last: answering may run the waiter's connection's next request at once. */
+static void tell_created(struct sandbox *sb)
+{
+    sandbox_created_fn done = sb->on_created;
+    void *done_arg = sb->created_arg;
+    sb->on_created = NULL;
+    sb->created_arg = NULL;
+    done(sb, NULL, done_arg);
+}
+
 /* The agent ran but the entrypoint did not start (not found, not executable): what is left
  * of the runtime goes and the sandbox stays, Failed with the reason, so that the create
  * answers with it and a get tells the same until it is deleted. */
@@ -516,11 +549,232 @@ static void entrypoint_failed(struct sandbox_manager *mgr, struct sandbox *sb,
         cove_error_free(err);
         return;
     }
-    sandbox_created_fn done = sb->on_created;
-    void *done_arg = sb->created_arg;
-    sb->on_created = NULL;
-    sb->created_arg = NULL;
-    done(sb, NULL, done_arg);
+    tell_created(sb);
+}
+
+/* ---- a pool's fills and claims ---- */
+
+static json_t *image_env_under(const struct template *t, const json_t *env);
+static json_t *image_entrypoint(const struct template *t);
+
+/* How long a fill's kernel may take to start, and an agent to take its claim. */
+#define POOL_WARM_TIMEOUT_S 150
+#define POOL_CLAIM_TIMEOUT_S 5
+
+/* The agent said its fill is ready (a code-interpreter's kernel has started): frozen, it
+ * waits in its pool at no CPU cost. */
+static void on_warmed(void *arg, unsigned status, json_t *body, const char *failure)
+{
+    struct sandbox *sb = arg;
+    struct sandbox_manager *mgr = sb->manager;
+    sb->pool_call = NULL;
+    struct cove_error *err = NULL;
+    const char *why = json_string_value(json_object_get(body, "message"));
+    const char *code = json_string_value(json_object_get(body, "code"));
+    /* A kernel that did not start leaves the sandbox as a cold create leaves it (its first
+     * run_code starts one), not unusable. */
+    bool no_kernel = status == 503 && code != NULL && strcmp(code, "SANDBOX::PRESTART_FAILED") == 0;
+    if (no_kernel)
+        log_warn("sandbox %s: pool %s: %s", sb->id, sb->pool, why != NULL ? why : "no kernel");
+    if (failure != NULL)
+        cove_error_set(&err, 0, 500, "POOL::FILL_FAILED", "warming up: %s", failure);
+    else if (status != 200 && !no_kernel)
+        cove_error_set(&err, 0, 500, "POOL::FILL_FAILED", "warming up: the agent answered %u: %s",
+                       status, why != NULL ? why : "");
+    else if (sb->state != SANDBOX_RUNNING)
+        cove_error_set(&err, 0, 500, "POOL::FILL_FAILED", "its processes ended while warming up");
+    else if (runtime_pause(mgr->rt, sb->id, &err) == 0) {
+        set_state(sb, SANDBOX_PAUSED, "pooled", "waiting in its pool");
+        if (save_record(mgr, sb, &err) == 0) {
+            log_info("sandbox %s: made for pool %s (pid %d)", sb->id, sb->pool, sb->proc.pid);
+            tell_created(sb);
+            return;
+        }
+    }
+    create_failed(mgr, sb, err);
+    cove_error_free(err);
+}
+
+static int pool_warm_begin(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
+{
+    char socket_path[600];
+    sandbox_agent_socket(sb, socket_path, sizeof(socket_path));
+    return agent_call_start(mgr->base, socket_path, "GET", "/cove/warm", NULL, POOL_WARM_TIMEOUT_S,
+                            on_warmed, sb, &sb->pool_call, err);
+}
+
+/* The agent took (or refused) the claim: the create it serves is answered. */
+static void on_claimed(void *arg, unsigned status, json_t *body, const char *failure)
+{
+    struct sandbox *sb = arg;
+    struct sandbox_manager *mgr = sb->manager;
+    sb->pool_call = NULL;
+    struct cove_error *err = NULL;
+    const char *why = json_string_value(json_object_get(body, "message"));
+    if (failure == NULL && status == 200 && sb->state == SANDBOX_PENDING) {
+        set_state(sb, SANDBOX_RUNNING, "started", "sandbox is running");
+        if (save_record(mgr, sb, &err) == 0) {
+            log_info("sandbox %s: claimed from pool %s", sb->id, sb->pool);
+            tell_created(sb);
+            return;
+        }
+    } else if (failure == NULL && status == 422) {
+        /* Its entrypoint did not start: as for a fresh create, the sandbox stays Failed. */
+        cove_error_set(&err, 0, 500, RUNTIME_ENTRYPOINT_FAILED, "%s",
+                       why != NULL ? why : "the entrypoint did not start");
+        entrypoint_failed(mgr, sb, err);
+        cove_error_free(err);
+        return;
+    } else if (failure != NULL) {
+        cove_error_set(&err, 0, 500, SANDBOX_CLAIM_FAILED,
+                       "the pooled sandbox did not take its claim: %s", failure);
+    } else {
+        cove_error_set(&err, 0, 500, SANDBOX_CLAIM_FAILED,
+                       "the pooled sandbox refused its claim (%u): %s", status,
+                       why != NULL ? why : "");
+    }
+    create_failed(mgr, sb, err);
+    cove_error_free(err);
+}
+
+/* The claim's body for the agent: the whole environment the sandbox now has, what of the
+ * pool's it no longer has, and the entrypoint. NULL when out of memory. */
+static json_t *claim_body(char **before, char **after, const json_t *entrypoint)
+{
+    json_t *env = json_object(), *unset = json_array();
+    for (size_t i = 0; after[i] != NULL; i++) {
+        char *eq = strchr(after[i], '=');
+        if (eq == NULL)
+            continue;
+        *eq = '\0';
+        json_object_set_new(env, after[i], json_string(eq + 1));
+        *eq = '=';
+    }
+    for (size_t i = 0; before[i] != NULL; i++) {
+        char *eq = strchr(before[i], '=');
+        if (eq == NULL)
+            continue;
+        *eq = '\0';
+        if (json_object_get(env, before[i]) == NULL)
+            json_array_append_new(unset, json_string(before[i]));
+        *eq = '=';
+    }
+    json_t *body = json_pack("{s:o, s:o}", "env", env, "unset", unset);
+    if (body != NULL && json_array_size(entrypoint) > 0)
+        json_object_set(body, "entrypoint", (json_t *)entrypoint);
+    return body;
+}
+
+int sandbox_claim(struct sandbox_manager *mgr, struct sandbox *sb,
+                  const struct sandbox_request *req, sandbox_created_fn done, void *arg,
+                  struct cove_error **err)
+{
+    if (!sb->pool_idle || sb->state != SANDBOX_PAUSED || sb->on_created != NULL ||
+        sb->pool_call != NULL || sb->snapshotting)
+        return cove_error_set(err, 0, 409, "POOL::NOT_IDLE", "sandbox %s is not idle in a pool",
+                              sb->id);
+    const struct template *t = req->template != NULL ? req->template : sb->template;
+    json_t *env = image_env_under(t, req->env);
+    json_t *entrypoint =
+        req->entrypoint != NULL ? json_incref(req->entrypoint) : image_entrypoint(t);
+    if (entrypoint == NULL)
+        entrypoint = json_array(); /* a pool's create that names none: nothing runs */
+    const struct egress_policy *policy = req->policy != NULL ? req->policy : mgr->default_policy;
+    json_t *network_policy = policy != NULL ? egress_policy_to_json(policy) : NULL;
+    char **before = sandbox_build_env(sb);
+    json_t *pool_env = sb->env;
+    sb->env = env;
+    char **after = sandbox_build_env(sb);
+    json_t *body = before && after && env ? claim_body(before, after, entrypoint) : NULL;
+    free_strv(before, true);
+    free_strv(after, true);
+    if (body == NULL || entrypoint == NULL || (policy != NULL && network_policy == NULL)) {
+        sb->env = pool_env;
+        json_decref(env);
+        json_decref(body);
+        json_decref(entrypoint);
+        json_decref(network_policy);
+        return cove_error_sys(err, "the claim");
+    }
+    /* The sandbox is the create's from here: what a fresh one would have. Kept in the store
+     * before it thaws: a coved that dies meanwhile finds a create that never answered
+     * (adopt deletes it), not an idle sandbox someone's claim has touched. */
+    json_decref(pool_env);
+    if (sb->template == NULL && req->template != NULL)
+        sb->template = template_ref(req->template);
+    sb->pool_idle = false;
+    snprintf(sb->owner, sizeof(sb->owner), "%s", req->owner);
+    sb->created_ms = sandbox_now_ms();
+    sb->expires_ms = req->timeout_s > 0 ? sb->created_ms + req->timeout_s * 1000 : 0;
+    sb->renew_on_access_s = req->renew_on_access_s;
+    json_decref(sb->entrypoint);
+    sb->entrypoint = entrypoint;
+    json_decref(sb->metadata);
+    sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
+    json_decref(sb->network_policy);
+    sb->network_policy = network_policy;
+    if (sb->egress != NULL && policy != NULL)
+        egress_sandbox_set_policy(sb->egress, policy);
+    set_state(sb, SANDBOX_PENDING, SANDBOX_CLAIMING, "sandbox is being handed out from its pool");
+    char socket_path[600];
+    sandbox_agent_socket(sb, socket_path, sizeof(socket_path));
+    int rc = save_record(mgr, sb, err);
+    if (rc == 0)
+        rc = runtime_resume(mgr->rt, sb->id, err);
+    if (rc == 0)
+        rc = agent_call_start(mgr->base, socket_path, "POST", "/cove/claim", body,
+                              POOL_CLAIM_TIMEOUT_S, on_claimed, sb, &sb->pool_call, err);
+    json_decref(body);
+    if (rc < 0)
+        return -1; /* no longer idle, nobody's create: the caller deletes it */
+    sb->on_created = done;
+    sb->created_arg = arg;
+    return 0;
+}
+
+void sandbox_manager_set_pool_hook(struct sandbox_manager *mgr,
+                                   void (*lost)(struct sandbox *sb, bool failed, void *arg),
+                                   void *arg)
+{
+    mgr->pool_lost = lost;
+    mgr->pool_arg = arg;
+}
+
+void sandbox_foreach_pooled(struct sandbox_manager *mgr, void (*fn)(struct sandbox *sb, void *arg),
+                            void *arg)
+{
+    for (size_t i = 0; i < mgr->count; i++)
+        if (mgr->items[i]->pool_idle)
+            fn(mgr->items[i], arg);
+}
+
+struct sandbox *sandbox_find_pooled(struct sandbox_manager *mgr, const char *id)
+{
+    for (size_t i = 0; i < mgr->count; i++)
+        if (mgr->items[i]->pool_idle && strcmp(mgr->items[i]->id, id) == 0)
+            return mgr->items[i];
+    return NULL;
+}
+
+void sandbox_forget_pool(struct sandbox_manager *mgr, const char *pool)
+{
+    for (size_t i = 0; i < mgr->count; i++) {
+        struct sandbox *sb = mgr->items[i];
+        if (!sb->pool_idle && strcmp(sb->pool, pool) == 0) {
+            sb->pool[0] = '\0';
+            save_or_log(mgr, sb);
+        }
+    }
+}
+
+size_t sandbox_count_claimed(struct sandbox_manager *mgr, const char *pool)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < mgr->count; i++) {
+        const struct sandbox *sb = mgr->items[i];
+        n += !sb->pool_idle && sb->state != SANDBOX_STOPPING && strcmp(sb->pool, pool) == 0;
+    }
+    return n;
 }
 
 static void on_start_progress(evutil_socket_t fd, short what, void *arg)
@@ -552,16 +806,15 @@ static void on_start_progress(evutil_socket_t fd, short what, void *arg)
         watch_agent_log(mgr, sb);
         if (watch_exit(mgr, sb) < 0)
             cove_error_set(&err, ENOMEM, 500, "COVE::INTERNAL", "cannot watch a sandbox's process");
-        else if (save_record(mgr, sb, &err) == 0) {
-            sandbox_created_fn done = sb->on_created;
-            void *done_arg = sb->created_arg;
-            sb->on_created = NULL;
-            sb->created_arg = NULL;
+        else if (sb->pool_idle) {
+            if (pool_warm_begin(mgr, sb, &err) == 0)
+                return; /* on_warmed goes on */
+        } else if (save_record(mgr, sb, &err) == 0) {
             log_info("sandbox %s: created from %s (pid %d)", sb->id, sb->template_name,
                      sb->proc.pid);
             if (mgr->volumes != NULL)
                 volume_registry_created(mgr->volumes, sb->id);
-            done(sb, NULL, done_arg);
+            tell_created(sb);
             return;
         }
     }
@@ -592,21 +845,14 @@ static void start_args_free(struct sandbox_start_args *a)
     free(a);
 }
 
-/* An image's config (template.h's image_config) where the request left things out: its Env
- * under the request's, its Entrypoint and Cmd when the request gave no entrypoint. */
-static int apply_image_config(struct sandbox *sb, const struct template *t, struct cove_error **err)
+/* An image's Env (template.h's image_config; none for other templates) with env on top: a
+ * new object, NULL when out of memory. */
+static json_t *image_env_under(const struct template *t, const json_t *env)
 {
-    json_t *config = t->image_config;
-    if (config == NULL) {
-        if (sb->entrypoint == NULL)
-            return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
-                                  "entrypoint must be a non-empty array of strings");
-        return 0;
-    }
-    json_t *env = json_object();
+    json_t *merged = json_object();
     size_t i;
     json_t *kv;
-    json_array_foreach(json_object_get(config, "env"), i, kv)
+    json_array_foreach(json_object_get(t != NULL ? t->image_config : NULL, "env"), i, kv)
     {
         const char *text = json_string_value(kv);
         const char *eq = text != NULL ? strchr(text, '=') : NULL;
@@ -614,18 +860,43 @@ static int apply_image_config(struct sandbox *sb, const struct template *t, stru
             continue;
         char key[256];
         snprintf(key, sizeof(key), "%.*s", (int)(eq - text), text);
-        json_object_set_new(env, key, json_string(eq + 1));
+        json_object_set_new(merged, key, json_string(eq + 1));
     }
-    json_object_update(env, sb->env);
+    if (merged != NULL && env != NULL)
+        json_object_update(merged, (json_t *)env);
+    return merged;
+}
+
+/* An image's Entrypoint and Cmd, for a request that gave no entrypoint; NULL for a template
+ * that is not an image's (or out of memory). */
+static json_t *image_entrypoint(const struct template *t)
+{
+    if (t == NULL || t->image_config == NULL)
+        return NULL;
+    json_t *argv = json_array();
+    json_array_extend(argv, json_object_get(t->image_config, "entrypoint"));
+    json_array_extend(argv, json_object_get(t->image_config, "cmd"));
+    return argv;
+}
+
+/* An image's config (template.h's image_config) where the request left things out: its Env
+ * under the request's, its Entrypoint and Cmd when the request gave no entrypoint. */
+static int apply_image_config(struct sandbox *sb, const struct template *t, struct cove_error **err)
+{
+    json_t *config = t->image_config;
+    if (config == NULL) {
+        /* A pool's fill gets its entrypoint with its claim. */
+        if (sb->entrypoint == NULL && !sb->pool_idle)
+            return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                  "entrypoint must be a non-empty array of strings");
+        return 0;
+    }
+    json_t *env = image_env_under(t, sb->env);
     json_decref(sb->env);
     sb->env = env;
-    if (sb->entrypoint == NULL) {
-        json_t *argv = json_array();
-        json_array_extend(argv, json_object_get(config, "entrypoint"));
-        json_array_extend(argv, json_object_get(config, "cmd"));
-        sb->entrypoint = argv;
-    }
-    if (sb->env == NULL || sb->entrypoint == NULL)
+    if (sb->entrypoint == NULL && !sb->pool_idle)
+        sb->entrypoint = image_entrypoint(t);
+    if (sb->env == NULL || (sb->entrypoint == NULL && !sb->pool_idle))
         return cove_error_sys(err, "the image's config");
     return 0;
 }
@@ -677,9 +948,12 @@ static int start_sandbox(struct sandbox_manager *mgr, struct sandbox *sb,
         .volumes = a->mounts,
         .volume_count = a->volume_count,
         .kind = sb->runtime,
+        .pooled = sb->pool_idle,
     };
     int rc = (env && argv && layers) ? runtime_start_begin(mgr->rt, &spec, &sb->starting, err)
                                      : cove_error_sys(err, "calloc");
+    if (rc == 0)
+        spares_kick(mgr); /* it may have taken a spare network namespace */
     volume_mounts_close(a->mounts, a->volume_count); /* the set-up child has its copies */
     a->volume_count = 0;
     /* Its sockets exist before anything of the sandbox runs: the child is still being set up. */
@@ -728,6 +1002,19 @@ static void on_image_pulled(const struct template *t, const struct cove_error *w
     start_args_free(a);
 }
 
+enum runtime_kind sandbox_request_runtime(const struct sandbox_manager *mgr,
+                                          const struct sandbox_request *req)
+{
+    /* The create's runtime, else its template's default, else coved's. */
+    enum runtime_kind template_kind;
+    if (req->runtime > 0)
+        return (enum runtime_kind)(req->runtime - 1);
+    if (req->template != NULL && req->template->runtime[0] &&
+        runtime_kind_parse(req->template->runtime, &template_kind) == 0)
+        return template_kind;
+    return mgr->rt->kind;
+}
+
 int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
                    sandbox_created_fn done, void *arg, struct cove_error **err)
 {
@@ -750,7 +1037,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
         free(a);
         return -1;
     }
-    sb->proc.log_fd = sb->proc.pidfd = -1;
+    sb->proc.log_fd = sb->proc.pidfd = sb->proc.shim_pidfd = -1;
     sb->manager = mgr;
     sb->on_created = done;
     sb->created_arg = arg;
@@ -767,15 +1054,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
     sb->limits = req->limits ? json_incref(req->limits) : json_object();
     sb->layer = runtime_layer_resolve(mgr->rt, req->layer);
-    /* The create's runtime, else its template's default, else coved's. */
-    enum runtime_kind template_kind;
-    if (req->runtime > 0)
-        sb->runtime = (enum runtime_kind)(req->runtime - 1);
-    else if (req->template != NULL && req->template->runtime[0] &&
-             runtime_kind_parse(req->template->runtime, &template_kind) == 0)
-        sb->runtime = template_kind;
-    else
-        sb->runtime = mgr->rt->kind;
+    sb->runtime = sandbox_request_runtime(mgr, req);
     snprintf(sb->run_dir, sizeof(sb->run_dir), "%s/%s", mgr->run_root, sb->id);
     cove_random_hex(sb->access_token, 32);
     const struct egress_policy *policy = req->policy != NULL ? req->policy : mgr->default_policy;
@@ -783,6 +1062,10 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->credential_proxy = req->credential_proxy;
     if (req->snapshot_id != NULL)
         snprintf(sb->snapshot_id, sizeof(sb->snapshot_id), "%s", req->snapshot_id);
+    if (req->pool != NULL) {
+        snprintf(sb->pool, sizeof(sb->pool), "%s", req->pool);
+        sb->pool_idle = true;
+    }
     set_state(sb, SANDBOX_PENDING, "provisioning", "sandbox is being created");
     *a = (struct sandbox_start_args){
         .cgroup = req->cgroup,
@@ -846,7 +1129,8 @@ struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const 
 {
     for (size_t i = 0; i < mgr->count; i++) {
         struct sandbox *sb = mgr->items[i];
-        if (strcmp(sb->id, id) == 0 && (owner == NULL || strcmp(sb->owner, owner) == 0))
+        if (strcmp(sb->id, id) == 0 && !sb->pool_idle &&
+            (owner == NULL || strcmp(sb->owner, owner) == 0))
             return sb;
     }
     /* Only for a caller that shows the answer (not the gateway's token check, which must
@@ -956,7 +1240,7 @@ int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *
     if (sandbox_check(sb, SANDBOX_ACTION_DELETE, err) < 0)
         return -1;
     note_end(sb, reason);
-    if (sb->starting != NULL || sb->pulling != NULL) {
+    if (sb->starting != NULL || sb->pulling != NULL || sb->pool_call != NULL) {
         remember_end(mgr, sb);
         struct cove_error *why = NULL;
         cove_error_set(&why, 0, 409, "SANDBOX::DELETED",
@@ -1026,7 +1310,8 @@ void sandbox_foreach(struct sandbox_manager *mgr, const char *owner,
                      void (*fn)(struct sandbox *sb, void *arg), void *arg)
 {
     for (size_t i = 0; i < mgr->count; i++)
-        if (owner == NULL || strcmp(mgr->items[i]->owner, owner) == 0)
+        if (!mgr->items[i]->pool_idle &&
+            (owner == NULL || strcmp(mgr->items[i]->owner, owner) == 0))
             fn(mgr->items[i], arg);
 }
 
@@ -1046,6 +1331,9 @@ static void mark_gone(struct sandbox_manager *mgr, struct sandbox *sb, const cha
     set_state(sb, SANDBOX_FAILED, reason, message);
     save_or_log(mgr, sb);
     log_warn("sandbox %s: %s", sb->id, message);
+    /* An idle one is its pool's to delete; one still being made fails its fill instead. */
+    if (sb->pool_idle && sb->on_created == NULL && mgr->pool_lost != NULL)
+        mgr->pool_lost(sb, true, mgr->pool_arg);
 }
 
 /* PID 1 exited: a teardown ends, or a sandbox that was running is Failed. */
@@ -1061,6 +1349,18 @@ static void on_exit_event(evutil_socket_t fd, short what, void *arg)
         return;
     }
     char message[128];
+    if (sb->proc.shim_pidfd >= 0 && runtime_alive(&sb->proc)) {
+        /* The shim died (killed from outside) and PID 1 runs on: the sandbox is not lost,
+         * only how it will end; PID 1 is watched from here as a re-adopted one is. */
+        runtime_process_reap(&sb->proc, false, NULL, 0);
+        close(sb->proc.shim_pidfd);
+        sb->proc.shim_pidfd = -1;
+        log_warn("sandbox %s: its cove-shim ended before its PID 1 did", sb->id);
+        event_free(sb->exit_event);
+        sb->exit_event = NULL;
+        watch_exit(sb->manager, sb);
+        return;
+    }
     int reaped = runtime_process_reap(&sb->proc, false, message, sizeof(message));
     if (reaped <= 0)
         snprintf(message, sizeof(message), "sandbox init exited"); /* re-adopted: not our child */
@@ -1081,9 +1381,10 @@ static void on_exit_event(evutil_socket_t fd, short what, void *arg)
  * sandbox under valgrind) an exit is noticed only when something uses the sandbox. */
 static int watch_exit(struct sandbox_manager *mgr, struct sandbox *sb)
 {
-    if (sb->proc.pidfd < 0)
+    if (runtime_process_exit_fd(&sb->proc) < 0)
         return 0;
-    sb->exit_event = event_new(mgr->base, sb->proc.pidfd, EV_READ, on_exit_event, sb);
+    sb->exit_event =
+        event_new(mgr->base, runtime_process_exit_fd(&sb->proc), EV_READ, on_exit_event, sb);
     if (sb->exit_event != NULL && event_add(sb->exit_event, NULL) == 0)
         return 0;
     log_error("sandbox %s: cannot watch its process", sb->id);
@@ -1119,6 +1420,98 @@ static void on_ttl_tick(evutil_socket_t fd, short what, void *arg)
     free(expired);
 }
 
+/* A create took spares (runtime/spares.h), or a delete put its run dir in the trash. Under a
+ * low mark a maker starts soon (a few milliseconds: not in the middle of the create that took
+ * the last one); otherwise the stocks are topped up and the trash emptied once creates and
+ * deletes have paused for a while. */
+#define SPARES_SOON_MS 5
+#define SPARES_QUIET_MS 200
+
+static void spares_kick(struct sandbox_manager *mgr)
+{
+    int wanted = runtime_spares_wanted(mgr->rt);
+    if (mgr->spares_timer == NULL || mgr->spares_ev != NULL || mgr->rt->spares.disabled ||
+        wanted == 0)
+        return;
+    bool urgent = wanted == 2;
+    if (!urgent && mgr->spares_urgent && evtimer_pending(mgr->spares_timer, NULL))
+        return; /* the short one is set already */
+    if (urgent && mgr->spares_urgent && evtimer_pending(mgr->spares_timer, NULL))
+        return;
+    long ms = urgent ? SPARES_SOON_MS : SPARES_QUIET_MS;
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    mgr->spares_urgent = urgent;
+    evtimer_add(mgr->spares_timer, &tv);
+}
+
+static void on_spares_made(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct sandbox_manager *mgr = arg;
+    if (runtime_spares_receive(mgr->rt))
+        return;
+    event_free(mgr->spares_ev);
+    mgr->spares_ev = NULL;
+    spares_kick(mgr); /* creates may have taken some meanwhile */
+}
+
+static void on_spares_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct sandbox_manager *mgr = arg;
+    struct cove_error *err = NULL;
+    int sock = -1;
+    mgr->spares_urgent = false;
+    if (runtime_spares_refill(mgr->rt, &sock, &err) < 0) {
+        log_warn("%s", err->message);
+        cove_error_free(err);
+        return;
+    }
+    if (sock < 0)
+        return;
+    mgr->spares_ev = event_new(mgr->base, sock, EV_READ | EV_PERSIST, on_spares_made, mgr);
+    if (mgr->spares_ev == NULL || event_add(mgr->spares_ev, NULL) < 0) {
+        log_warn("spare network namespaces: cannot watch the maker");
+        if (mgr->spares_ev != NULL)
+            event_free(mgr->spares_ev);
+        mgr->spares_ev = NULL;
+    }
+}
+
+/* The first stock, made before coved answers its first create: a few milliseconds of its
+ * start-up, and never more than SPARES_FIRST_MS in all (not per thing made: a maker that
+ * makes each slowly would otherwise hold the start up for every one of them). */
+#define SPARES_FIRST_MS 5000
+
+static void spares_fill_now(struct sandbox_manager *mgr)
+{
+    struct cove_error *err = NULL;
+    int sock = -1;
+    if (runtime_spares_refill(mgr->rt, &sock, &err) < 0) {
+        log_warn("%s", err->message);
+        cove_error_free(err);
+        return;
+    }
+    int64_t deadline = cove_monotonic_ms() + SPARES_FIRST_MS;
+    while (sock >= 0) {
+        struct pollfd p = {.fd = sock, .events = POLLIN};
+        int64_t left = deadline - cove_monotonic_ms();
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
+            log_warn("spare network namespaces: the maker took more than 5 s; going on without");
+            break;
+        }
+        if (!runtime_spares_receive(mgr->rt))
+            return;
+    }
+    if (sock >= 0) { /* too slow: watched as any later maker is */
+        mgr->spares_ev = event_new(mgr->base, sock, EV_READ | EV_PERSIST, on_spares_made, mgr);
+        if (mgr->spares_ev != NULL)
+            event_add(mgr->spares_ev, NULL);
+    }
+}
+
 int sandbox_manager_new(struct event_base *base, struct store *store, struct runtime *rt,
                         const char *state_dir, struct sandbox_manager **out,
                         struct cove_error **err)
@@ -1137,12 +1530,16 @@ int sandbox_manager_new(struct event_base *base, struct store *store, struct run
         free(mgr);
         return -1;
     }
+    runtime_spares_run_root(rt, mgr->run_root);
     mgr->ttl_timer = event_new(base, -1, EV_PERSIST, on_ttl_tick, mgr);
+    mgr->spares_timer = evtimer_new(base, on_spares_timer, mgr);
     struct timeval tick = {.tv_sec = 0, .tv_usec = TTL_SWEEP_MS * 1000};
-    if (mgr->ttl_timer == NULL || event_add(mgr->ttl_timer, &tick) < 0) {
+    if (mgr->ttl_timer == NULL || mgr->spares_timer == NULL ||
+        event_add(mgr->ttl_timer, &tick) < 0) {
         sandbox_manager_free(mgr);
         return cove_error_set(err, 0, 500, "COVE::INTERNAL", "cannot set up sandbox events");
     }
+    spares_fill_now(mgr);
     *out = mgr;
     return 0;
 }
@@ -1153,6 +1550,14 @@ void sandbox_manager_free(struct sandbox_manager *mgr)
         return;
     if (mgr->ttl_timer)
         event_free(mgr->ttl_timer);
+    /* NULL once freed: the creates and deletes ended below tear down through
+     * destroy_runtime, whose spares_kick must then leave them alone. */
+    if (mgr->spares_timer)
+        event_free(mgr->spares_timer);
+    mgr->spares_timer = NULL;
+    if (mgr->spares_ev) /* its socket is the runtime's (runtime_fini) */
+        event_free(mgr->spares_ev);
+    mgr->spares_ev = NULL;
     sandbox_manager_set_retention(mgr, 0, 0);
     /* Sandboxes outlive the daemon: free the records, leave the processes running. Those
      * still being set up cannot be re-adopted (their set-up needs this daemon): they go. */
@@ -1163,7 +1568,7 @@ void sandbox_manager_free(struct sandbox_manager *mgr)
             delete_finish(mgr, sb); /* waits for the exit here */
             if (mgr->count < before)
                 continue; /* the array shifted left */
-        } else if (sb->starting != NULL) {
+        } else if (sb->starting != NULL || (sb->pool_call != NULL && sb->on_created != NULL)) {
             struct cove_error *why = NULL;
             cove_error_set(&why, 0, 503, "COVE::SHUTTING_DOWN",
                            "coved stopped while sandbox %s was being created", sb->id);
@@ -1223,7 +1628,20 @@ static void adopt(struct sandbox *sb, void *arg)
     struct sandbox_manager *mgr = arg;
     struct cove_error *err = NULL;
     sb->manager = mgr;
-    sb->proc.pidfd = -1;
+    sb->proc.pidfd = sb->proc.shim_pidfd = -1;
+    if (sb->state == SANDBOX_PENDING && strcmp(sb->reason, SANDBOX_CLAIMING) == 0) {
+        /* Taken from its pool by a create that never got its answer: nobody knows it. */
+        log_warn("sandbox %s: coved stopped while it was handed out from pool %s: removing it",
+                 sb->id, sb->pool);
+        runtime_destroy(mgr->rt, sb->id, sb->run_dir, &sb->proc, &err);
+        cove_error_free(err);
+        err = NULL;
+        if (store_sandbox_delete(mgr->store, sb->id, &err) < 0)
+            log_error("sandbox %s: %s", sb->id, err->message);
+        cove_error_free(err);
+        sandbox_free(sb);
+        return;
+    }
     /* Its processes run with this range whatever the pool says: a second claim (a store
      * edited by hand) leaves the range to the first and this one without a slot to free. */
     if (sb->id_slot != ID_RANGE_NO_SLOT && !id_range_pool_claim(&mgr->id_ranges, sb->id_slot)) {
@@ -1326,7 +1744,7 @@ static void remove_orphans(struct sandbox_manager *mgr)
         snprintf(run_dir, sizeof(run_dir), "%s/%s", mgr->run_root, e->d_name);
         log_warn("sandbox %s: no record of it (coved stopped while making it): removing %s",
                  e->d_name, run_dir);
-        struct runtime_process none = {.pidfd = -1, .log_fd = -1};
+        struct runtime_process none = {.pidfd = -1, .shim_pidfd = -1, .log_fd = -1};
         struct cove_error *ignored = NULL;
         runtime_destroy(mgr->rt, e->d_name, run_dir, &none, &ignored);
         cove_error_free(ignored);

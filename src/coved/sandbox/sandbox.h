@@ -24,6 +24,14 @@ struct image_wait;
 struct sandbox_start_args;
 
 #define SANDBOX_ID_SIZE 24
+/* A claim's state reason while its agent takes it, and the error of one that did not take
+ * (the create is then made cold). */
+#define SANDBOX_CLAIMING "claiming"
+#define SANDBOX_CLAIM_FAILED "POOL::CLAIM_FAILED"
+/* Room for a warm pool's name (sandbox/pool.h). */
+#define SANDBOX_POOL_NAME_SIZE 64
+
+struct agent_call;
 
 struct sandbox {
     char id[SANDBOX_ID_SIZE];
@@ -57,8 +65,9 @@ struct sandbox {
     struct sandbox_manager *manager;
     void (*on_created)(struct sandbox *sb, const struct cove_error *err, void *arg);
     void *created_arg;
-    /* PID 1's exit, watched on its pidfd (proc.pidfd): while Running or Paused it makes the
-     * sandbox Failed, while Stopping it ends the teardown. */
+    /* PID 1's exit, watched on runtime_process_exit_fd (its shim's pidfd, else its own):
+     * while Running or Paused it makes the sandbox Failed, while Stopping it ends the
+     * teardown. */
     struct event *exit_event;
     /* While Stopping: who waits for the teardown. */
     void (*on_deleted)(const struct cove_error *err, void *arg);
@@ -91,6 +100,12 @@ struct sandbox {
     /* While Pending on its image's pull (image.h): the wait, and what the start then needs. */
     struct image_wait *pulling;
     struct sandbox_start_args *start_args;
+    /* A warm pool's (sandbox/pool.h): the pool it came from ("": none), kept in the store;
+     * pool_idle while it waits there, frozen, nobody's (no client sees it); pool_call the
+     * agent's warm-up or claim under way. */
+    char pool[SANDBOX_POOL_NAME_SIZE];
+    bool pool_idle;
+    struct agent_call *pool_call;
 };
 
 /* A sandbox that ended (deleted, expired, or deleted after it failed), remembered for a
@@ -141,6 +156,9 @@ struct sandbox_request {
     const char *pull_reference;
     const struct registry_credentials *pull_credentials;
     struct registry_credentials credentials; /* where the API keeps image.auth */
+    /* A warm pool's fill (sandbox/pool.h): the pool's name; the sandbox then waits, frozen
+     * and nobody's, for sandbox_claim, which brings its env and entrypoint. */
+    const char *pool;
 };
 
 struct sandbox_manager;
@@ -175,6 +193,31 @@ int sandbox_manager_restore(struct sandbox_manager *mgr, struct cove_error **err
  * called. Sandboxes are set up concurrently, each in its own process. */
 int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *req,
                    sandbox_created_fn done, void *arg, struct cove_error **err);
+/* What runs a sandbox req makes: its extensions.runtime, else its template's, else coved's. */
+enum runtime_kind sandbox_request_runtime(const struct sandbox_manager *mgr,
+                                          const struct sandbox_request *req);
+/* Hands an idle pooled sandbox (a pool's fill, created and frozen) to req: it is thawed and
+ * gets req's owner, env (the pool's is gone), entrypoint, metadata, expiry and network policy,
+ * as if it had been made for req; req's template is the pool's, its resources the pool's.
+ * On 0 `done` is called once, later, with the Running sandbox (or one Failed whose entrypoint
+ * did not start), or with NULL and why; on -1 nothing changed and it is still idle. */
+int sandbox_claim(struct sandbox_manager *mgr, struct sandbox *sb,
+                  const struct sandbox_request *req, sandbox_created_fn done, void *arg,
+                  struct cove_error **err);
+/* The pools' hook: called when an idle pooled sandbox stops being one other than by a claim:
+ * failed (its processes died: the pool deletes it) or gone (freed, which follows). */
+void sandbox_manager_set_pool_hook(struct sandbox_manager *mgr,
+                                   void (*lost)(struct sandbox *sb, bool failed, void *arg),
+                                   void *arg);
+/* Calls fn for every idle pooled sandbox, in creation order (sandbox_foreach skips them). */
+void sandbox_foreach_pooled(struct sandbox_manager *mgr, void (*fn)(struct sandbox *sb, void *arg),
+                            void *arg);
+/* An idle pooled sandbox by id, or NULL. */
+struct sandbox *sandbox_find_pooled(struct sandbox_manager *mgr, const char *id);
+/* The pool is gone: its claimed sandboxes no longer name it (persisted). */
+void sandbox_forget_pool(struct sandbox_manager *mgr, const char *pool);
+/* Sandboxes claimed from pool that still exist (not yet being torn down). */
+size_t sandbox_count_claimed(struct sandbox_manager *mgr, const char *pool);
 /* NULL (and a SANDBOX::NOT_FOUND error) unless the sandbox exists and owner may see it; the
  * error says when and why when it is a remembered ended one. */
 struct sandbox *sandbox_find(struct sandbox_manager *mgr, const char *id, const char *owner,
@@ -198,7 +241,8 @@ int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expir
 void sandbox_touch(struct sandbox_manager *mgr, struct sandbox *sb);
 /* Finds a sandbox by id alone (the gateway, authenticated by the sandbox's own token). */
 struct sandbox *sandbox_find_any(struct sandbox_manager *mgr, const char *id);
-/* Calls fn for every sandbox owner may see, in creation order. */
+/* Calls fn for every sandbox owner may see (NULL: every one but pooled idle ones), in
+ * creation order. */
 void sandbox_foreach(struct sandbox_manager *mgr, const char *owner,
                      void (*fn)(struct sandbox *sb, void *arg), void *arg);
 /* The environment of the sandbox's processes: a NULL-terminated KEY=VALUE list, Cove's

@@ -52,6 +52,7 @@ struct snapshot_capture {
     struct snapshot_registry *reg;
     struct snapshot *snap;
     pid_t pid;
+    int pidfd;   /* until reaped: coved as init reaps the zombies none names (orphans.h) */
     int pipe_fd; /* read end: the result, then EOF */
     struct event *event;
     struct capture_result result;
@@ -401,6 +402,7 @@ static void capture_end(struct snapshot_capture *c)
     close(c->pipe_fd);
     while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
         ;
+    close(c->pidfd);
     release_source(reg, s->sandbox_id);
     s->capture = NULL;
     int64_t took = sandbox_now_ms() - c->started_ms;
@@ -497,7 +499,7 @@ int snapshot_take(struct snapshot_registry *reg, struct sandbox *sb, const char 
               "the sandbox's filesystem is being captured");
     c->reg = reg;
     c->snap = s;
-    c->pipe_fd = -1;
+    c->pipe_fd = c->pidfd = -1;
     c->started_ms = s->created_ms;
 
     int pipe_fds[2] = {-1, -1};
@@ -547,7 +549,8 @@ int snapshot_take(struct snapshot_registry *reg, struct sandbox *sb, const char 
         .to = RUNTIME_HOST_ID_BASE,
         .count = RUNTIME_ID_COUNT,
     };
-    c->pid = fork();
+    /* A fork with a pidfd, held until the child is reaped (capture_end). */
+    c->pid = (pid_t)syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, NULL, &c->pidfd, NULL, 0);
     if (c->pid == 0)
         capture_child(upper, dir, pipe_fds[1], making, &ids, &limits);
     if (c->pid < 0) {
@@ -564,7 +567,7 @@ int snapshot_take(struct snapshot_registry *reg, struct sandbox *sb, const char 
         if (c->event != NULL)
             event_free(c->event);
         c->event = NULL;
-        kill(c->pid, SIGKILL);
+        syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
         s->capture = c;
         capture_end(c);
         *out = s;
@@ -759,9 +762,10 @@ void snapshot_registry_free(struct snapshot_registry *reg)
             struct snapshot_capture *c = s->capture;
             event_free(c->event);
             close(c->pipe_fd);
-            kill(c->pid, SIGKILL);
+            syscall(SYS_pidfd_send_signal, c->pidfd, SIGKILL, NULL, 0);
             while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
                 ;
+            close(c->pidfd);
             release_source(reg, s->sandbox_id);
             free(c);
         }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "coved/runtime/runtime.h"
@@ -408,7 +410,25 @@ static int ensure_builtin(struct template_registry *reg, const char *name, const
             snprintf(t.prestart, sizeof(t.prestart), "%s", CODE_INTERPRETER_PRESTART);
     } else {
         snprintf(t.rootfs, sizeof(t.rootfs), "%s/rootfs", dir);
-        if (build_base_rootfs(t.rootfs, err) < 0)
+        int rc = build_base_rootfs(t.rootfs, err);
+        /* Seen now and then on a busy CI host, with gigabytes free: a file creation in the
+         * copy of /etc answered ENOSPC. The copy starts over (it overwrites what is there)
+         * once, and what the file system said is logged for whoever looks into it. */
+        if (rc < 0 && strstr((*err)->message, strerror(ENOSPC)) != NULL) {
+            struct statvfs st;
+            if (statvfs(dir, &st) == 0)
+                log_warn("template %s: %s (%llu of %llu blocks free to coved, %llu of %llu "
+                         "inodes free): trying once more",
+                         name, (*err)->message, (unsigned long long)st.f_bavail,
+                         (unsigned long long)st.f_blocks, (unsigned long long)st.f_favail,
+                         (unsigned long long)st.f_files);
+            cove_error_free(*err);
+            *err = NULL;
+            struct timespec pause = {.tv_nsec = 200 * 1000000L};
+            nanosleep(&pause, NULL);
+            rc = build_base_rootfs(t.rootfs, err);
+        }
+        if (rc < 0)
             return cove_error_wrap(err, "build template %s", name);
     }
     if (template_save(dir, &t, err) < 0)

@@ -87,8 +87,11 @@ static int prepare_entry(struct archive_entry *e, bool root_owned, struct cove_e
 static int archive_refused(struct archive *a, const char *what, struct cove_error **err)
 {
     const char *why = archive_error_string(a);
-    return cove_error_set(err, 0, 400, "TEMPLATE::INVALID_ARCHIVE", "%s: %.400s", what,
-                          why ? why : "unreadable");
+    int errnum = archive_errno(a);
+    /* libarchive's message seldom names the system's error: added when there is one. */
+    return cove_error_set(err, 0, 400, "TEMPLATE::INVALID_ARCHIVE", "%s: %.400s%s%s", what,
+                          why ? why : "unreadable", errnum > 0 ? ": " : "",
+                          errnum > 0 ? strerror(errnum) : "");
 }
 
 static int too_large(int64_t max_bytes, struct cove_error **err)

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lib/log.h"
 
@@ -100,6 +101,17 @@ static const struct migration migrations[] = {
     /* '': made from a template (rows from before snapshots). */
     {"sandbox snapshot", "ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT ''",
      "sandboxes", "snapshot_id"},
+    /* spec: the pool's definition as its API takes it (sandbox/pool.h). */
+    {"warm pools",
+     "CREATE TABLE IF NOT EXISTS pools ("
+     " name TEXT PRIMARY KEY, spec TEXT NOT NULL, created_ms INTEGER NOT NULL,"
+     " updated_ms INTEGER NOT NULL)",
+     NULL, NULL},
+    /* '': not from a pool; pool_idle 1: waiting in it, nobody's yet. */
+    {"sandbox pool", "ALTER TABLE sandboxes ADD COLUMN pool TEXT NOT NULL DEFAULT ''", "sandboxes",
+     "pool"},
+    {"sandbox pool idle", "ALTER TABLE sandboxes ADD COLUMN pool_idle INTEGER NOT NULL DEFAULT 0",
+     "sandboxes", "pool_idle"},
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == STORE_SCHEMA_VERSION,
@@ -235,11 +247,11 @@ int store_open(const char *path, struct store **out, struct cove_error **err)
             "INSERT OR REPLACE INTO sandboxes (id, owner, template, state, reason, message,"
             " transition_ms, created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
             " start_time, run_dir, access_token, renew_on_access_s, id_slot, network_policy,"
-            " credential_proxy, volumes, snapshot_id)"
+            " credential_proxy, volumes, snapshot_id, pool, pool_idle)"
             " VALUES (:id, :owner, :template, :state, :reason, :message, :transition_ms,"
             " :created_ms, :expires_ms, :entrypoint, :env, :metadata, :limits, :pid,"
             " :start_time, :run_dir, :access_token, :renew_on_access_s, :id_slot, :network_policy,"
-            " :credential_proxy, :volumes, :snapshot_id)",
+            " :credential_proxy, :volumes, :snapshot_id, :pool, :pool_idle)",
             -1, &store->sandbox_save, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(store->db, "DELETE FROM sandboxes WHERE id = :id", -1,
                            &store->sandbox_delete, NULL) != SQLITE_OK) {
@@ -313,6 +325,23 @@ static void bind_json(struct binding *b, const char *name, const json_t *value)
         b->rc = sqlite3_bind_text(b->st, i, text, -1, free); /* SQLite frees it */
 }
 
+/* A step that found the disk full is tried again, twice, 2 ms apart: the CI hosts' ext4
+ * (no journal, online discard) has answered ENOSPC for a moment with gigabytes free, amid a
+ * burst of deletes; without a journal ext4 itself does not retry. A failed step in autocommit
+ * mode was rolled back, so running it again is the same write. */
+static int step_retrying_full(sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st);
+    for (int attempt = 0; rc == SQLITE_FULL && attempt < 2; attempt++) {
+        log_warn("store: %s: the disk was full; trying again", what);
+        sqlite3_reset(st);
+        struct timespec pause = {.tv_sec = 0, .tv_nsec = 2 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        rc = sqlite3_step(st);
+    }
+    return rc;
+}
+
 /* Runs a bound statement and resets it for the next use. */
 static int run(struct store *store, struct binding *b, struct cove_error **err, const char *what)
 {
@@ -321,7 +350,7 @@ static int run(struct store *store, struct binding *b, struct cove_error **err, 
         cove_error_set(err, 0, 500, "COVE::STORE", "%s: no parameter %s", what, b->missing);
     else if (b->rc != SQLITE_OK)
         cove_error_set(err, 0, 500, "COVE::STORE", "%s: binding: %s", what, sqlite3_errstr(b->rc));
-    else if ((rc = sqlite3_step(b->st)) != SQLITE_DONE)
+    else if ((rc = step_retrying_full(b->st, what)) != SQLITE_DONE)
         db_error(store, err, what); /* before the reset, which may change the message */
     sqlite3_reset(b->st);
     sqlite3_clear_bindings(b->st);
@@ -355,6 +384,8 @@ int store_sandbox_save(struct store *store, const struct store_sandbox *rec,
     bind_int(&b, ":credential_proxy", rec->credential_proxy ? 1 : 0);
     bind_json(&b, ":volumes", rec->volumes);
     bind_text(&b, ":snapshot_id", rec->snapshot_id ? rec->snapshot_id : "");
+    bind_text(&b, ":pool", rec->pool ? rec->pool : "");
+    bind_int(&b, ":pool_idle", rec->pool_idle ? 1 : 0);
     return run(store, &b, err, "save sandbox");
 }
 
@@ -410,8 +441,8 @@ int store_sandbox_load_all(struct store *store,
                            "SELECT id, owner, template, state, reason, message, transition_ms,"
                            " created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
                            " start_time, run_dir, access_token, renew_on_access_s, id_slot,"
-                           " network_policy, credential_proxy, volumes, snapshot_id"
-                           " FROM sandboxes ORDER BY created_ms, id",
+                           " network_policy, credential_proxy, volumes, snapshot_id, pool,"
+                           " pool_idle FROM sandboxes ORDER BY created_ms, id",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "load sandboxes");
     int rc;
@@ -440,6 +471,8 @@ int store_sandbox_load_all(struct store *store,
             .credential_proxy = column_int(st, "credential_proxy") != 0,
             .volumes = column_json(st, "volumes"),
             .snapshot_id = column_text(st, "snapshot_id"),
+            .pool = column_text(st, "pool"),
+            .pool_idle = column_int(st, "pool_idle") != 0,
         };
         fn(&rec, arg);
         json_decref(rec.volumes);
@@ -452,6 +485,62 @@ int store_sandbox_load_all(struct store *store,
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return db_error(store, err, "load sandboxes");
+    return 0;
+}
+
+int store_pool_save(struct store *store, const struct store_pool *rec, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db,
+                           "INSERT OR REPLACE INTO pools (name, spec, created_ms, updated_ms)"
+                           " VALUES (:name, :spec, :created_ms, :updated_ms)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "save pool");
+    struct binding b = {st, SQLITE_OK, NULL};
+    bind_text(&b, ":name", rec->name);
+    bind_json(&b, ":spec", rec->spec);
+    bind_int(&b, ":created_ms", rec->created_ms);
+    bind_int(&b, ":updated_ms", rec->updated_ms);
+    int rc = run(store, &b, err, "save pool");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_pool_delete(struct store *store, const char *name, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db, "DELETE FROM pools WHERE name = :name", -1, &st, NULL) !=
+        SQLITE_OK)
+        return db_error(store, err, "delete pool");
+    struct binding b = {st, SQLITE_OK, NULL};
+    bind_text(&b, ":name", name);
+    int rc = run(store, &b, err, "delete pool");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int store_pool_load_all(struct store *store, void (*fn)(const struct store_pool *rec, void *arg),
+                        void *arg, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db,
+                           "SELECT name, spec, created_ms, updated_ms FROM pools ORDER BY name", -1,
+                           &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "load pools");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct store_pool rec = {
+            .name = column_text(st, "name"),
+            .spec = column_json(st, "spec"),
+            .created_ms = column_int(st, "created_ms"),
+            .updated_ms = column_int(st, "updated_ms"),
+        };
+        fn(&rec, arg);
+        json_decref(rec.spec);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "load pools");
     return 0;
 }
 

@@ -14,7 +14,7 @@
 #include "lib/error.h"
 
 /* The schema version this coved writes: the number of migrations in store.c. */
-#define STORE_SCHEMA_VERSION 11
+#define STORE_SCHEMA_VERSION 14
 
 struct store;
 
@@ -45,6 +45,16 @@ struct store_sandbox {
     bool credential_proxy;
     json_t *volumes;         /* the create request's volumes; NULL or JSON null: none */
     const char *snapshot_id; /* the snapshot it was made from; "": a template */
+    const char *pool;        /* the warm pool it came from; "" or NULL: none */
+    bool pool_idle;          /* waiting in that pool, nobody's yet */
+};
+
+/* One row of the pools table (sandbox/pool.h): its spec as the API took it. */
+struct store_pool {
+    const char *name;
+    json_t *spec;
+    int64_t created_ms;
+    int64_t updated_ms;
 };
 
 /* One row of the snapshots table (sandbox/snapshot.h). */
@@ -87,6 +97,13 @@ int store_sandbox_delete(struct store *store, const char *id, struct cove_error 
 int store_sandbox_load_all(struct store *store,
                            void (*fn)(const struct store_sandbox *rec, void *arg), void *arg,
                            struct cove_error **err);
+
+/* Saving replaces the pool of the same name. */
+int store_pool_save(struct store *store, const struct store_pool *rec, struct cove_error **err);
+int store_pool_delete(struct store *store, const char *name, struct cove_error **err);
+/* Calls fn with each pool, by name. */
+int store_pool_load_all(struct store *store, void (*fn)(const struct store_pool *rec, void *arg),
+                        void *arg, struct cove_error **err);
 
 /* Saving replaces the volume of the same name. */
 int store_volume_save(struct store *store, const struct store_volume *rec, struct cove_error **err);

@@ -71,9 +71,19 @@ static void test_configure(void)
     CHECK(strcmp(rt.oci_path, "/bin/sh") == 0 && strcmp(rt.gvisor_path, "/bin/sh") == 0);
     CHECK(strcmp(rt.gvisor_platform, "ptrace") == 0);
     CHECK_EQ_INT((int)rt.kind, RUNTIME_NATIVE);
+    /* No cove-shim next to this test's binary: neither runtime can start a sandbox. */
+    CHECK(rt.shim_path[0] == '\0');
+    CHECK_EQ_INT(runtime_kind_check(&rt, RUNTIME_GVISOR, &err), -1);
+    CHECK(err != NULL && strstr(err->message, "cove-shim") != NULL);
+    cove_error_free(err);
+    err = NULL;
+    snprintf(rt.shim_path, sizeof(rt.shim_path), "/bin/true");
     CHECK_EQ_INT(runtime_kind_check(&rt, RUNTIME_GVISOR, &err), 0);
 
-    CHECK_EQ_INT(runtime_oci_configure(&rt, "/bin/sh", "/bin/sh", "systrap", "gvisor", &err), 0);
+    /* A default runtime that cannot start (no cove-shim here) is refused at start-up. */
+    CHECK_EQ_INT(runtime_oci_configure(&rt, "/bin/sh", "/bin/sh", "systrap", "gvisor", &err), -1);
+    cove_error_free(err);
+    err = NULL;
     CHECK_EQ_INT((int)rt.kind, RUNTIME_GVISOR);
     CHECK(strcmp(rt.gvisor_platform, "systrap") == 0);
 
@@ -142,6 +152,7 @@ static void test_bundle_config(void)
     struct runtime rt;
     memset(&rt, 0, sizeof(rt));
     snprintf(rt.agent_path, sizeof(rt.agent_path), "/opt/cove/cove-agent");
+    rt.kernel_libs_fd = -1;
     char *entry[] = {"python3", "-m", "http.server", NULL};
     char *env[] = {"PATH=/usr/bin:/bin", "A=b", NULL};
     struct runtime_spec spec = {
@@ -222,11 +233,26 @@ static void test_bundle_config(void)
     c = text ? json_loads(text, 0, NULL) : NULL;
     CHECK(c != NULL);
     CHECK(strcmp(arg_string(c), "/run/cove/cove-agent --listen unix:/run/cove/sock/agent.sock "
+                                "--ready-file /run/cove/sock/ready "
                                 "--disk-cap 1024 --child-nofile 100:200 --") == 0);
     CHECK(!has_namespace(c, "user") && !has_namespace(c, "network"));
     CHECK(json_object_get(json_object_get(c, "linux"), "uidMappings") == NULL);
     CHECK(has_mount(c, "/run/cove/sock", "/var/lib/cove/run/sbx1/sock"));
     CHECK(!has_mount(c, "/usr", NULL));
+    CHECK(!has_mount(c, "/run/cove/gvisor-compat.so", NULL));
+    json_decref(c);
+    free(text);
+
+    /* With cove-gvisor-compat.so: mounted, and the agent preloads it in what it starts. */
+    snprintf(rt.gvisor_compat_path, sizeof(rt.gvisor_compat_path), "/opt/cove/compat.so");
+    text = runtime_oci_bundle_config(&rt, &spec, true, false, NULL);
+    c = text ? json_loads(text, 0, NULL) : NULL;
+    CHECK(c != NULL);
+    CHECK(has_mount(c, "/run/cove/gvisor-compat.so", "/opt/cove/compat.so"));
+    CHECK(strcmp(arg_string(c), "/run/cove/cove-agent --listen unix:/run/cove/sock/agent.sock "
+                                "--ready-file /run/cove/sock/ready "
+                                "--preload /run/cove/gvisor-compat.so "
+                                "--disk-cap 1024 --child-nofile 100:200 --") == 0);
     json_decref(c);
     free(text);
 }

@@ -24,6 +24,7 @@ static struct runtime_process start_child(void)
     }
     p.pid = pid;
     p.pidfd = pidfd;
+    p.shim_pidfd = -1;
     p.start_time = runtime_process_start_time(pid);
     return p;
 }
@@ -75,7 +76,7 @@ int main(void)
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, NULL, &pidfd, NULL, 0);
     if (pid == 0)
         _exit(3);
-    struct runtime_process c = {.pid = pid, .pidfd = pidfd, .log_fd = -1};
+    struct runtime_process c = {.pid = pid, .pidfd = pidfd, .shim_pidfd = -1, .log_fd = -1};
     CHECK_EQ_INT(runtime_process_reap(&c, true, why, sizeof(why)), 1);
     CHECK(strcmp(why, "sandbox init exited with status 3") == 0);
     runtime_process_release(&c);
