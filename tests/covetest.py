@@ -160,7 +160,7 @@ class Coved:
             return
         deadline = time.time() + timeout
         while time.time() < deadline and self.proc.poll() is None:
-            if any(is_coved_helper(p) for p in descendants(self.proc.pid, helpers=True)):
+            if any(is_mcp_server(p) for p in descendants(self.proc.pid, helpers=True)):
                 return
             log = self.log()
             if "no MCP server" in log or "cannot start the MCP server" in log:
@@ -393,14 +393,31 @@ def sandbox_init_pid(sandbox_id):
     return None
 
 
-def is_coved_helper(pid):
-    """Whether pid is a process coved runs for itself rather than for a sandbox: the MCP
-    server behind /mcp (`cove mcp serve`)."""
+def is_mcp_server(pid):
+    """Whether pid is the MCP server coved runs behind /mcp (`cove mcp serve`)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return b"\0mcp\0serve\0" in f.read()
     except OSError:
         return False
+
+
+def is_coved_helper(pid, coved=None):
+    """Whether pid is a process coved runs for itself rather than for a sandbox: the MCP
+    server behind /mcp, or the spares' maker (a child of coved named coved-spares, which
+    refills the spares and empties the run trash after creates and deletes). With coved,
+    the maker counts only as that process's own child."""
+    if is_mcp_server(pid):
+        return True
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            if f.read().strip() != "coved-spares":
+                return False
+        with open(f"/proc/{pid}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    return coved is None or parent == coved
 
 
 def descendants(pid, helpers=False):
@@ -417,7 +434,7 @@ def descendants(pid, helpers=False):
     found, todo = [], [pid]
     while todo:
         for c in children.get(todo.pop(), []):
-            if helpers or not is_coved_helper(c):
+            if helpers or not is_coved_helper(c, pid):
                 found.append(c)
                 todo.append(c)
     return found

@@ -223,6 +223,7 @@ static __attribute__((noreturn)) void maker_main(int sock, pid_t coved, size_t n
                                                  const char *trash)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_NAME, "coved-spares"); /* told apart from coved in ps and by the tests */
     if (getppid() != coved)
         _exit(1); /* coved died before the line above */
     sigset_t none;
