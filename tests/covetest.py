@@ -455,3 +455,42 @@ def settled_fds(pid, timeout=15):
             break
         time.sleep(0.1)
     return last
+
+
+def answer_complete(reply):
+    """True once reply holds a head and all the body its Content-Length announces."""
+    head, sep, body = reply.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    lengths = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
+               if line.lower().startswith(b"content-length:")]
+    return len(body) >= (lengths[0] if lengths else 0)
+
+
+def send_head_then_read(port, method, path, length, body_start=b"", headers=None):
+    """Sends a request head announcing `length` body bytes (and the start of the body), then
+    reads the answer without sending the rest: a server that refuses a body that size answers
+    before it has come. (status, parsed body); a connection closed without an answer is a
+    failure, never taken as the answer expected."""
+    import socket
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\n{extra}"
+                  f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+                  .encode() + body_start)
+        reply = b""
+        while not answer_complete(reply):
+            chunk = s.recv(65536)
+            assert chunk, f"connection closed without an answer: {reply!r}"
+            reply += chunk
+    finally:
+        s.close()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), json.loads(body)
+
+
+def run_dirs(coved):
+    """The names in coved's STATE/run: one per sandbox it holds."""
+    run = os.path.join(coved.state_dir, "run")
+    return sorted(os.listdir(run)) if os.path.isdir(run) else []

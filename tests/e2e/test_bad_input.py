@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+from covetest import run_dirs, send_head_then_read
+
+KEY = {"OPEN-SANDBOX-API-KEY": "test-key"}
+
 VALID = {"image": {"uri": "base"}, "entrypoint": ["sleep", "infinity"],
          "resourceLimits": {"cpu": "500m", "memory": "256Mi"}}
 
@@ -73,11 +77,6 @@ def sandbox_count(coved):
     return coved.ok("GET", "/v1/sandboxes?pageSize=1000")["pagination"]["totalItems"]
 
 
-def run_dirs(coved):
-    run = os.path.join(coved.state_dir, "run")
-    return sorted(os.listdir(run)) if os.path.isdir(run) else []
-
-
 def assert_error(status, body, expected):
     assert status == expected, body
     assert isinstance(body, dict), body
@@ -130,42 +129,11 @@ def test_missing_and_wrong_key_are_401(coved):
             assert_error(status, body, 401)
 
 
-def answer_complete(reply):
-    """True once reply holds a head and all the body its Content-Length announces."""
-    head, sep, body = reply.partition(b"\r\n\r\n")
-    if not sep:
-        return False
-    lengths = [int(line.split(b":")[1]) for line in head.split(b"\r\n")
-               if line.lower().startswith(b"content-length:")]
-    return len(body) >= (lengths[0] if lengths else 0)
-
-
-def send_head_then_read(coved, method, path, length, body_start=b""):
-    """Sends a request head announcing `length` body bytes (and the start of the body), then
-    reads coved's answer without sending the rest: a server that refuses a body that size
-    answers before it has come. (status, parsed body); a connection closed without an answer
-    is a failure, never taken as the answer expected."""
-    import socket
-    s = socket.create_connection(("127.0.0.1", coved.port), timeout=30)
-    try:
-        s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nOPEN-SANDBOX-API-KEY: test-key\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-                  .encode() + body_start)
-        reply = b""
-        while not answer_complete(reply):
-            chunk = s.recv(65536)
-            assert chunk, f"connection closed without an answer: {reply!r}"
-            reply += chunk
-    finally:
-        s.close()
-    head, _, body = reply.partition(b"\r\n\r\n")
-    return int(head.split(b" ")[1]), json.loads(body)
-
-
 def test_huge_body_is_413_and_daemon_survives(coved):
     before = sandbox_count(coved)
-    status, body = send_head_then_read(coved, "POST", "/v1/sandboxes", 8 * 1024 * 1024 + 40,
-                                       b'{"image":{"uri":"base"},"entrypoint":["' + b"a" * 4096)
+    status, body = send_head_then_read(coved.port, "POST", "/v1/sandboxes", 8 * 1024 * 1024 + 40,
+                                       b'{"image":{"uri":"base"},"entrypoint":["' + b"a" * 4096,
+                                       KEY)
     assert_error(status, body, 413)
     assert coved.ok("GET", "/health")["status"] == "healthy"
     assert sandbox_count(coved) == before
@@ -263,8 +231,8 @@ def test_bad_input_on_every_route_changes_nothing(coved, target, method, path, r
     ("POST", "/v1/sandboxes/{id}/renew-expiration"),
 ])
 def test_huge_bodies_are_413_on_every_route(coved, target, method, path):
-    status, body = send_head_then_read(coved, method, path.format(id=target), 2 * 1024 * 1024,
-                                       b'{"k": "' + b"v" * 4096)
+    status, body = send_head_then_read(coved.port, method, path.format(id=target), 2 * 1024 * 1024,
+                                       b'{"k": "' + b"v" * 4096, KEY)
     assert_error(status, body, 413)
     assert coved.get(target)["metadata"] == {"keep": "me"}
 

@@ -4,12 +4,11 @@ through both APIs at once."""
 
 import json
 import os
-import socket
 import urllib.parse
 
 import pytest
 
-from covetest import serve
+from covetest import run_dirs, send_head_then_read, serve
 
 A, B = "key-a", "key-b"
 
@@ -46,11 +45,6 @@ def sandbox_count(d, key=A):
     status, items, _ = e2b(d, "GET", "/v2/sandboxes", key=key)
     assert status == 200, items
     return len(items)
-
-
-def run_dirs(d):
-    run = os.path.join(d.state_dir, "run")
-    return sorted(os.listdir(run)) if os.path.isdir(run) else []
 
 
 BAD_CREATES = [
@@ -91,31 +85,13 @@ def test_bad_create_changes_nothing(d, name, body, expected):
     assert run_dirs(d) == dirs
 
 
-def send_head_then_read(d, path, length, body_start):
-    """A head announcing length body bytes and the body's start, then coved's answer, read
-    without sending the rest (a server refusing the size answers before it has come)."""
-    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
-    try:
-        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nX-API-Key: {A}\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
-                  .encode() + body_start)
-        reply = b""
-        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
-            chunk = s.recv(65536)
-            assert chunk, f"connection closed without an answer: {reply!r}"
-            reply += chunk
-    finally:
-        s.close()
-    head, _, body = reply.partition(b"\r\n\r\n")
-    return int(head.split(b" ")[1]), json.loads(body)
-
-
 @pytest.mark.parametrize("path", ["/e2b/sandboxes", "/e2b/v2/sandboxes",
                                   "/e2b/sandboxes/x/timeout"])
 def test_huge_body_is_413_in_e2b_shape(d, path):
     before, dirs = sandbox_count(d), run_dirs(d)
-    status, body = send_head_then_read(d, path, 2 * 1024 * 1024,
-                                       b'{"templateID": "base", "metadata": {"a": "' + b"x" * 4096)
+    status, body = send_head_then_read(d.port, "POST", path, 2 * 1024 * 1024,
+                                       b'{"templateID": "base", "metadata": {"a": "' + b"x" * 4096,
+                                       {"X-API-Key": A})
     assert_e2b_error(status, body, 413)
     assert sandbox_count(d) == before
     assert run_dirs(d) == dirs

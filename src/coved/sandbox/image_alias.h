@@ -11,9 +11,11 @@
 #include "coved/sandbox/template.h"
 #include "lib/error.h"
 
-/* The built-in table: the images the OpenSandbox SDKs' examples and the reference server use. */
+/* The built-in table: the images the OpenSandbox SDKs' examples and the reference server use,
+ * and the template E2B's code interpreter SDK asks for by default (code-interpreter-v1). */
 #define IMAGE_ALIASES_DEFAULT                                                                      \
-    "opensandbox/code-interpreter=code-interpreter,python=code-interpreter,ubuntu=base"
+    "opensandbox/code-interpreter=code-interpreter,python=code-interpreter,ubuntu=base,"           \
+    "code-interpreter-v1=code-interpreter"
 
 #define IMAGE_ALIAS_IMAGE_SIZE 256
 #define IMAGE_ALIASES_MAX 256
