@@ -11,6 +11,7 @@
 #include "agent/code.h"
 #include "agent/command.h"
 #include "agent/connect_http.h"
+#include "agent/envd_process.h"
 #include "agent/files.h"
 #include "agent/health.h"
 #include "agent/metrics.h"
@@ -99,6 +100,7 @@ static const struct head_route head_routes[] = {
 
 /* E2B envd's Connect services (connect_http.h): POST /<service>/<Method>. NULL-terminated. */
 static const struct connect_service *const connect_services[] = {
+    &envd_process_service,
     NULL,
 };
 

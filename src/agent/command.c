@@ -40,7 +40,6 @@
 #define MAX_FINISHED 64
 /* DELETE /command: SIGTERM, then SIGKILL if the command still runs after this (as execd). */
 #define INTERRUPT_GRACE_MS 3000
-#define MAX_GROUPS 64
 
 struct command;
 
@@ -312,8 +311,7 @@ static void on_stream_abort(struct http_request *req, void *arg)
 
 /* --- process lifecycle --- */
 
-/* Go's exec error text, which execd puts in the traceback and the status `error`. */
-static void describe_status(int status, int *exit_code, char *error, size_t size)
+void command_describe_status(int status, int *exit_code, char *error, size_t size)
 {
     if (WIFEXITED(status)) {
         *exit_code = WEXITSTATUS(status);
@@ -338,7 +336,7 @@ static void on_command_exit(pid_t pid, int status, void *arg)
     cmd->pid = 0;
     cmd->running = false;
     clock_gettime(CLOCK_REALTIME, &cmd->finished_at);
-    describe_status(status, &cmd->exit_code, cmd->error, sizeof(cmd->error));
+    command_describe_status(status, &cmd->exit_code, cmd->error, sizeof(cmd->error));
     if (cmd->timeout_event)
         event_del(cmd->timeout_event);
     if (cmd->interrupt_event)
@@ -578,12 +576,13 @@ int command_resolve_dir(const char *path, bool create, char **out, struct cove_e
 /* The identity to run as. Like execd, a uid found in /etc/passwd brings its primary group
  * and supplementary groups; an explicit gid wins. Files are read directly (fgetpwent), not
  * through NSS, which a static binary cannot load. */
-static void resolve_user(const struct run_request *run, struct process_spec *spec, gid_t *groups)
+void command_set_user(struct process_spec *spec, uid_t uid, bool has_gid, gid_t gid,
+                      gid_t groups[COMMAND_MAX_GROUPS])
 {
     spec->set_user = true;
-    spec->uid = run->uid;
+    spec->uid = uid;
     /* An unknown uid gets its own number as gid rather than root's group. */
-    spec->gid = run->has_gid ? run->gid : (gid_t)run->uid;
+    spec->gid = has_gid ? gid : (gid_t)uid;
     spec->groups = groups;
     spec->groups_len = 0;
     char name[256] = "";
@@ -591,9 +590,9 @@ static void resolve_user(const struct run_request *run, struct process_spec *spe
     if (f != NULL) {
         struct passwd *pw;
         while ((pw = fgetpwent(f)) != NULL) {
-            if (pw->pw_uid == run->uid) {
+            if (pw->pw_uid == uid) {
                 snprintf(name, sizeof(name), "%s", pw->pw_name);
-                if (!run->has_gid)
+                if (!has_gid)
                     spec->gid = pw->pw_gid;
                 groups[spec->groups_len++] = pw->pw_gid;
                 break;
@@ -604,7 +603,7 @@ static void resolve_user(const struct run_request *run, struct process_spec *spe
     if (name[0] == '\0' || (f = fopen("/etc/group", "re")) == NULL)
         return;
     struct group *gr;
-    while ((gr = fgetgrent(f)) != NULL && spec->groups_len < MAX_GROUPS) {
+    while ((gr = fgetgrent(f)) != NULL && spec->groups_len < COMMAND_MAX_GROUPS) {
         for (char **member = gr->gr_mem; member != NULL && *member != NULL; member++) {
             if (strcmp(*member, name) == 0 && gr->gr_gid != groups[0]) {
                 groups[spec->groups_len++] = gr->gr_gid;
@@ -712,11 +711,11 @@ static int command_launch(struct command *cmd, const struct run_request *run,
     char **env = environment_overlay(run->envs, 0, NULL);
     if (env == NULL)
         return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
-    gid_t groups[MAX_GROUPS];
+    gid_t groups[COMMAND_MAX_GROUPS];
     struct process_spec spec = {
         .argv = (char **)argv, .envp = env, .cwd = run->cwd, .stdin_fd = -1};
     if (run->has_uid)
-        resolve_user(run, &spec, groups);
+        command_set_user(&spec, run->uid, run->has_gid, run->gid, groups);
     int rc = command_start(cmd, &spec, run->timeout_ms, err);
     environment_free(env);
     return rc;

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct event_base;
 struct http_request;
@@ -45,6 +46,16 @@ int command_run_streamed(struct http_request *req, const char *id, const char *c
 void command_kill(struct command *cmd);
 /* The hooks' owner is gone: they are not called any more. */
 void command_forget_hooks(struct command *cmd);
+
+/* The identity of a process the agent starts, as execd gives it: uid, with gid when has_gid
+ * or else its primary group from /etc/passwd (its own number when unknown), and the groups it
+ * is a member of in /etc/group; groups is the storage spec->groups points into. */
+#define COMMAND_MAX_GROUPS 64
+void command_set_user(struct process_spec *spec, uid_t uid, bool has_gid, gid_t gid,
+                      gid_t groups[COMMAND_MAX_GROUPS]);
+/* Go's exec error text for a wait status ("exit status 1", "signal: killed"), which execd and
+ * envd report, and the exit code Go's ProcessState.ExitCode() gives (-1 for a signal). */
+void command_describe_status(int status, int *exit_code, char *error, size_t size);
 
 /* bash when the sandbox has it (execd prefers it too, and users write bash), else sh. */
 const char *command_find_shell(char *path, size_t size);

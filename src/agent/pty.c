@@ -255,8 +255,8 @@ static void on_shell_exit(pid_t pid, int status, void *arg)
     }
 }
 
-/* The slave side of a new pseudo-terminal; *master gets the master side. */
-static int open_terminal(struct pty_session *s, int *master, struct cove_error **err)
+int pty_open_terminal(unsigned short cols, unsigned short rows, int *master,
+                      struct cove_error **err)
 {
     *master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (*master < 0)
@@ -275,9 +275,14 @@ static int open_terminal(struct pty_session *s, int *master, struct cove_error *
         *master = -1;
         return -1;
     }
-    struct winsize size = {.ws_row = s->rows, .ws_col = s->cols};
+    struct winsize size = {.ws_row = rows, .ws_col = cols};
     ioctl(*master, TIOCSWINSZ, &size);
     return slave;
+}
+
+static int open_terminal(struct pty_session *s, int *master, struct cove_error **err)
+{
+    return pty_open_terminal(s->cols, s->rows, master, err);
 }
 
 /* The agent's environment; a terminal gets a TERM when the sandbox sets none. */

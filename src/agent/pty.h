@@ -19,6 +19,8 @@
 
 #include <stdbool.h>
 
+#include "lib/error.h"
+
 struct event_base;
 struct http_request;
 struct api_params;
@@ -37,3 +39,8 @@ void pty_handle_delete(struct http_request *req, const struct api_params *params
  * pty_handle_ws, once the request is read). */
 bool pty_head_ws(struct http_request *req, const struct api_params *params);
 void pty_handle_ws(struct http_request *req, const struct api_params *params);
+
+/* A new pseudo-terminal of that size: returns its slave side (O_CLOEXEC, not yet anyone's
+ * controlling terminal) and puts the master side in *master; -1 on failure. */
+int pty_open_terminal(unsigned short cols, unsigned short rows, int *master,
+                      struct cove_error **err);
