@@ -325,6 +325,16 @@ static void on_process_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct envd_process *p = arg;
     log_info("envd process %d: its Start's deadline passed, killing its group", p->pid);
+    /* The Start stream ends with the deadline whichever of its timer and this one comes
+     * first (the SDK reads that as its TimeoutError), not with the end event of the kill. */
+    for (struct subscriber *s = p->subscribers; s != NULL; s = s->next) {
+        if (s->start) {
+            connect_call_failf(s->call, CONNECT_DEADLINE_EXCEEDED,
+                               "the deadline (Connect-Timeout-Ms) passed");
+            subscriber_remove(s);
+            break;
+        }
+    }
     kill(-p->pid, SIGKILL);
 }
 

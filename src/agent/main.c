@@ -63,6 +63,7 @@
 #include "agent/code.h"
 #include "agent/code_helper.h"
 #include "agent/command.h"
+#include "agent/envd_process.h"
 #include "agent/files_path.h"
 #include "agent/health.h"
 #include "agent/identity.h"
@@ -601,6 +602,7 @@ int main(int argc, char **argv)
     pool_cleanup();
     metrics_cleanup();
     pty_cleanup();
+    envd_process_cleanup();
     code_cleanup();
     session_cleanup();
     command_cleanup();
