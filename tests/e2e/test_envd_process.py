@@ -559,3 +559,23 @@ def test_huge_messages_are_resource_exhausted(coved, sandbox):
     assert status == 200
     assert end_stream_only(data)["error"]["code"] == "resource_exhausted"
     assert_agent_works(coved, sandbox)
+
+
+# ---- the user ----
+
+def basic(user):
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:".encode()).decode()}
+
+
+def test_user_from_authorization(coved, sandbox):
+    # None (the SDKs send none unless the caller names a user): the agent's, root here.
+    _, events, _ = run(coved, sandbox, 'id -un; echo "$HOME|$USER"; pwd')
+    assert output(events) == b"root\n/root|root\n/root\n"
+    _, events, _ = run(coved, sandbox, "id -u", headers=basic("nobody"), cwd="/")
+    assert output(events) == b"65534\n"
+    s = start(coved, sandbox, "/bin/true", headers=basic("no-such-user"))
+    try:
+        assert s.events() == []
+        assert s.end["error"]["code"] == "unauthenticated", s.end
+    finally:
+        s.close()
