@@ -40,8 +40,8 @@
 #define INPUT_MAX (4 * 1024 * 1024)
 /* Processes started through the service and still running. */
 #define PROCESSES_MAX 1024
-/* protoc-c's *_INIT of a message with a oneof is not brace-complete for gcc; these are
- * initialised by their base alone (the rest zero), which is the same. */
+/* Messages with a oneof are initialised as {.base = PROTOBUF_C_MESSAGE_INIT(...)}, the rest
+ * zero: the same as protoc-c's *_INIT, which gcc calls missing braces (-Werror). */
 
 struct envd_process;
 
