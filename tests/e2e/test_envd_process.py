@@ -485,6 +485,7 @@ def test_deadline_ends_the_stream_and_kills_the_process(coved, sandbox):
     wait_until(lambda: pid not in listed(coved, sandbox), "the process killed at its deadline")
 
 
+@pytest.mark.slow
 def test_keepalive_events(coved, sandbox):
     s = start(coved, sandbox, "/bin/sleep", ["3"], headers={"Keepalive-Ping-Interval": "1"})
     try:
@@ -579,3 +580,46 @@ def test_user_from_authorization(coved, sandbox):
         assert s.end["error"]["code"] == "unauthenticated", s.end
     finally:
         s.close()
+
+
+# ---- more of the streams ----
+
+@pytest.mark.parametrize("proto", [False, True], ids=["json", "proto"])
+def test_large_output_arrives_whole_and_in_order(coved, sandbox, proto):
+    # Megabytes through pipes read in chunks, with the client's backpressure in between.
+    _, events, end = run(coved, sandbox, "seq 1 400000; seq 1 1000 >&2", proto=proto)
+    expected = "".join(f"{i}\n" for i in range(1, 400001)).encode()
+    assert output(events) == expected
+    assert output(events, "stderr") == "".join(f"{i}\n" for i in range(1, 1001)).encode()
+    assert end == {"exited": True, "status": "exit status 0"}
+
+
+def test_stream_input_needs_its_start_first(coved, sandbox):
+    body = envelope({"data": {"input": {"stdin": "eA=="}}})
+    status, content_type, data = post_raw(coved, sandbox, "StreamInput", body)
+    assert status == 200 and content_type == STREAM_JSON
+    assert end_stream_only(data)["error"]["code"] == "failed_precondition"
+    body = envelope({"start": {"process": {"pid": 999999}}})
+    status, _, data = post_raw(coved, sandbox, "StreamInput", body)
+    assert end_stream_only(data)["error"]["code"] == "not_found"
+
+
+def test_connect_client_going_away_leaves_the_process(coved, sandbox):
+    s = start(coved, sandbox, "/bin/bash", ["-c", "while :; do echo tick; sleep 0.05; done"])
+    pid = s.next()["start"]["pid"]
+    for _ in range(3):
+        c = Stream(coved, sandbox, "Connect", {"process": {"pid": pid}})
+        assert c.next() == {"start": {"pid": pid}}
+        assert output([c.next()]) == b"tick\n"
+        c.close()  # mid-stream
+    s.close()
+    assert pid in listed(coved, sandbox)
+    c = Stream(coved, sandbox, "Connect", {"process": {"pid": pid}})
+    try:
+        c.next()
+        ok(coved, sandbox, "SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
+        events = c.events()
+    finally:
+        c.close()
+    assert events[-1]["end"]["status"] == "signal: killed"
+    assert pid not in listed(coved, sandbox)
