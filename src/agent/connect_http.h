@@ -77,7 +77,8 @@ bool connect_http_head(struct http_request *req, const char *path,
 /* --- what handlers call --- */
 
 /* The handler's state for this call and what to do if the call is cancelled (the client went
- * away or the deadline passed): on_cancel(call, data) runs once, then the call is freed. */
+ * away or the deadline passed): on_cancel(call, data) runs once, then the call is freed; it
+ * lets go of the call and answers nothing (a deadline is answered by the transport). */
 void connect_call_set_data(struct connect_call *call, void *data,
                            void (*on_cancel)(struct connect_call *call, void *data));
 void *connect_call_data(const struct connect_call *call);

@@ -54,7 +54,8 @@ struct subscriber {
 };
 
 struct output {
-    int fd; /* -1 once at its end */
+    int fd;     /* -1 once closed (a PTY's master stays open for input after its end) */
+    bool ended; /* EOF, or EIO from a PTY */
     struct event *event;
     Process__ProcessEvent__DataEvent__OutputCase kind;
     struct envd_process *process;
@@ -117,7 +118,7 @@ static void update_pause(struct envd_process *p)
         return;
     p->paused = behind;
     for (size_t i = 0; i < p->outputs_len; i++) {
-        if (p->outputs[i].fd < 0)
+        if (p->outputs[i].ended)
             continue;
         if (behind)
             event_del(p->outputs[i].event);
@@ -177,6 +178,7 @@ static void output_close(struct output *o)
     if (o->fd >= 0 && o->fd != o->process->master)
         close(o->fd);
     o->fd = -1;
+    o->ended = true;
 }
 
 /* Reads up to reads chunks (while every client keeps up, unless at_exit). */
@@ -185,13 +187,14 @@ static void output_read(struct output *o, int reads, bool at_exit)
     struct envd_process *p = o->process;
     uint8_t buf[PIPE_CHUNK];
     size_t chunk = p->pty ? PTY_CHUNK : PIPE_CHUNK;
-    for (int i = 0; i < reads && o->fd >= 0 && (at_exit || !p->paused); i++) {
+    for (int i = 0; i < reads && !o->ended && (at_exit || !p->paused); i++) {
         ssize_t n = read(o->fd, buf, chunk);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
             return;
         if (n <= 0) { /* EOF, or EIO from a PTY whose every slave is closed */
+            o->ended = true;
             if (o->event != NULL)
                 event_del(o->event);
             if (o->fd != p->master)
@@ -487,10 +490,13 @@ static int request_cwd(const Process__ProcessConfig *config, const struct run_us
         *out = NULL;
         return connect_error_set(err, CONNECT_RESOURCE_EXHAUSTED, "out of memory");
     }
-    if (stat(*out, &st) == 0 && S_ISDIR(st.st_mode))
+    int found = stat(*out, &st);
+    if (found == 0 && S_ISDIR(st.st_mode))
         return 0;
     connect_error_set(err, CONNECT_INVALID_ARGUMENT, "cwd '%s' %s", *out,
-                      errno == ENOENT ? "does not exist" : "is not a directory");
+                      found == 0        ? "is not a directory"
+                      : errno == ENOENT ? "does not exist"
+                                        : strerror(errno));
     free(*out);
     *out = NULL;
     return -1;
