@@ -10,6 +10,7 @@
 
 #include "agent/code.h"
 #include "agent/command.h"
+#include "agent/envd_files.h"
 #include "agent/files.h"
 #include "agent/health.h"
 #include "agent/metrics.h"
@@ -69,6 +70,9 @@ static const struct route routes[] = {
     {"GET", "/pty/{sessionId}", pty_handle_status},
     {"DELETE", "/pty/{sessionId}", pty_handle_delete},
     {"GET", "/pty/{sessionId}/ws", pty_handle_ws},
+    /* E2B envd's REST routes (envd.yaml): envd_files.h */
+    {"GET", "/health", envd_handle_health},
+    {"GET", "/files", envd_handle_download}, /* POST /files: a head route */
 };
 
 /* Served only under a route prefix (an isolated session's agent, OSEP-0013). */
@@ -94,6 +98,7 @@ struct head_route {
 static const struct head_route head_routes[] = {
     {"GET", "/pty/{sessionId}/ws", pty_head_ws},
     {"POST", "/files/upload", files_head_upload}, /* uploadFile: the body streams */
+    {"POST", "/files", envd_head_upload},         /* envd's upload: the body streams */
 };
 
 /* --route-prefix: what every request path starts with; empty: none. */

@@ -37,17 +37,10 @@ void files_path_force_walk(bool force)
 
 /* ---- cleaning ---- */
 
-int files_path_clean(const char *path, char *out, size_t size, struct cove_error **err)
+/* path after base ("" for none), made absolute and clean into out. */
+static int clean_at(const char *home, const char *path, char *out, size_t size,
+                    struct cove_error **err)
 {
-    if (path == NULL || path[0] == '\0')
-        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "the path is empty");
-    const char *home = "";
-    if (path[0] == '~' && (path[1] == '\0' || path[1] == '/')) {
-        home = getenv("HOME");
-        if (home == NULL || home[0] != '/')
-            home = "/root";
-        path++;
-    }
     size_t len = 0;
     out[len++] = '/';
     /* Segments of home, then of path; ".." removes the last one written. */
@@ -80,6 +73,32 @@ int files_path_clean(const char *path, char *out, size_t size, struct cove_error
     }
     out[len] = '\0';
     return 0;
+}
+
+int files_path_clean(const char *path, char *out, size_t size, struct cove_error **err)
+{
+    if (path == NULL || path[0] == '\0')
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "the path is empty");
+    const char *home = "";
+    if (path[0] == '~' && (path[1] == '\0' || path[1] == '/')) {
+        home = getenv("HOME");
+        if (home == NULL || home[0] != '/')
+            home = "/root";
+        path++;
+    }
+    return clean_at(home, path, out, size, err);
+}
+
+int files_path_clean_home(const char *path, const char *home, char *out, size_t size,
+                          struct cove_error **err)
+{
+    if (path == NULL || path[0] == '\0')
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "the path is empty");
+    if (path[0] == '~' && (path[1] == '\0' || path[1] == '/'))
+        path++;
+    else if (path[0] == '/')
+        home = "";
+    return clean_at(home, path, out, size, err);
 }
 
 /* ---- opening ---- */

@@ -24,6 +24,10 @@
  * segments and repeated slashes go. Fails (400 INVALID_REQUEST_BODY) for an empty path or one
  * too long. */
 int files_path_clean(const char *path, char *out, size_t size, struct cove_error **err);
+/* The same with E2B envd's rule: a relative path, or one starting with "~", is under home
+ * (the user's home directory, absolute). */
+int files_path_clean_home(const char *path, const char *home, char *out, size_t size,
+                          struct cove_error **err);
 
 /* Opens an absolute path (or one relative to dirfd), following symlinks but no magic link.
  * flags are open(2) flags (O_CLOEXEC is added); returns the descriptor, or -1 with errno. */

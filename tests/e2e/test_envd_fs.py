@@ -1,0 +1,243 @@
+"""E2B envd's files through coved's proxy (/sandboxes/{id}/proxy/44772/...): the REST routes
+GET /health and GET/POST /files as the e2b SDK calls them (multipart for envd < 0.5.7, an
+octet-stream body for newer), paths relative to the user's home, envd's error shape
+{"code": <status>, "message"}, hostile paths and bad bodies that change nothing, and a
+100 MB round trip."""
+
+import hashlib
+import http.client
+import json
+import os
+import secrets
+import urllib.parse
+
+import pytest
+
+from covetest import AGENT_PORT
+
+HOST_MARKER_DIRS = ["/root", "/tmp"]
+
+
+def agent_path(sid, path):
+    return f"/sandboxes/{sid}/proxy/{AGENT_PORT}{path}"
+
+
+def q(**params):
+    return urllib.parse.urlencode({k: v for k, v in params.items() if v is not None},
+                                  quote_via=urllib.parse.quote)
+
+
+def call(coved, sid, method, path, raw=None, headers=None):
+    h = coved.headers()
+    h.pop("Content-Type")
+    h.update(headers or {})
+    return coved.request(method, agent_path(sid, path), raw=raw, headers=h)
+
+
+def read(coved, sid, path, **params):
+    """(status, bytes) of GET /files, as files.read."""
+    conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=120)
+    h = coved.headers()
+    h.pop("Content-Type")
+    conn.request("GET", agent_path(sid, "/files?" + q(path=path, **params)), headers=h)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp.status, data
+
+
+def form(files, boundary=None):
+    """multipart/form-data as the SDK's FormData: one part named "file" per (filename, data)."""
+    boundary = boundary or "----formdata-" + secrets.token_hex(8)
+    body = b"".join(
+        f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+        f"filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n".encode()
+        + data + b"\r\n" for name, data in files) + f"--{boundary}--\r\n".encode()
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+def write(coved, sid, files, path=None, username=None):
+    body, headers = form(files)
+    return call(coved, sid, "POST", "/files?" + q(path=path, username=username), raw=body,
+                headers=headers)
+
+
+def assert_envd_error(status, body, expected):
+    assert status == expected, (status, body)
+    assert isinstance(body, dict) and set(body) == {"code", "message"}, body
+    assert body["code"] == expected and body["message"], body
+
+
+def owner_mode(coved, sid, path):
+    return coved.sh(sid, f"find '{path}' -maxdepth 0 -printf '%u %g %m'").split()
+
+
+@pytest.fixture(scope="module")
+def sid(coved):
+    s = coved.create()
+    yield s
+    coved.delete(s)
+
+
+@pytest.fixture(scope="module")
+def host_markers():
+    """A file with a unique name and secret content in host directories, outside any sandbox."""
+    name = "cove-envd-marker-" + secrets.token_hex(6)
+    secret = secrets.token_hex(16)
+    paths = []
+    for d in HOST_MARKER_DIRS:
+        p = os.path.join(d, name)
+        with open(p, "w") as f:
+            f.write(secret)
+        paths.append(p)
+    yield name, secret, paths
+    for p in paths:
+        with open(p) as f:
+            assert f.read() == secret, f"host marker {p} changed"
+        os.unlink(p)
+
+
+# ---- REST ----
+
+def test_health_is_204(coved, sid):
+    status, body, _ = call(coved, sid, "GET", "/health")
+    assert status == 204 and body is None
+
+
+def test_write_then_read_as_the_sdk(coved, sid):
+    status, body, _ = write(coved, sid, [("/tmp/e2b/a.txt", b"hello envd\n")],
+                            path="/tmp/e2b/a.txt")
+    assert status == 200, body
+    assert body == [{"name": "a.txt", "type": "file", "path": "/tmp/e2b/a.txt"}]
+    assert read(coved, sid, "/tmp/e2b/a.txt") == (200, b"hello envd\n")
+    # the directory was made; the file is the default user's (root), 0644 as envd's
+    assert owner_mode(coved, sid, "/tmp/e2b/a.txt") == ["root", "root", "644"]
+    # overwritten, not appended; an empty file reads empty
+    status, _, _ = write(coved, sid, [("x", b"")], path="/tmp/e2b/a.txt")
+    assert status == 200 and read(coved, sid, "/tmp/e2b/a.txt") == (200, b"")
+
+
+def test_write_files_takes_each_part_name(coved, sid):
+    """writeFiles([...]) sends no path: each part's file name is its target."""
+    status, body, _ = write(coved, sid, [("/tmp/e2b/many/one", b"1"), ("/tmp/e2b/many/two", b"2")])
+    assert status == 200, body
+    assert [e["path"] for e in body] == ["/tmp/e2b/many/one", "/tmp/e2b/many/two"]
+    assert read(coved, sid, "/tmp/e2b/many/two") == (200, b"2")
+
+
+def test_octet_stream_upload(coved, sid):
+    """envd >= 0.5.7's form: the body is the file."""
+    status, body, _ = call(coved, sid, "POST", "/files?" + q(path="/tmp/e2b/raw.bin"),
+                           raw=b"\x00\x01raw", headers={"Content-Type": "application/octet-stream"})
+    assert status == 200 and body == [{"name": "raw.bin", "type": "file",
+                                       "path": "/tmp/e2b/raw.bin"}]
+    assert read(coved, sid, "/tmp/e2b/raw.bin") == (200, b"\x00\x01raw")
+    # without a path there is nowhere to put it
+    status, body, _ = call(coved, sid, "POST", "/files", raw=b"x",
+                           headers={"Content-Type": "application/octet-stream"})
+    assert_envd_error(status, body, 400)
+
+
+def test_relative_paths_are_under_the_users_home(coved, sid):
+    status, body, _ = write(coved, sid, [("n", b"root's")], path="notes/r.txt")
+    assert status == 200 and body[0]["path"] == "/root/notes/r.txt"
+    assert read(coved, sid, "~/notes/r.txt") == (200, b"root's")
+    status, body, _ = write(coved, sid, [("n", b"user's")], path="u.txt", username="user")
+    assert status == 200 and body[0]["path"] == "/home/user/u.txt"
+    assert owner_mode(coved, sid, "/home/user/u.txt")[:2] == ["user", "user"]
+    assert read(coved, sid, "u.txt", username="user") == (200, b"user's")
+    status, body = read(coved, sid, "u.txt", username="nobody-here")
+    assert_envd_error(status, json.loads(body), 401)
+
+
+def test_read_errors(coved, sid):
+    status, body = read(coved, sid, "/tmp/e2b/missing")
+    assert_envd_error(status, json.loads(body), 404)
+    coved.sh(sid, "mkdir -p /tmp/e2b/dir")
+    status, body = read(coved, sid, "/tmp/e2b/dir")
+    assert_envd_error(status, json.loads(body), 400)
+    status, body, _ = call(coved, sid, "GET", "/files")
+    assert_envd_error(status, body, 400)
+    # the OpenSandbox routes beside it still answer
+    status, body, _ = call(coved, sid, "GET", "/files/info?" + q(path="/tmp/e2b/dir"))
+    assert status == 200 and body["/tmp/e2b/dir"]["type"] == "directory"
+
+
+def test_hostile_paths_stay_in_the_sandbox(coved, sid, host_markers):
+    name, secret, _ = host_markers
+    for path in [f"../../../../tmp/{name}", f"/../../root/{name}"]:
+        status, got = read(coved, sid, path)
+        assert status == 404 and secret.encode() not in got, (path, got)
+    coved.sh(sid, "mkdir -p /tmp/evil && ln -sfn /proc/1/root /tmp/evil/root1")
+    status, got = read(coved, sid, "/tmp/evil/root1/etc/hostname")
+    assert_envd_error(status, json.loads(got), 400)
+    status, body, _ = write(coved, sid, [("x", b"escaped")], path=f"/tmp/evil/root1/tmp/{name}")
+    assert_envd_error(status, body, 400)
+    # a write through ".." lands inside the sandbox
+    status, body, _ = write(coved, sid, [("x", b"inside")], path=f"../../tmp/{name}")
+    assert status == 200 and body[0]["path"] == f"/tmp/{name}"
+    assert coved.sh(sid, f"cat /tmp/{name}") == "inside\n"
+
+
+BAD_FORMS = [
+    ("no boundary", {"Content-Type": "multipart/form-data"}, b"whatever"),
+    ("not multipart", {"Content-Type": "text/plain"}, b"hello"),
+    ("truncated", None, b"--B\r\nContent-Disposition: form-data; name=\"file\"; "
+                        b"filename=\"f\"\r\n\r\npartial"),
+    ("no file part", None, b"--B\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\n"
+                           b"x\r\n--B--\r\n"),
+    ("gzip", {"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"}, b"x"),
+]
+
+
+@pytest.mark.parametrize("what,headers,body", BAD_FORMS, ids=[b[0] for b in BAD_FORMS])
+def test_bad_upload_changes_nothing(coved, sid, what, headers, body):
+    target = "/tmp/e2b/bad-" + secrets.token_hex(4)
+    h = headers or {"Content-Type": "multipart/form-data; boundary=B"}
+    status, got, _ = call(coved, sid, "POST", "/files?" + q(path=target + "/f"), raw=body,
+                          headers=h)
+    assert_envd_error(status, got, 400)
+    # No file; a form cut short has had its file's directory made already (the upload makes
+    # the directories on the way when a file part begins, as the OpenSandbox upload does).
+    assert coved.sh(sid, f"find {target} -type f 2>/dev/null; true") == ""
+
+
+def test_100mb_round_trip(coved, sid):
+    size = 100 << 20
+    block = os.urandom(1 << 20)
+    expected = hashlib.sha256(block * 100).hexdigest()
+    for kind in ("multipart", "octet-stream"):
+        boundary = "big-" + secrets.token_hex(8)
+        if kind == "multipart":
+            head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                    f"filename=\"big\"\r\n\r\n").encode()
+            tail = f"\r\n--{boundary}--\r\n".encode()
+            ctype = f"multipart/form-data; boundary={boundary}"
+        else:
+            head, tail, ctype = b"", b"", "application/octet-stream"
+        conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=300)
+        conn.putrequest("POST", agent_path(sid, "/files?" + q(path="big.bin")))
+        conn.putheader("OPEN-SANDBOX-API-KEY", coved.key)
+        conn.putheader("Content-Type", ctype)
+        conn.putheader("Content-Length", str(len(head) + size + len(tail)))
+        conn.endheaders()
+        conn.send(head)
+        for _ in range(100):
+            conn.sock.sendall(block)
+        conn.send(tail)
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()
+        assert json.loads(resp.read())[0]["path"] == "/root/big.bin"
+        conn.close()
+
+        conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=300)
+        conn.request("GET", agent_path(sid, "/files?" + q(path="/root/big.bin")),
+                     headers={"OPEN-SANDBOX-API-KEY": coved.key})
+        resp = conn.getresponse()
+        assert resp.status == 200 and int(resp.getheader("Content-Length")) == size
+        got = hashlib.sha256()
+        while chunk := resp.read(1 << 20):
+            got.update(chunk)
+        conn.close()
+        assert got.hexdigest() == expected, kind
+        coved.sh(sid, "rm /root/big.bin")
