@@ -10,6 +10,7 @@
 
 #include "agent/code.h"
 #include "agent/command.h"
+#include "agent/connect_http.h"
 #include "agent/envd_files.h"
 #include "agent/files.h"
 #include "agent/health.h"
@@ -99,6 +100,11 @@ static const struct head_route head_routes[] = {
     {"GET", "/pty/{sessionId}/ws", pty_head_ws},
     {"POST", "/files/upload", files_head_upload}, /* uploadFile: the body streams */
     {"POST", "/files", envd_head_upload},         /* envd's upload: the body streams */
+};
+
+/* E2B envd's Connect services (connect_http.h): POST /<service>/<Method>. NULL-terminated. */
+static const struct connect_service *const connect_services[] = {
+    NULL,
 };
 
 /* --route-prefix: what every request path starts with; empty: none. */
@@ -258,6 +264,8 @@ static bool dispatch_head(struct http_request *req, void *arg)
     const char *path = decoded != NULL ? route_path(decoded) : NULL;
     struct api_params params;
     bool taken = false;
+    if (path != NULL && connect_http_head(req, path, connect_services))
+        path = NULL; /* answered there, now or once its body is read */
     for (size_t i = 0; path != NULL && i < sizeof(head_routes) / sizeof(head_routes[0]); i++) {
         if (strcmp(head_routes[i].method, method) == 0 &&
             api_route_match(head_routes[i].pattern, path, &params)) {
