@@ -12,6 +12,7 @@
 #include "agent/command.h"
 #include "agent/connect_http.h"
 #include "agent/envd_files.h"
+#include "agent/envd_fs.h"
 #include "agent/files.h"
 #include "agent/health.h"
 #include "agent/metrics.h"
@@ -104,6 +105,7 @@ static const struct head_route head_routes[] = {
 
 /* E2B envd's Connect services (connect_http.h): POST /<service>/<Method>. NULL-terminated. */
 static const struct connect_service *const connect_services[] = {
+    &envd_fs_service,
     NULL,
 };
 

@@ -35,10 +35,8 @@ int envd_user_find(const char *name, struct envd_user *out, struct cove_error **
     return 0;
 }
 
-int envd_user_from_request(const struct http_request *req, struct envd_user *out,
-                           struct cove_error **err)
+int envd_user_from_authorization(const char *header, struct envd_user *out, struct cove_error **err)
 {
-    const char *header = http_request_header(req, "Authorization");
     if (header == NULL)
         return envd_user_find(NULL, out, err);
     if (strncasecmp(header, "Basic ", 6) != 0)

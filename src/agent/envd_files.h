@@ -25,10 +25,10 @@ struct envd_user {
 /* name NULL or "": the default user (the agent's own, or --run-as: identity.h). An unknown
  * name is 401, as envd's InvalidUser. */
 int envd_user_find(const char *name, struct envd_user *out, struct cove_error **err);
-/* The user of a Connect request: "Authorization: Basic base64(name:)" as the SDKs send it,
- * the default user without the header; 401 for a header that is not such. */
-int envd_user_from_request(const struct http_request *req, struct envd_user *out,
-                           struct cove_error **err);
+/* The user of a Connect request from its Authorization header (NULL when absent): "Basic
+ * base64(name:)" as the SDKs send it, the default user without one; 401 for one not such. */
+int envd_user_from_authorization(const char *header, struct envd_user *out,
+                                 struct cove_error **err);
 
 /* envd's error body, {"code": status, "message"}, as a whole response. */
 void envd_respond_error(struct http_request *req, int status, const char *message);

@@ -47,3 +47,11 @@ void files_upload_e2b_begin(struct http_request *req, const struct files_upload_
 /* Answers with the whole regular file at the clean absolute path abs (a Range header is
  * honoured), or returns -1 with *err (404 missing, 400 not a regular file) having sent nothing. */
 int files_download_send(struct http_request *req, const char *abs, struct cove_error **err);
+
+/* mv for E2B's Move: clean absolute paths; dst's directory is made if missing (its new
+ * directories owned by uid:gid); an existing dst is replaced, as rename(2). Across filesystems
+ * files are copied. -1 with *err (404 when src is missing). */
+int files_move(const char *src, const char *dst, uid_t uid, gid_t gid, struct cove_error **err);
+/* rm -rf of a clean absolute path, never through a symlink; one not there is no error, "/" is
+ * refused (400). */
+int files_remove_tree(const char *abs, struct cove_error **err);

@@ -4,11 +4,13 @@ octet-stream body for newer), paths relative to the user's home, envd's error sh
 {"code": <status>, "message"}, hostile paths and bad bodies that change nothing, and a
 100 MB round trip."""
 
+import base64
 import hashlib
 import http.client
 import json
 import os
 import secrets
+import struct
 import urllib.parse
 
 import pytest
@@ -241,3 +243,193 @@ def test_100mb_round_trip(coved, sid):
         conn.close()
         assert got.hexdigest() == expected, kind
         coved.sh(sid, "rm /root/big.bin")
+
+
+# ---- filesystem.Filesystem over Connect (JSON, as connect-web sends it) ----
+
+def rpc(coved, sid, method, body, user=None, raw=None):
+    """(status, parsed body) of a unary Connect call."""
+    h = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
+    if user is not None:
+        h["Authorization"] = "Basic " + base64.b64encode(f"{user}:".encode()).decode()
+    status, got, _ = call(coved, sid, "POST", f"/filesystem.Filesystem/{method}",
+                          raw=raw if raw is not None else json.dumps(body), headers=h)
+    return status, got
+
+
+def assert_connect_error(status, body, http_status, code):
+    assert status == http_status, (status, body)
+    assert body["code"] == code and body.get("message"), body
+
+
+def envelope(message, flags=0):
+    data = json.dumps(message).encode()
+    return struct.pack(">BI", flags, len(data)) + data
+
+
+class Stream:
+    """A server stream (application/connect+json) read envelope by envelope."""
+
+    def __init__(self, coved, sid, method, body):
+        self.conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=30)
+        self.conn.request("POST", agent_path(sid, f"/filesystem.Filesystem/{method}"),
+                          body=envelope(body),
+                          headers={"OPEN-SANDBOX-API-KEY": coved.key,
+                                   "Content-Type": "application/connect+json",
+                                   "Connect-Protocol-Version": "1",
+                                   "Connect-Timeout-Ms": "60000"})
+        self.resp = self.conn.getresponse()
+        assert self.resp.status == 200, self.resp.read()
+        assert self.resp.getheader("Content-Type") == "application/connect+json"
+
+    def next(self):
+        """(flags, message) of the next envelope."""
+        head = self.resp.read(5)
+        assert len(head) == 5, head
+        flags, length = struct.unpack(">BI", head)
+        return flags, json.loads(self.resp.read(length))
+
+    def next_event(self):
+        """The next message that is not a keepalive; the end-stream fails the test."""
+        while True:
+            flags, msg = self.next()
+            assert flags == 0, msg
+            if "keepalive" not in msg:
+                return msg
+
+    def close(self):
+        self.conn.close()
+
+
+def test_stat_of_file_directory_symlink_and_missing(coved, sid):
+    coved.sh(sid, "mkdir -p /tmp/fs/d && printf 12345 > /tmp/fs/f && chmod 640 /tmp/fs/f && "
+                  "ln -sfn /tmp/fs/f /tmp/fs/l")
+    status, body = rpc(coved, sid, "Stat", {"path": "/tmp/fs/f"})
+    assert status == 200, body
+    e = body["entry"]
+    assert (e["name"], e["type"], e["path"], e["size"], e["mode"], e["permissions"],
+            e["owner"], e["group"]) == ("f", "FILE_TYPE_FILE", "/tmp/fs/f", "5", 0o640,
+                                        "-rw-r-----", "root", "root")
+    assert e["modifiedTime"].endswith("Z")
+    status, body = rpc(coved, sid, "Stat", {"path": "/tmp/fs/d"})
+    assert status == 200 and body["entry"]["type"] == "FILE_TYPE_DIRECTORY"
+    assert body["entry"]["permissions"].startswith("d")
+    status, body = rpc(coved, sid, "Stat", {"path": "/tmp/fs/l"})
+    assert status == 200 and body["entry"]["type"] == "FILE_TYPE_SYMLINK"
+    assert body["entry"]["symlinkTarget"] == "/tmp/fs/f"
+    status, body = rpc(coved, sid, "Stat", {"path": "/tmp/fs/missing"})
+    assert_connect_error(status, body, 404, "not_found")
+    # relative: under the Authorization header's user's home
+    coved.sh(sid, "printf x > /home/user/mine")
+    status, body = rpc(coved, sid, "Stat", {"path": "mine"}, user="user")
+    assert status == 200 and body["entry"]["path"] == "/home/user/mine"
+    status, body = rpc(coved, sid, "Stat", {"path": "mine"}, user="no-such-user")
+    assert_connect_error(status, body, 401, "unauthenticated")
+
+
+def test_make_dir_move_remove(coved, sid):
+    status, body = rpc(coved, sid, "MakeDir", {"path": "/tmp/fs2/a/b"})
+    assert status == 200 and body["entry"]["type"] == "FILE_TYPE_DIRECTORY", body
+    assert body["entry"]["path"] == "/tmp/fs2/a/b"
+    status, body = rpc(coved, sid, "MakeDir", {"path": "/tmp/fs2/a/b"})
+    assert_connect_error(status, body, 409, "already_exists")
+    coved.sh(sid, "printf data > /tmp/fs2/file")
+    status, body = rpc(coved, sid, "MakeDir", {"path": "/tmp/fs2/file"})
+    assert_connect_error(status, body, 400, "invalid_argument")
+    # made as the user, under its home
+    status, body = rpc(coved, sid, "MakeDir", {"path": "newdir"}, user="user")
+    assert status == 200 and body["entry"]["path"] == "/home/user/newdir"
+    assert owner_mode(coved, sid, "/home/user/newdir")[:2] == ["user", "user"]
+
+    status, body = rpc(coved, sid, "Move", {"source": "/tmp/fs2/file",
+                                            "destination": "/tmp/fs2/a/moved"})
+    assert status == 200 and body["entry"]["path"] == "/tmp/fs2/a/moved", body
+    assert coved.sh(sid, "cat /tmp/fs2/a/moved; ls /tmp/fs2") == "dataa\n"
+    status, body = rpc(coved, sid, "Move", {"source": "/tmp/fs2/missing",
+                                            "destination": "/tmp/fs2/x"})
+    assert_connect_error(status, body, 404, "not_found")
+
+    status, body = rpc(coved, sid, "Remove", {"path": "/tmp/fs2/a"})
+    assert status == 200 and body == {}
+    assert coved.sh(sid, "ls -A /tmp/fs2") == ""
+    status, body = rpc(coved, sid, "Remove", {"path": "/"})
+    assert_connect_error(status, body, 400, "invalid_argument")
+
+
+def test_list_dir_depths(coved, sid):
+    coved.sh(sid, "mkdir -p /tmp/ls/b/deep/deeper && touch /tmp/ls/a /tmp/ls/b/c "
+                  "/tmp/ls/b/deep/d && ln -sfn /tmp/ls/b /tmp/ls/link")
+    status, body = rpc(coved, sid, "ListDir", {"path": "/tmp/ls", "depth": 1})
+    assert status == 200, body
+    assert [(e["path"], e["type"]) for e in body["entries"]] == [
+        ("/tmp/ls/a", "FILE_TYPE_FILE"), ("/tmp/ls/b", "FILE_TYPE_DIRECTORY"),
+        ("/tmp/ls/link", "FILE_TYPE_SYMLINK")]
+    status, body = rpc(coved, sid, "ListDir", {"path": "/tmp/ls", "depth": 2})
+    assert [e["path"] for e in body["entries"]] == [
+        "/tmp/ls/a", "/tmp/ls/b", "/tmp/ls/b/c", "/tmp/ls/b/deep", "/tmp/ls/link"]
+    status, body = rpc(coved, sid, "ListDir", {"path": "/tmp/ls/missing"})
+    assert_connect_error(status, body, 404, "not_found")
+    status, body = rpc(coved, sid, "ListDir", {"path": "/tmp/ls/a"})
+    assert_connect_error(status, body, 400, "invalid_argument")
+
+
+def test_bad_connect_input_changes_nothing(coved, sid):
+    for raw in [b"{", b"[]", b'{"path": 7}']:
+        status, body = rpc(coved, sid, "MakeDir", None, raw=raw)
+        assert_connect_error(status, body, 400, "invalid_argument")
+    status, body = rpc(coved, sid, "MakeDir", {"path": ""})
+    assert_connect_error(status, body, 400, "invalid_argument")
+    status, body = rpc(coved, sid, "NoSuchMethod", {})
+    assert_connect_error(status, body, 404, "unimplemented")
+    status, body = rpc(coved, sid, "GetWatcherEvents", {"watcherId": "nope"})
+    assert_connect_error(status, body, 404, "not_found")
+    # through a /proc magic link: refused, and nothing made on the host
+    coved.sh(sid, "mkdir -p /tmp/evil2 && ln -sfn /proc/1/root /tmp/evil2/root1")
+    marker = "cove-envd-mkdir-" + secrets.token_hex(6)
+    status, body = rpc(coved, sid, "MakeDir", {"path": f"/tmp/evil2/root1/tmp/{marker}"})
+    assert_connect_error(status, body, 400, "invalid_argument")
+    assert not os.path.exists(f"/tmp/{marker}")
+
+
+def test_watch_dir_streams_create_and_write(coved, sid):
+    coved.sh(sid, "mkdir -p /tmp/w")
+    s = Stream(coved, sid, "WatchDir", {"path": "/tmp/w"})
+    try:
+        assert s.next_event() == {"start": {}}
+        coved.sh(sid, "printf hi > /tmp/w/new.txt")
+        got = [s.next_event()["filesystem"], s.next_event()["filesystem"]]
+        assert got == [{"name": "new.txt", "type": "EVENT_TYPE_CREATE"},
+                       {"name": "new.txt", "type": "EVENT_TYPE_WRITE"}]
+    finally:
+        s.close()
+    # a watch of what is not there ends the stream with not_found
+    s = Stream(coved, sid, "WatchDir", {"path": "/tmp/w/missing"})
+    try:
+        flags, msg = s.next()
+        assert flags == 2 and msg["error"]["code"] == "not_found", msg
+    finally:
+        s.close()
+
+
+def test_polling_watcher(coved, sid):
+    coved.sh(sid, "mkdir -p /tmp/pw/sub")
+    status, body = rpc(coved, sid, "CreateWatcher", {"path": "/tmp/pw", "recursive": True})
+    assert status == 200, body
+    wid = body["watcherId"]
+    coved.sh(sid, "printf x > /tmp/pw/sub/x && chmod 600 /tmp/pw/sub/x && "
+                  "mv /tmp/pw/sub/x /tmp/pw/y && rm /tmp/pw/y")
+    status, body = rpc(coved, sid, "GetWatcherEvents", {"watcherId": wid})
+    assert status == 200
+    assert [(e["name"], e["type"]) for e in body["events"]] == [
+        ("sub/x", "EVENT_TYPE_CREATE"), ("sub/x", "EVENT_TYPE_WRITE"),
+        ("sub/x", "EVENT_TYPE_CHMOD"), ("sub/x", "EVENT_TYPE_RENAME"),
+        ("y", "EVENT_TYPE_CREATE"), ("y", "EVENT_TYPE_REMOVE")], body
+    # read once: the next poll has nothing new
+    status, body = rpc(coved, sid, "GetWatcherEvents", {"watcherId": wid})
+    assert status == 200 and body.get("events", []) == []
+    status, body = rpc(coved, sid, "RemoveWatcher", {"watcherId": wid})
+    assert status == 200 and body == {}
+    status, body = rpc(coved, sid, "GetWatcherEvents", {"watcherId": wid})
+    assert_connect_error(status, body, 404, "not_found")
+    status, body = rpc(coved, sid, "CreateWatcher", {"path": "/tmp/pw/missing"})
+    assert_connect_error(status, body, 404, "not_found")
