@@ -184,18 +184,6 @@ static EntryInfo *entry_of(const char *abs, const char *shown, struct cove_error
 
 /* ---- Stat, MakeDir, Move, Remove ---- */
 
-/* Answers a response whose only field is entry (Stat, MakeDir, Move share that shape). */
-static void respond_entry(struct connect_call *call, const ProtobufCMessageDescriptor *desc,
-                          EntryInfo *entry)
-{
-    /* StatResponse, MakeDirResponse and MoveResponse are {base; entry}. */
-    Filesystem__StatResponse r = FILESYSTEM__STAT_RESPONSE__INIT;
-    r.base.descriptor = desc;
-    r.entry = entry;
-    connect_call_respond(call, &r.base);
-    entry_free(entry);
-}
-
 static void handle_stat(struct connect_call *call, const ProtobufCMessage *request)
 {
     const Filesystem__StatRequest *req = (const Filesystem__StatRequest *)request;
@@ -205,7 +193,10 @@ static void handle_stat(struct connect_call *call, const ProtobufCMessage *reque
     EntryInfo *e = NULL;
     if (resolve(call, req->path, abs, &user, &err) < 0 || (e = entry_of(abs, abs, &err)) == NULL)
         return fail(call, err);
-    respond_entry(call, &filesystem__stat_response__descriptor, e);
+    Filesystem__StatResponse r = FILESYSTEM__STAT_RESPONSE__INIT;
+    r.entry = e;
+    connect_call_respond(call, &r.base);
+    entry_free(e);
 }
 
 static void handle_make_dir(struct connect_call *call, const ProtobufCMessage *request)
@@ -238,7 +229,10 @@ static void handle_make_dir(struct connect_call *call, const ProtobufCMessage *r
     EntryInfo *e = entry_of(abs, abs, &err);
     if (e == NULL)
         return fail(call, err);
-    respond_entry(call, &filesystem__make_dir_response__descriptor, e);
+    Filesystem__MakeDirResponse r = FILESYSTEM__MAKE_DIR_RESPONSE__INIT;
+    r.entry = e;
+    connect_call_respond(call, &r.base);
+    entry_free(e);
 }
 
 static void handle_move(struct connect_call *call, const ProtobufCMessage *request)
@@ -253,7 +247,10 @@ static void handle_move(struct connect_call *call, const ProtobufCMessage *reque
         files_move(src, dst, user.uid, user.gid, &err) < 0 ||
         (e = entry_of(dst, dst, &err)) == NULL)
         return fail(call, err);
-    respond_entry(call, &filesystem__move_response__descriptor, e);
+    Filesystem__MoveResponse r = FILESYSTEM__MOVE_RESPONSE__INIT;
+    r.entry = e;
+    connect_call_respond(call, &r.base);
+    entry_free(e);
 }
 
 static void handle_remove(struct connect_call *call, const ProtobufCMessage *request)

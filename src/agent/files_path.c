@@ -334,11 +334,14 @@ int files_path_lstat(const char *abs, struct stat *st)
     return rc;
 }
 
+#define TEMP_PREFIX ".cove-tmp-"
+#define TEMP_HEX 16 /* cove_random_hex of 8 bytes */
+
 int files_path_create_temp(int dirfd, char *name)
 {
     for (int attempt = 0; attempt < 16; attempt++) {
-        memcpy(name, ".cove-tmp-", 10);
-        cove_random_hex(name + 10, 8);
+        memcpy(name, TEMP_PREFIX, sizeof(TEMP_PREFIX) - 1);
+        cove_random_hex(name + sizeof(TEMP_PREFIX) - 1, TEMP_HEX / 2);
         /* O_EXCL never follows a symlink, whoever put one there. */
         int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0 || errno != EEXIST)
@@ -346,6 +349,13 @@ int files_path_create_temp(int dirfd, char *name)
     }
     errno = EEXIST;
     return -1;
+}
+
+bool files_path_is_temp(const char *name)
+{
+    size_t prefix = sizeof(TEMP_PREFIX) - 1;
+    return strncmp(name, TEMP_PREFIX, prefix) == 0 && strlen(name) == prefix + TEMP_HEX &&
+           strspn(name + prefix, "0123456789abcdef") == TEMP_HEX;
 }
 
 int files_path_resolve_final(const char *abs, char *out, size_t size)

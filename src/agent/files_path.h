@@ -45,6 +45,8 @@ int files_path_lstat(const char *abs, struct stat *st);
  * name (NAME_MAX + 1 bytes): where uploads and rewrites are written before the rename that
  * puts them in place. Returns the descriptor, or -1 with errno. */
 int files_path_create_temp(int dirfd, char *name);
+/* Whether name is of the form files_path_create_temp gives (the directory watcher hides them). */
+bool files_path_is_temp(const char *name);
 
 /* Resolves symlinks at the end of a clean absolute path (not in the middle: the kernel does
  * that), leaving in out the path of what is finally there. Returns 0, or -1 with errno. */

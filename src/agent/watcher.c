@@ -38,7 +38,8 @@ struct watcher {
     void *arg;
     struct watched_dir *dirs;
     size_t dirs_len, dirs_cap;
-    bool *freed; /* set while delivering: the callback freed the watcher */
+    bool *freed;          /* set while delivering: the callback freed the watcher */
+    uint32_t temp_cookie; /* of the last move away from a temporary name */
 };
 
 const char *watcher_op_name(enum watcher_op op)
@@ -223,12 +224,22 @@ static bool handle(struct watcher *w, const struct inotify_event *ie)
     }
     if (ie->len == 0)
         return true;
+    /* The files API writes a file under a temporary name, then renames it into place: the
+     * temporary name is not reported, and its rename is the target's create and write. */
+    if (files_path_is_temp(ie->name)) {
+        if (ie->mask & IN_MOVED_FROM)
+            w->temp_cookie = ie->cookie;
+        return true;
+    }
+    bool from_temp = (ie->mask & IN_MOVED_TO) && ie->cookie != 0 && ie->cookie == w->temp_cookie;
     char *name = join(dir->rel, ie->name);
     if (name == NULL)
         return true;
     bool alive = true;
     if (ie->mask & (IN_CREATE | IN_MOVED_TO)) {
         alive = deliver(w, WATCHER_CREATE, name);
+        if (alive && from_temp)
+            alive = deliver(w, WATCHER_WRITE, name);
         if (alive && w->recursive && (ie->mask & IN_ISDIR)) {
             char *rel = strdup(name);
             if (rel != NULL)

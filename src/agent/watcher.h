@@ -5,8 +5,10 @@
  * is a rename of the old name and a create of the new one).
  *
  * The watched directory is opened as the files API opens paths (files_path.h: no /proc magic
- * link); subdirectories are added by name below it and never through a symlink. Events
- * the kernel dropped (its queue overflowed) are lost, as they are with fsnotify. */
+ * link); subdirectories are added by name below it and never through a symlink. The files
+ * API's temporary files (files_path_is_temp) are not reported: an upload shows as the create
+ * and write of its target. Events the kernel dropped (its queue overflowed) are lost, as they
+ * are with fsnotify. */
 #pragma once
 
 #include <event2/event.h>

@@ -1,6 +1,7 @@
 /* The directory watcher on a real inotify and event loop, in a scratch tree under /tmp: each
  * operation's events come out named relative to the watched directory, subdirectories are
- * followed only when recursive (those made later, and those moved away no more), a missing
+ * followed only when recursive (those made later, and those moved away no more), the files
+ * API's temporary files are hidden, a missing
  * or non-directory path is refused, and the root going away is reported. */
 #include <errno.h>
 #include <fcntl.h>
@@ -85,6 +86,16 @@ static void test_flat(struct event_base *base)
     CHECK_EQ_INT(mkdir(at("d"), 0755), 0);
     CHECK_EQ_INT(rmdir(at("d")), 0);
     expect(base, "create d;remove d;");
+    /* the files API's temporary name is hidden; its rename into place is a create and write */
+    write_file(at(".cove-tmp-0123456789abcdef"), "staged");
+    expect(base, "");
+    CHECK_EQ_INT(rename(at(".cove-tmp-0123456789abcdef"), at("up")), 0);
+    expect(base, "create up;write up;");
+    write_file(at(".cove-tmp-short"), "");
+    expect(base, "create .cove-tmp-short;");
+    CHECK_EQ_INT(unlink(at("up")), 0);
+    CHECK_EQ_INT(unlink(at(".cove-tmp-short")), 0);
+    expect(base, "remove up;remove .cove-tmp-short;");
     watcher_free(w);
     CHECK_EQ_INT(unlink(at("sub/x")), 0);
     CHECK_EQ_INT(rmdir(at("sub")), 0);
