@@ -175,6 +175,15 @@ def test_hostile_paths_stay_in_the_sandbox(coved, sid, host_markers):
     assert_envd_error(status, json.loads(got), 400)
     status, body, _ = write(coved, sid, [("x", b"escaped")], path=f"/tmp/evil/root1/tmp/{name}")
     assert_envd_error(status, body, 400)
+    # symlinks pointing out resolve inside the sandbox: its /tmp and /root, not the host's
+    coved.sh(sid, f"ln -sfn / /tmp/evil/top && ln -sfn ../../../../../root /tmp/evil/up && "
+                  f"printf sandbox > /root/{name}")
+    for path in [f"/tmp/evil/top/tmp/{name}", f"/tmp/evil/up/{name}"]:
+        status, got = read(coved, sid, path)
+        assert secret.encode() not in got, path
+    assert read(coved, sid, f"/tmp/evil/up/{name}") == (200, b"sandbox")
+    status, body, _ = write(coved, sid, [("x", b"via link")], path=f"/tmp/evil/top/root/{name}")
+    assert status == 200 and coved.sh(sid, f"cat /root/{name}") == "via link\n"
     # a write through ".." lands inside the sandbox
     status, body, _ = write(coved, sid, [("x", b"inside")], path=f"../../tmp/{name}")
     assert status == 200 and body[0]["path"] == f"/tmp/{name}"
@@ -400,6 +409,21 @@ def test_watch_dir_streams_create_and_write(coved, sid):
         got = [s.next_event()["filesystem"], s.next_event()["filesystem"]]
         assert got == [{"name": "new.txt", "type": "EVENT_TYPE_CREATE"},
                        {"name": "new.txt", "type": "EVENT_TYPE_WRITE"}]
+    finally:
+        s.close()
+    # with includeEntry, each event carries the entry as Stat gives it (while it is there)
+    s = Stream(coved, sid, "WatchDir", {"path": "/tmp/w", "includeEntry": True,
+                                        "recursive": True})
+    try:
+        assert s.next_event() == {"start": {}}
+        coved.sh(sid, "mkdir /tmp/w/sub")
+        created = s.next_event()["filesystem"]
+        coved.sh(sid, "rmdir /tmp/w/sub")
+        removed = s.next_event()["filesystem"]
+        assert created["type"] == "EVENT_TYPE_CREATE" and created["name"] == "sub"
+        assert created["entry"]["path"] == "/tmp/w/sub"
+        assert created["entry"]["type"] == "FILE_TYPE_DIRECTORY"
+        assert removed == {"name": "sub", "type": "EVENT_TYPE_REMOVE"}
     finally:
         s.close()
     # a watch of what is not there ends the stream with not_found
