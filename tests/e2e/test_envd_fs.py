@@ -11,11 +11,12 @@ import json
 import os
 import secrets
 import struct
+import time
 import urllib.parse
 
 import pytest
 
-from covetest import AGENT_PORT
+from covetest import AGENT_PORT, sandbox_host_pids
 
 HOST_MARKER_DIRS = ["/root", "/tmp"]
 
@@ -426,6 +427,18 @@ def test_watch_dir_streams_create_and_write(coved, sid):
         assert removed == {"name": "sub", "type": "EVENT_TYPE_REMOVE"}
     finally:
         s.close()
+    # the watched directory going away ends the stream, without an error
+    coved.sh(sid, "mkdir -p /tmp/w/doomed")
+    s = Stream(coved, sid, "WatchDir", {"path": "/tmp/w/doomed"})
+    try:
+        assert s.next_event() == {"start": {}}
+        coved.sh(sid, "rmdir /tmp/w/doomed")
+        flags, msg = s.next()
+        while flags == 0 and "keepalive" in msg:
+            flags, msg = s.next()
+        assert flags == 2 and "error" not in msg, msg
+    finally:
+        s.close()
     # a watch of what is not there ends the stream with not_found
     s = Stream(coved, sid, "WatchDir", {"path": "/tmp/w/missing"})
     try:
@@ -457,3 +470,39 @@ def test_polling_watcher(coved, sid):
     assert_connect_error(status, body, 404, "not_found")
     status, body = rpc(coved, sid, "CreateWatcher", {"path": "/tmp/pw/missing"})
     assert_connect_error(status, body, 404, "not_found")
+
+
+def inotify_fds(pid):
+    fd_dir = f"/proc/{pid}/fd"
+    count = 0
+    for fd in os.listdir(fd_dir):
+        try:
+            count += os.readlink(os.path.join(fd_dir, fd)) == "anon_inode:inotify"
+        except FileNotFoundError:  # closed meanwhile (a command's pipe)
+            pass
+    return count
+
+
+@pytest.mark.native_only(reason="reads the agent's descriptors in the host's /proc")
+def test_watches_are_released(coved, sid):
+    """A WatchDir the client closes, and a removed polling watcher, hold no inotify any more."""
+    agent = min(sandbox_host_pids(sid))
+    before = inotify_fds(agent)
+    coved.sh(sid, "mkdir -p /tmp/rel")
+    streams = [Stream(coved, sid, "WatchDir", {"path": "/tmp/rel"}) for _ in range(3)]
+    for s in streams:
+        assert s.next_event() == {"start": {}}
+    ids = []
+    for _ in range(2):
+        status, body = rpc(coved, sid, "CreateWatcher", {"path": "/tmp/rel"})
+        assert status == 200
+        ids.append(body["watcherId"])
+    assert inotify_fds(agent) == before + 5
+    for s in streams:
+        s.close()
+    for wid in ids:
+        assert rpc(coved, sid, "RemoveWatcher", {"watcherId": wid})[0] == 200
+    deadline = time.monotonic() + 30  # the close travels through coved's proxy
+    while inotify_fds(agent) != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert inotify_fds(agent) == before
