@@ -7,7 +7,11 @@
  * descriptor of that directory, and only renamed over its target once the whole request
  * was read and found well-formed: a bad request (as execd, which parses the whole form before
  * writing) writes nothing, and a symlink swapped in meanwhile, for the target or a directory
- * on its way, is replaced or bypassed, never written through. */
+ * on its way, is replaced or bypassed, never written through.
+ *
+ * E2B envd's upload (files_upload_e2b_begin, for envd_files.c) is the same machinery with
+ * another form: no metadata parts, each "file" part going to the query's path or its own file
+ * name, or a body that is the file itself; its own owner, home and answer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -417,17 +421,17 @@ static void on_body_end(struct http_request *req, void *arg)
         return;
     }
     /* What execd checks on the whole form before writing anything. */
-    if (u->e2b && u->file_parts == 0)
-        cove_error_set(&err, 0, 400, "INVALID_FILE", "the form holds no part named \"file\"");
-    else if (u->e2b)
-        ; /* no metadata parts */
-    else if (u->metadata_parts == 0)
+    if (u->e2b) {
+        if (u->file_parts == 0)
+            cove_error_set(&err, 0, 400, "INVALID_FILE", "the form holds no part named \"file\"");
+    } else if (u->metadata_parts == 0) {
         cove_error_set(&err, 0, 400, "INVALID_FILE_METADATA", "metadata file is missing");
-    else if (u->file_parts == 0)
+    } else if (u->file_parts == 0) {
         cove_error_set(&err, 0, 400, "INVALID_FILE_CONTENT", "file is missing");
-    else if (u->metadata_parts != u->file_parts)
+    } else if (u->metadata_parts != u->file_parts) {
         cove_error_set(&err, 0, 400, "INVALID_FILE", "metadata and file count mismatch: %zu vs %zu",
                        u->metadata_parts, u->file_parts);
+    }
     for (size_t i = 0; err == NULL && i < u->staged_len; i++) {
         struct staged *s = &u->staged[i];
         if (renameat(s->dir, s->temp, s->dir, s->name) < 0) {
