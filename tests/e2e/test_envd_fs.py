@@ -391,6 +391,14 @@ def test_bad_connect_input_changes_nothing(coved, sid):
     assert_connect_error(status, body, 400, "invalid_argument")
     status, body = rpc(coved, sid, "NoSuchMethod", {})
     assert_connect_error(status, body, 404, "unimplemented")
+    for auth in ["Bearer x", "Basic !!!!", "Basic " + base64.b64encode(b"no-colon").decode(),
+                 "Basic " + base64.b64encode(b"nul\0user:").decode()]:
+        status, body, _ = call(coved, sid, "POST", "/filesystem.Filesystem/MakeDir",
+                               raw=json.dumps({"path": "/tmp/auth-made"}),
+                               headers={"Content-Type": "application/json",
+                                        "Connect-Protocol-Version": "1", "Authorization": auth})
+        assert_connect_error(status, body, 401, "unauthenticated")
+    assert coved.sh(sid, "ls -d /tmp/auth-made 2>/dev/null; true") == ""
     status, body = rpc(coved, sid, "GetWatcherEvents", {"watcherId": "nope"})
     assert_connect_error(status, body, 404, "not_found")
     # through a /proc magic link: refused, and nothing made on the host
