@@ -12,6 +12,8 @@
 #include "agent/command.h"
 #include "agent/connect_http.h"
 #include "agent/envd_process.h"
+#include "agent/envd_files.h"
+#include "agent/envd_fs.h"
 #include "agent/files.h"
 #include "agent/health.h"
 #include "agent/metrics.h"
@@ -71,6 +73,9 @@ static const struct route routes[] = {
     {"GET", "/pty/{sessionId}", pty_handle_status},
     {"DELETE", "/pty/{sessionId}", pty_handle_delete},
     {"GET", "/pty/{sessionId}/ws", pty_handle_ws},
+    /* E2B envd's REST routes (envd.yaml): envd_files.h */
+    {"GET", "/health", envd_handle_health},
+    {"GET", "/files", envd_handle_download}, /* POST /files: a head route */
 };
 
 /* Served only under a route prefix (an isolated session's agent, OSEP-0013). */
@@ -96,11 +101,13 @@ struct head_route {
 static const struct head_route head_routes[] = {
     {"GET", "/pty/{sessionId}/ws", pty_head_ws},
     {"POST", "/files/upload", files_head_upload}, /* uploadFile: the body streams */
+    {"POST", "/files", envd_head_upload},         /* envd's upload: the body streams */
 };
 
 /* E2B envd's Connect services (connect_http.h): POST /<service>/<Method>. NULL-terminated. */
 static const struct connect_service *const connect_services[] = {
     &envd_process_service,
+    &envd_fs_service,
     NULL,
 };
 

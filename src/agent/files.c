@@ -364,6 +364,19 @@ static void remove_directory(const char *clean, const char *raw, void *arg, stru
     close(dir);
 }
 
+int files_remove_tree(const char *abs, struct cove_error **err)
+{
+    struct cove_error *e = NULL;
+    remove_directory(abs, abs, NULL, &e);
+    if (e == NULL)
+        return 0;
+    if (err != NULL)
+        *err = e;
+    else
+        cove_error_free(e);
+    return -1;
+}
+
 /* removeDirs: DELETE /directories?path=...: rm -rf (a file or symlink given is removed too,
  * as Go's os.RemoveAll; one not there is not an error). */
 void files_handle_remove_directories(struct http_request *req, const struct api_params *params)
@@ -458,13 +471,12 @@ static int move_across(int src_dir, const char *src_name, const struct stat *st,
     return rc;
 }
 
-static int move_one(const char *src_raw, const char *dst_raw, struct cove_error **err)
+/* Moves clean absolute src to dst (src_raw, dst_raw: as the client said them); replace: an
+ * existing dst is replaced (rename(2)), else refused. */
+static int move_clean(const char *src, const char *dst, const char *src_raw, const char *dst_raw,
+                      bool replace, uid_t uid, gid_t gid, struct cove_error **err)
 {
-    char src[FILES_PATH_MAX], dst[FILES_PATH_MAX], src_name[NAME_MAX + 1], dst_name[NAME_MAX + 1],
-        dst_parent[FILES_PATH_MAX];
-    if (files_path_clean(src_raw, src, sizeof(src), err) < 0 ||
-        files_path_clean(dst_raw, dst, sizeof(dst), err) < 0)
-        return -1;
+    char src_name[NAME_MAX + 1], dst_name[NAME_MAX + 1], dst_parent[FILES_PATH_MAX];
     if (strcmp(src, "/") == 0 || strcmp(dst, "/") == 0)
         return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "cannot move /");
     int src_dir = files_path_open_parent(src, src_name, sizeof(src_name));
@@ -479,9 +491,6 @@ static int move_one(const char *src_raw, const char *dst_raw, struct cove_error 
     /* The destination's directory is made if missing, as execd (MkdirAll). */
     snprintf(dst_parent, sizeof(dst_parent), "%.*s", (int)(strrchr(dst, '/') - dst), dst);
     bool created;
-    uid_t uid;
-    gid_t gid;
-    identity_default_owner(&uid, &gid);
     int dst_dir = files_path_make_dirs(dst_parent[0] ? dst_parent : "/", 0755, uid, gid, &created);
     strcpy(dst_name, strrchr(dst, '/') + 1);
     if (dst_dir < 0) {
@@ -489,8 +498,9 @@ static int move_one(const char *src_raw, const char *dst_raw, struct cove_error 
         close(src_dir);
         return files_path_error(err, saved, "create the directory of", dst_raw);
     }
-    int rc = renameat2(src_dir, src_name, dst_dir, dst_name, RENAME_NOREPLACE);
-    if (rc < 0 && errno == EINVAL) { /* a filesystem without RENAME_NOREPLACE */
+    int rc = replace ? renameat(src_dir, src_name, dst_dir, dst_name)
+                     : renameat2(src_dir, src_name, dst_dir, dst_name, RENAME_NOREPLACE);
+    if (rc < 0 && !replace && errno == EINVAL) { /* a filesystem without RENAME_NOREPLACE */
         struct stat there;
         if (fstatat(dst_dir, dst_name, &there, AT_SYMLINK_NOFOLLOW) == 0)
             errno = EEXIST;
@@ -517,6 +527,23 @@ static int move_one(const char *src_raw, const char *dst_raw, struct cove_error 
         return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
                               "cannot move a directory to another filesystem: %s", shown);
     return files_path_error(err, saved, "move to", dst_raw);
+}
+
+static int move_one(const char *src_raw, const char *dst_raw, struct cove_error **err)
+{
+    char src[FILES_PATH_MAX], dst[FILES_PATH_MAX];
+    if (files_path_clean(src_raw, src, sizeof(src), err) < 0 ||
+        files_path_clean(dst_raw, dst, sizeof(dst), err) < 0)
+        return -1;
+    uid_t uid;
+    gid_t gid;
+    identity_default_owner(&uid, &gid);
+    return move_clean(src, dst, src_raw, dst_raw, false, uid, gid, err);
+}
+
+int files_move(const char *src, const char *dst, uid_t uid, gid_t gid, struct cove_error **err)
+{
+    return move_clean(src, dst, src, dst, true, uid, gid, err);
 }
 
 /* renameFiles: POST /files/mv [{src, dest}]. The destination must not exist; its directory is

@@ -269,6 +269,74 @@ static bool parse_positive(const char *text, long long *out)
     return true;
 }
 
+/* Opens abs and answers with it (path is the client's, for messages): 0 once the response
+ * began (d then belongs to it), -1 with *err when nothing was sent (d is still the caller's). */
+static int download_send(struct http_request *req, struct download *d, const char *abs,
+                         const char *path, struct cove_error **err)
+{
+    d->fd = files_path_open_at(AT_FDCWD, abs, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0);
+    struct stat st;
+    if (d->fd < 0 || fstat(d->fd, &st) < 0) {
+        files_path_error(err, errno, "open", path);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        char shown[512];
+        files_path_printable(path, shown, sizeof(shown));
+        cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "%s is %s, not a regular file", shown,
+                       S_ISDIR(st.st_mode) ? "a directory" : "a special file");
+        return -1;
+    }
+
+    http_request_on_abort(req, on_abort, d);
+    http_stream_on_drain(req, download_pump, d);
+    if (d->lines) {
+        http_stream_start(req, 200, "text/plain; charset=utf-8");
+        download_pump(req, d);
+        return 0;
+    }
+    uint64_t size = (uint64_t)st.st_size, start = 0, length = size;
+    int range = parse_range(http_request_header(req, "Range"), size, &start, &length);
+    char header[3 * NAME_MAX + 128];
+    if (range < 0) {
+        snprintf(header, sizeof(header), "bytes */%" PRIu64, size);
+        http_response_add_header(req, "Content-Range", header);
+        http_request_on_abort(req, NULL, NULL);
+        http_stream_on_drain(req, NULL, NULL);
+        cove_error_set(err, 0, 416, "UNKNOWN",
+                       "range not satisfiable for a file of %" PRIu64 " bytes: %s", size,
+                       http_request_header(req, "Range"));
+        return -1;
+    }
+    content_disposition(abs, header, sizeof(header));
+    http_response_add_header(req, "Content-Disposition", header);
+    http_response_add_header(req, "Accept-Ranges", "bytes");
+    struct tm tm;
+    gmtime_r(&st.st_mtim.tv_sec, &tm);
+    strftime(header, sizeof(header), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    http_response_add_header(req, "Last-Modified", header);
+    if (range > 0) {
+        snprintf(header, sizeof(header), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start,
+                 start + length - 1, size);
+        http_response_add_header(req, "Content-Range", header);
+    }
+    d->offset = start;
+    d->remaining = length;
+    struct statfs fs;
+    if (size == 0 && range == 0 &&
+        (fstatfs(d->fd, &fs) < 0 || fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC)) {
+        /* /proc and /sys files say 0 bytes and have more: sent as read, to the end. (gVisor
+         * answers fstatfs of a /proc file with ENOSYS: read to the end as well.) */
+        d->remaining = UINT64_MAX;
+        http_stream_start(req, 200, "application/octet-stream");
+        download_pump(req, d);
+        return 0;
+    }
+    http_stream_start_length(req, range > 0 ? 206 : 200, "application/octet-stream", length);
+    download_pump(req, d);
+    return 0;
+}
+
 void files_handle_download(struct http_request *req, const struct api_params *params)
 {
     struct cove_error *err = NULL;
@@ -315,67 +383,8 @@ void files_handle_download(struct http_request *req, const struct api_params *pa
         d->lines = true;
         d->line_no = 1;
     }
-    d->fd = files_path_open_at(AT_FDCWD, abs, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0);
-    struct stat st;
-    if (d->fd < 0 || fstat(d->fd, &st) < 0) {
-        files_path_error(&err, errno, "open", path);
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        char shown[512];
-        files_path_printable(path, shown, sizeof(shown));
-        cove_error_set(&err, 0, 400, "INVALID_REQUEST_BODY", "%s is %s, not a regular file", shown,
-                       S_ISDIR(st.st_mode) ? "a directory" : "a special file");
-        goto fail;
-    }
-
-    http_request_on_abort(req, on_abort, d);
-    http_stream_on_drain(req, download_pump, d);
-    if (d->lines) {
-        http_stream_start(req, 200, "text/plain; charset=utf-8");
-        download_pump(req, d);
+    if (download_send(req, d, abs, path, &err) == 0)
         goto done;
-    }
-    uint64_t size = (uint64_t)st.st_size, start = 0, length = size;
-    int range = parse_range(http_request_header(req, "Range"), size, &start, &length);
-    char header[3 * NAME_MAX + 128];
-    if (range < 0) {
-        snprintf(header, sizeof(header), "bytes */%" PRIu64, size);
-        http_response_add_header(req, "Content-Range", header);
-        http_request_on_abort(req, NULL, NULL);
-        http_stream_on_drain(req, NULL, NULL);
-        cove_error_set(&err, 0, 416, "UNKNOWN",
-                       "range not satisfiable for a file of %" PRIu64 " bytes: %s", size,
-                       http_request_header(req, "Range"));
-        goto fail;
-    }
-    content_disposition(abs, header, sizeof(header));
-    http_response_add_header(req, "Content-Disposition", header);
-    http_response_add_header(req, "Accept-Ranges", "bytes");
-    struct tm tm;
-    gmtime_r(&st.st_mtim.tv_sec, &tm);
-    strftime(header, sizeof(header), "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    http_response_add_header(req, "Last-Modified", header);
-    if (range > 0) {
-        snprintf(header, sizeof(header), "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start,
-                 start + length - 1, size);
-        http_response_add_header(req, "Content-Range", header);
-    }
-    d->offset = start;
-    d->remaining = length;
-    struct statfs fs;
-    if (size == 0 && range == 0 &&
-        (fstatfs(d->fd, &fs) < 0 || fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC)) {
-        /* /proc and /sys files say 0 bytes and have more: sent as read, to the end. (gVisor
-         * answers fstatfs of a /proc file with ENOSYS: read to the end as well.) */
-        d->remaining = UINT64_MAX;
-        http_stream_start(req, 200, "application/octet-stream");
-        download_pump(req, d);
-        goto done;
-    }
-    http_stream_start_length(req, range > 0 ? 206 : 200, "application/octet-stream", length);
-    download_pump(req, d);
-    goto done;
 
 fail:
     if (d != NULL)
@@ -386,4 +395,20 @@ done:
     free(path);
     free(offset_text);
     free(limit_text);
+}
+
+int files_download_send(struct http_request *req, const char *abs, struct cove_error **err)
+{
+    struct download *d = calloc(1, sizeof(*d));
+    if (d == NULL || (d->block = malloc(READ_BLOCK)) == NULL) {
+        free(d);
+        return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    }
+    d->req = req;
+    d->fd = -1;
+    if (download_send(req, d, abs, abs, err) < 0) {
+        download_free(d);
+        return -1;
+    }
+    return 0;
 }

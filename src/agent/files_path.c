@@ -37,17 +37,10 @@ void files_path_force_walk(bool force)
 
 /* ---- cleaning ---- */
 
-int files_path_clean(const char *path, char *out, size_t size, struct cove_error **err)
+/* path after base ("" for none), made absolute and clean into out. */
+static int clean_at(const char *home, const char *path, char *out, size_t size,
+                    struct cove_error **err)
 {
-    if (path == NULL || path[0] == '\0')
-        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "the path is empty");
-    const char *home = "";
-    if (path[0] == '~' && (path[1] == '\0' || path[1] == '/')) {
-        home = getenv("HOME");
-        if (home == NULL || home[0] != '/')
-            home = "/root";
-        path++;
-    }
     size_t len = 0;
     out[len++] = '/';
     /* Segments of home, then of path; ".." removes the last one written. */
@@ -80,6 +73,32 @@ int files_path_clean(const char *path, char *out, size_t size, struct cove_error
     }
     out[len] = '\0';
     return 0;
+}
+
+int files_path_clean(const char *path, char *out, size_t size, struct cove_error **err)
+{
+    if (path == NULL || path[0] == '\0')
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "the path is empty");
+    const char *home = "";
+    if (path[0] == '~' && (path[1] == '\0' || path[1] == '/')) {
+        home = getenv("HOME");
+        if (home == NULL || home[0] != '/')
+            home = "/root";
+        path++;
+    }
+    return clean_at(home, path, out, size, err);
+}
+
+int files_path_clean_home(const char *path, const char *home, char *out, size_t size,
+                          struct cove_error **err)
+{
+    if (path == NULL || path[0] == '\0')
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY", "the path is empty");
+    if (path[0] == '~' && (path[1] == '\0' || path[1] == '/'))
+        path++;
+    else if (path[0] == '/')
+        home = "";
+    return clean_at(home, path, out, size, err);
 }
 
 /* ---- opening ---- */
@@ -315,11 +334,14 @@ int files_path_lstat(const char *abs, struct stat *st)
     return rc;
 }
 
+#define TEMP_PREFIX ".cove-tmp-"
+#define TEMP_HEX 16 /* cove_random_hex of 8 bytes */
+
 int files_path_create_temp(int dirfd, char *name)
 {
     for (int attempt = 0; attempt < 16; attempt++) {
-        memcpy(name, ".cove-tmp-", 10);
-        cove_random_hex(name + 10, 8);
+        memcpy(name, TEMP_PREFIX, sizeof(TEMP_PREFIX) - 1);
+        cove_random_hex(name + sizeof(TEMP_PREFIX) - 1, TEMP_HEX / 2);
         /* O_EXCL never follows a symlink, whoever put one there. */
         int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0 || errno != EEXIST)
@@ -327,6 +349,13 @@ int files_path_create_temp(int dirfd, char *name)
     }
     errno = EEXIST;
     return -1;
+}
+
+bool files_path_is_temp(const char *name)
+{
+    size_t prefix = sizeof(TEMP_PREFIX) - 1;
+    return strncmp(name, TEMP_PREFIX, prefix) == 0 && strlen(name) == prefix + TEMP_HEX &&
+           strspn(name + prefix, "0123456789abcdef") == TEMP_HEX;
 }
 
 int files_path_resolve_final(const char *abs, char *out, size_t size)

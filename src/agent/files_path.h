@@ -24,6 +24,10 @@
  * segments and repeated slashes go. Fails (400 INVALID_REQUEST_BODY) for an empty path or one
  * too long. */
 int files_path_clean(const char *path, char *out, size_t size, struct cove_error **err);
+/* The same with E2B envd's rule: a relative path, or one starting with "~", is under home
+ * (the user's home directory, absolute). */
+int files_path_clean_home(const char *path, const char *home, char *out, size_t size,
+                          struct cove_error **err);
 
 /* Opens an absolute path (or one relative to dirfd), following symlinks but no magic link.
  * flags are open(2) flags (O_CLOEXEC is added); returns the descriptor, or -1 with errno. */
@@ -41,6 +45,8 @@ int files_path_lstat(const char *abs, struct stat *st);
  * name (NAME_MAX + 1 bytes): where uploads and rewrites are written before the rename that
  * puts them in place. Returns the descriptor, or -1 with errno. */
 int files_path_create_temp(int dirfd, char *name);
+/* Whether name is of the form files_path_create_temp gives (the directory watcher hides them). */
+bool files_path_is_temp(const char *name);
 
 /* Resolves symlinks at the end of a clean absolute path (not in the middle: the kernel does
  * that), leaving in out the path of what is finally there. Returns 0, or -1 with errno. */

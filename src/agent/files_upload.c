@@ -7,7 +7,11 @@
  * descriptor of that directory, and only renamed over its target once the whole request
  * was read and found well-formed: a bad request (as execd, which parses the whole form before
  * writing) writes nothing, and a symlink swapped in meanwhile, for the target or a directory
- * on its way, is replaced or bypassed, never written through. */
+ * on its way, is replaced or bypassed, never written through.
+ *
+ * E2B envd's upload (files_upload_e2b_begin, for envd_files.c) is the same machinery with
+ * another form: no metadata parts, each "file" part going to the query's path or its own file
+ * name, or a body that is the file itself; its own owner, home and answer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -15,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,11 +59,14 @@ struct staged {
     int dir;
     char temp[NAME_MAX + 1];
     char name[NAME_MAX + 1];
+    char *path; /* clean, absolute (the E2B form answers with it) */
 };
 
 enum part_kind { PART_IGNORED, PART_METADATA, PART_FILE };
 
 struct upload {
+    bool e2b; /* envd's form (files_upload_e2b_begin): no metadata parts */
+    struct files_upload_e2b opts;
     struct multipart_parser *parser;
     enum part_kind part;
     char *metadata_text;
@@ -85,9 +93,12 @@ static void upload_free(struct upload *u)
         close(u->fd);
         unlinkat(u->current.dir, u->current.temp, 0);
     }
-    for (size_t i = 0; i < u->staged_len; i++)
+    free(u->current.path);
+    for (size_t i = 0; i < u->staged_len; i++) {
         if (u->staged[i].temp[0] != '\0')
             unlinkat(u->staged[i].dir, u->staged[i].temp, 0);
+        free(u->staged[i].path);
+    }
     for (size_t i = 0; i < u->dirs_len; i++)
         close(u->dirs[i].fd);
     while (u->queue != NULL) {
@@ -112,8 +123,13 @@ static void on_abort(struct http_request *req, void *arg)
 static void upload_fail(struct http_request *req, struct upload *u, struct cove_error *err)
 {
     http_request_on_abort(req, NULL, NULL);
+    void (*respond)(struct http_request *, const char *const *, size_t, const struct cove_error *) =
+        u->e2b ? u->opts.respond : NULL;
     upload_free(u);
-    api_respond_cove_error(req, err);
+    if (respond != NULL)
+        respond(req, NULL, 0, err);
+    else
+        api_respond_cove_error(req, err);
     cove_error_free(err);
 }
 
@@ -133,6 +149,10 @@ static int target_directory(struct upload *u, const char *abs, struct cove_error
     uid_t uid;
     gid_t gid;
     identity_default_owner(&uid, &gid);
+    if (u->e2b) {
+        uid = u->opts.uid;
+        gid = u->opts.gid;
+    }
     int fd = files_path_make_dirs(parent, 0755, uid, gid, &created);
     if (fd < 0)
         return files_path_error(err, errno, "create the directory of", u->shown_path);
@@ -149,18 +169,49 @@ static int write_block(struct upload *u, struct cove_error **err)
     return 0;
 }
 
-static int begin_file(struct upload *u, struct cove_error **err)
+/* The E2B form's target of a file part: the query's path, else the part's file name. */
+static struct metadata *e2b_target(struct upload *u, const struct multipart_part *part,
+                                   struct cove_error **err)
 {
-    struct metadata *meta = u->queue;
-    if (meta == NULL)
-        return cove_error_set(err, 0, 400, "INVALID_FILE_METADATA",
-                              "a file part came without a metadata part before it");
+    const char *path = u->opts.path[0] != '\0' ? u->opts.path : part ? part->filename : NULL;
+    if (path == NULL || path[0] == '\0') {
+        cove_error_set(err, 0, 400, "INVALID_FILE",
+                       "the file part has no file name and the query no path");
+        return NULL;
+    }
+    struct metadata *meta = calloc(1, sizeof(*meta));
+    if (meta == NULL) {
+        cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+        return NULL;
+    }
+    if (files_path_clean_home(path, u->opts.home, meta->path, sizeof(meta->path), err) < 0) {
+        free(meta);
+        return NULL;
+    }
+    meta->perm.has_owner = meta->perm.has_group = true;
+    meta->perm.uid = u->opts.uid;
+    meta->perm.gid = u->opts.gid;
+    return meta;
+}
+
+static int begin_file(struct upload *u, const struct multipart_part *part, struct cove_error **err)
+{
     if (u->file_parts == MAX_FILES)
         return cove_error_set(err, 0, 400, "INVALID_FILE", "one upload may hold at most %d files",
                               MAX_FILES);
-    u->queue = meta->next;
-    if (u->queue == NULL)
-        u->queue_tail = NULL;
+    struct metadata *meta;
+    if (u->e2b) {
+        if ((meta = e2b_target(u, part, err)) == NULL)
+            return -1;
+    } else {
+        meta = u->queue;
+        if (meta == NULL)
+            return cove_error_set(err, 0, 400, "INVALID_FILE_METADATA",
+                                  "a file part came without a metadata part before it");
+        u->queue = meta->next;
+        if (u->queue == NULL)
+            u->queue_tail = NULL;
+    }
     u->file_parts++;
     files_path_printable(meta->path, u->shown_path, sizeof(u->shown_path));
     int rc = -1;
@@ -173,7 +224,7 @@ static int begin_file(struct upload *u, struct cove_error **err)
     if (dir < 0)
         goto out;
     /* A directory in the way is refused now; an existing file keeps its mode by default. */
-    mode_t mode = 0755;
+    mode_t mode = u->e2b ? 0644 : 0755; /* envd: 0666 under the usual umask */
     struct stat st;
     if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
         if (S_ISDIR(st.st_mode)) {
@@ -187,6 +238,10 @@ static int begin_file(struct upload *u, struct cove_error **err)
         mode = meta->perm.mode;
     u->current.dir = dir;
     snprintf(u->current.name, sizeof(u->current.name), "%s", name);
+    if ((u->current.path = strdup(meta->path)) == NULL) {
+        cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+        goto out;
+    }
     u->fd = files_path_create_temp(dir, u->current.temp);
     if (u->fd < 0) {
         files_path_error(err, errno, "create a file beside", meta->path);
@@ -226,12 +281,14 @@ static int end_file(struct upload *u, struct cove_error **err)
         struct staged *grown = realloc(u->staged, cap * sizeof(*grown));
         if (grown == NULL) {
             unlinkat(u->current.dir, u->current.temp, 0);
+            u->current.temp[0] = '\0';
             return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
         }
         u->staged = grown;
         u->staged_cap = cap;
     }
     u->staged[u->staged_len++] = u->current;
+    u->current.path = NULL;
     return 0;
 }
 
@@ -278,7 +335,7 @@ static int end_metadata(struct upload *u, struct cove_error **err)
 static int on_part_begin(const struct multipart_part *part, void *arg, struct cove_error **err)
 {
     struct upload *u = arg;
-    if (strcmp(part->name, "metadata") == 0) {
+    if (strcmp(part->name, "metadata") == 0 && !u->e2b) {
         if (u->metadata_parts - u->file_parts >= MAX_PENDING_METADATA)
             return cove_error_set(err, 0, 400, "INVALID_FILE",
                                   "more than %d metadata parts wait for their file part",
@@ -290,7 +347,7 @@ static int on_part_begin(const struct multipart_part *part, void *arg, struct co
     }
     if (strcmp(part->name, "file") == 0) {
         u->part = PART_FILE;
-        return begin_file(u, err);
+        return begin_file(u, part, err);
     }
     u->part = PART_IGNORED;
     return 0;
@@ -345,7 +402,9 @@ static int on_body_data(struct http_request *req, const char *data, size_t len, 
 {
     struct upload *u = arg;
     struct cove_error *err = NULL;
-    if (multipart_parser_feed(u->parser, data, len, &err) < 0) {
+    int rc = u->parser == NULL ? on_part_data(data, len, u, &err)
+                               : multipart_parser_feed(u->parser, data, len, &err);
+    if (rc < 0) {
         upload_fail(req, u, err);
         return -1;
     }
@@ -356,18 +415,23 @@ static void on_body_end(struct http_request *req, void *arg)
 {
     struct upload *u = arg;
     struct cove_error *err = NULL;
-    if (multipart_parser_finish(u->parser, &err) < 0) {
+    int rc = u->parser == NULL ? on_part_end(u, &err) : multipart_parser_finish(u->parser, &err);
+    if (rc < 0) {
         upload_fail(req, u, err);
         return;
     }
     /* What execd checks on the whole form before writing anything. */
-    if (u->metadata_parts == 0)
+    if (u->e2b) {
+        if (u->file_parts == 0)
+            cove_error_set(&err, 0, 400, "INVALID_FILE", "the form holds no part named \"file\"");
+    } else if (u->metadata_parts == 0) {
         cove_error_set(&err, 0, 400, "INVALID_FILE_METADATA", "metadata file is missing");
-    else if (u->file_parts == 0)
+    } else if (u->file_parts == 0) {
         cove_error_set(&err, 0, 400, "INVALID_FILE_CONTENT", "file is missing");
-    else if (u->metadata_parts != u->file_parts)
+    } else if (u->metadata_parts != u->file_parts) {
         cove_error_set(&err, 0, 400, "INVALID_FILE", "metadata and file count mismatch: %zu vs %zu",
                        u->metadata_parts, u->file_parts);
+    }
     for (size_t i = 0; err == NULL && i < u->staged_len; i++) {
         struct staged *s = &u->staged[i];
         if (renameat(s->dir, s->temp, s->dir, s->name) < 0) {
@@ -384,8 +448,81 @@ static void on_body_end(struct http_request *req, void *arg)
     }
     log_info("upload: %zu file(s) written", u->staged_len);
     http_request_on_abort(req, NULL, NULL);
+    if (u->e2b) {
+        const char **paths = calloc(u->staged_len, sizeof(*paths));
+        for (size_t i = 0; paths != NULL && i < u->staged_len; i++)
+            paths[i] = u->staged[i].path;
+        if (paths == NULL)
+            cove_error_set(&err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+        u->opts.respond(req, paths, u->staged_len, err);
+        cove_error_free(err);
+        free(paths);
+        upload_free(u);
+        return;
+    }
     upload_free(u);
     http_respond(req, 200, NULL, NULL, 0);
+}
+
+/* A new upload: multipart with boundary, or (boundary NULL) the body as one file. */
+static struct upload *upload_new(const char *boundary, struct cove_error **err)
+{
+    struct upload *u = calloc(1, sizeof(*u));
+    if (u != NULL) {
+        u->fd = -1;
+        u->block = malloc(WRITE_BLOCK);
+    }
+    if (u == NULL || u->block == NULL ||
+        (boundary != NULL &&
+         multipart_parser_new(boundary, &multipart_callbacks, u, &u->parser, err) < 0)) {
+        if (u != NULL)
+            upload_free(u);
+        if (err != NULL && *err == NULL)
+            cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+        return NULL;
+    }
+    return u;
+}
+
+void files_upload_e2b_begin(struct http_request *req, const struct files_upload_e2b *opts)
+{
+    struct cove_error *err = NULL;
+    const char *type = http_request_header(req, "Content-Type");
+    bool raw = type != NULL && strncasecmp(type, "application/octet-stream", 24) == 0;
+    char boundary[MULTIPART_MAX_BOUNDARY + 1];
+    struct upload *u = NULL;
+    const char *encoding = http_request_header(req, "Content-Encoding");
+    if (encoding != NULL && strcasecmp(encoding, "identity") != 0)
+        cove_error_set(&err, 0, 400, "INVALID_FILE",
+                       "Content-Encoding '%.64s' is not supported: send the file as it is",
+                       encoding);
+    else if (raw && opts->path[0] == '\0')
+        cove_error_set(&err, 0, 400, "INVALID_FILE",
+                       "the query parameter 'path' is required with application/octet-stream");
+    else if (raw ||
+             multipart_boundary_from_content_type(type, boundary, sizeof(boundary), &err) == 0)
+        u = upload_new(raw ? NULL : boundary, &err);
+    if (u != NULL) {
+        u->e2b = true;
+        u->opts = *opts;
+        users_refresh();
+        /* The body is one file part, begun now. */
+        if (raw) {
+            u->part = PART_FILE;
+            if (begin_file(u, NULL, &err) < 0) {
+                upload_free(u);
+                u = NULL;
+            }
+        }
+    }
+    if (u == NULL) {
+        opts->respond(req, NULL, 0, err);
+        cove_error_free(err);
+        return;
+    }
+    struct http_body_handler handler = {.on_data = on_body_data, .on_end = on_body_end, .arg = u};
+    http_request_stream_body(req, &handler);
+    http_request_on_abort(req, on_abort, u);
 }
 
 bool files_head_upload(struct http_request *req, const struct api_params *params)
@@ -398,17 +535,8 @@ bool files_head_upload(struct http_request *req, const struct api_params *params
         cove_error_free(err);
         return false;
     }
-    struct upload *u = calloc(1, sizeof(*u));
-    if (u != NULL) {
-        u->fd = -1;
-        u->block = malloc(WRITE_BLOCK);
-    }
-    if (u == NULL || u->block == NULL ||
-        multipart_parser_new(boundary, &multipart_callbacks, u, &u->parser, &err) < 0) {
-        if (u != NULL)
-            upload_free(u);
-        if (err == NULL)
-            cove_error_set(&err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
+    struct upload *u = upload_new(boundary, &err);
+    if (u == NULL) {
         api_respond_cove_error(req, err);
         cove_error_free(err);
         return false;

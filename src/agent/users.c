@@ -14,6 +14,7 @@ struct account {
     unsigned int id;
     unsigned int gid; /* users: the primary group */
     char *name;
+    char *home; /* users: the home directory, NULL when none */
 };
 
 struct account_table {
@@ -29,15 +30,17 @@ static struct account_table groups = {.path = "/etc/group"};
 
 static void table_clear(struct account_table *t)
 {
-    for (size_t i = 0; i < t->len; i++)
+    for (size_t i = 0; i < t->len; i++) {
         free(t->entries[i].name);
+        free(t->entries[i].home);
+    }
     free(t->entries);
     t->entries = NULL;
     t->len = 0;
 }
 
 static void table_add(struct account_table *t, size_t *cap, unsigned int id, unsigned int gid,
-                      const char *name)
+                      const char *name, const char *home)
 {
     if (t->len == *cap) {
         size_t grown = *cap ? *cap * 2 : 64;
@@ -48,9 +51,12 @@ static void table_add(struct account_table *t, size_t *cap, unsigned int id, uns
         *cap = grown;
     }
     char *copy = strdup(name);
-    if (copy == NULL)
+    char *home_copy = home != NULL && home[0] == '/' ? strdup(home) : NULL;
+    if (copy == NULL) {
+        free(home_copy);
         return;
-    t->entries[t->len++] = (struct account){.id = id, .gid = gid, .name = copy};
+    }
+    t->entries[t->len++] = (struct account){.id = id, .gid = gid, .name = copy, .home = home_copy};
 }
 
 static bool same_file(const struct stat *a, const struct stat *b)
@@ -76,11 +82,11 @@ static void table_refresh(struct account_table *t, bool is_group)
     if (is_group) {
         struct group *gr;
         while ((gr = fgetgrent(f)) != NULL)
-            table_add(t, &cap, gr->gr_gid, gr->gr_gid, gr->gr_name);
+            table_add(t, &cap, gr->gr_gid, gr->gr_gid, gr->gr_name, NULL);
     } else {
         struct passwd *pw;
         while ((pw = fgetpwent(f)) != NULL)
-            table_add(t, &cap, pw->pw_uid, pw->pw_gid, pw->pw_name);
+            table_add(t, &cap, pw->pw_uid, pw->pw_gid, pw->pw_name, pw->pw_dir);
     }
     fclose(f);
 }
@@ -174,4 +180,14 @@ void users_user_name(uid_t uid, char *out, size_t size)
 void users_group_name(gid_t gid, char *out, size_t size)
 {
     name_of(&groups, (unsigned int)gid, out, size);
+}
+
+bool users_home(uid_t uid, char *out, size_t size)
+{
+    table_refresh(&users, false);
+    const struct account *a = by_id(&users, (unsigned int)uid);
+    if (a == NULL || a->home == NULL || strlen(a->home) >= size)
+        return false;
+    snprintf(out, size, "%s", a->home);
+    return true;
 }

@@ -19,3 +19,5 @@ bool users_find_group(const char *name, gid_t *gid);
 /* The name of uid (gid), or its number when it has none, as execd reports owners. */
 void users_user_name(uid_t uid, char *out, size_t size);
 void users_group_name(gid_t gid, char *out, size_t size);
+/* The home directory of uid in /etc/passwd (absolute), copied to out; false when it has none. */
+bool users_home(uid_t uid, char *out, size_t size);

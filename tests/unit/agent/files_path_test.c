@@ -66,6 +66,37 @@ static void test_clean(void)
     cove_error_free(err);
 }
 
+/* E2B's rule: relative paths and "~" are under the user's home, whatever $HOME says. */
+static void test_clean_home(void)
+{
+    static const struct {
+        const char *in, *home, *expected;
+    } cases[] = {
+        {"a.txt", "/home/user", "/home/user/a.txt"}, {"./d/../b", "/home/user", "/home/user/b"},
+        {"~", "/home/user", "/home/user"},           {"~/x", "/root", "/root/x"},
+        {"~other/x", "/root", "/root/~other/x"},     {"/etc/passwd", "/home/user", "/etc/passwd"},
+        {"../../../etc", "/home/user", "/etc"},      {"x", "/", "/x"},
+    };
+    setenv("HOME", "/home/me", 1);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[FILES_PATH_MAX];
+        struct cove_error *err = NULL;
+        int rc = files_path_clean_home(cases[i].in, cases[i].home, out, sizeof(out), &err);
+        CHECK_EQ_INT(rc, 0);
+        if (rc == 0 && strcmp(out, cases[i].expected) != 0) {
+            fprintf(stderr, "  clean_home(%s, %s) = %s, expected %s\n", cases[i].in, cases[i].home,
+                    out, cases[i].expected);
+            check_failures++;
+        }
+        cove_error_free(err);
+    }
+    char out[FILES_PATH_MAX];
+    struct cove_error *err = NULL;
+    CHECK(files_path_clean_home("", "/root", out, sizeof(out), &err) < 0);
+    CHECK(err != NULL && err->http_status == 400);
+    cove_error_free(err);
+}
+
 static int open_errno(const char *path, int flags)
 {
     int fd = files_path_open_at(AT_FDCWD, path, flags, 0600);
@@ -267,6 +298,7 @@ int main(void)
     CHECK(symlink("/proc/self", at("self-dir")) == 0);
 
     test_clean();
+    test_clean_home();
     test_open(false);
     test_open(true);
     test_resolve_final_and_lstat();
