@@ -13,8 +13,10 @@
  *                                                   like every request, one sent while the
  *                                                   kernel starts waits until it serves
  *                    {"op":"shutdown"}, or EOF      stop the kernel and exit
- *   helper -> agent  the execd ServerStreamEvents of the execution under way (events.h), and
- *                    control lines, told apart by their "cove" member:
+ *   helper -> agent  the execd ServerStreamEvents of the execution under way (events.h; the
+ *                    result of execute_result, not of a display, with "is_main_result":true,
+ *                    which the agent takes off for execd), and control lines, told apart by
+ *                    their "cove" member:
  *                    {"cove":"ready","kernel":NAME,"language":L,"pid":PID}  the kernel answers
  *                                                   (a python one has run its warm-up too)
  *                    {"cove":"failed","status":400|500,"message":M}  it cannot start; exit follows
@@ -546,7 +548,14 @@ static void handle_iopub(struct helper *h, struct wire_message *msg)
         fprintf(stderr, "cove-kernel: out of memory for an event\n");
     size_t i;
     json_t *event;
-    json_array_foreach(events, i, event) emit(h, json_incref(event));
+    bool main_result = strcmp(msg->msg_type, "execute_result") == 0;
+    json_array_foreach(events, i, event)
+    {
+        /* For the agent: E2B tells the execution's own result from displays. */
+        if (main_result)
+            json_object_set_new(event, "is_main_result", json_true());
+        emit(h, json_incref(event));
+    }
     json_decref(events);
     if (strcmp(msg->msg_type, "execute_input") == 0) {
         h->input_seen = true;
