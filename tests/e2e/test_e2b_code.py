@@ -192,6 +192,31 @@ def test_restart_loses_the_state_and_keeps_the_context(coved, ci):
 
 
 @NATIVE
+def test_restart_ends_the_run_under_way(coved, ci):
+    status, ctx, _ = call(coved, ci, "POST", "/contexts", body={"language": "python"})
+    assert status == 200, ctx
+    conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=120)
+    try:
+        conn.request("POST", ci_path(ci, "/execute"), headers=coved.headers(),
+                     body=json.dumps({"code": "import time\nprint('started', flush=True)\n"
+                                              "time.sleep(600)", "context_id": ctx["id"]}))
+        resp = conn.getresponse()
+        assert resp.status == 200
+        seen = []
+        while not any(m["type"] == "stdout" for m in seen):
+            seen.append(json.loads(resp.readline()))
+        assert call(coved, ci, "POST", f"/contexts/{ctx['id']}/restart")[0] == 200
+        rest = [json.loads(line) for line in resp.read().decode().splitlines() if line]
+    finally:
+        conn.close()
+    errors = [m for m in rest if m["type"] == "error"]
+    assert [e["name"] for e in errors] == ["ContextRestarting"], rest
+    assert rest[-1] == {"type": "end_of_execution"}
+    assert ok(execute(coved, ci, "'fresh'", context_id=ctx["id"])).text == "fresh"
+    assert call(coved, ci, "DELETE", f"/contexts/{ctx['id']}")[0] == 200
+
+
+@NATIVE
 def test_env_vars_hold_for_one_execution(coved, ci):
     r = ok(execute(coved, ci, "import os\nprint(os.environ.get('E2B_GREETING'))",
                    env_vars={"E2B_GREETING": "hello"}))
