@@ -90,8 +90,8 @@ size_t code_contexts_update_environment(struct json_t *set, struct json_t *unset
 /* Queues a run of code; req gets its event stream (200 once it can only succeed: at once with
  * the kernel up, else when it starts) or the error of a kernel that does not start, in
  * protocol's shape. env, when not NULL, is an object of strings (taken): the kernel's
- * environment has them for this run only (python kernels; after it each name is the agent's
- * again, or unset). */
+ * environment has them for this run only (python and javascript kernels; after it each name is
+ * the agent's again, or unset). */
 int code_context_run(struct code_context *ctx, struct http_request *req, const char *code,
                      const struct code_protocol *protocol, struct json_t *env,
                      struct cove_error **err);

@@ -64,7 +64,7 @@ void code_helper_send(struct code_helper *helper, struct json_t *obj);
 /* A warm pool's claim: the kernel's environment changes as the agent's did (unset names, then
  * set ones), for the code it runs next; nothing is awaited. A kernel still starting gets it
  * before its first run (the helper holds requests until the kernel serves); the helper
- * supports it for python kernels and says on its stderr that others ignore it. */
+ * supports it for python and javascript kernels and says on its stderr that others ignore it. */
 void code_helper_update_environment(struct code_helper *helper, struct json_t *set,
                                     struct json_t *unset);
 

@@ -284,27 +284,55 @@ void e2b_code_handle_health(struct http_request *req, const struct api_params *p
     http_respond(req, 200, "application/json", ok, sizeof(ok) - 1);
 }
 
-/* The context a run names, or the language's default one (made on first use); NULL after
- * answering. */
-static struct code_context *run_context(struct http_request *req, const char *id,
-                                        const char *language_text)
+/* env_vars reach python and javascript kernels only (cove-kernel's environment updates). */
+static bool env_vars_supported(struct http_request *req, const char *language)
 {
+    if (strcmp(language, "python") == 0 || strcmp(language, "javascript") == 0)
+        return true;
+    respond_error(req, 400,
+                  "env_vars are supported in python and javascript contexts only, not in %s",
+                  language);
+    return false;
+}
+
+/* The context a run names, or the language's default one (made on first use); NULL after
+ * answering. Nothing is made for a run that is refused. */
+static struct code_context *run_context(struct http_request *req, const char *id,
+                                        const char *language_text, bool with_env)
+{
+    struct code_context *ctx = NULL;
     if (id != NULL && id[0] != '\0') {
-        struct code_context *ctx = code_context_find(id);
+        ctx = code_context_find(id);
         if (ctx == NULL)
             respond_error(req, 404, "Context %.64s not found", id);
+    } else {
+        char language[CODE_LANGUAGE_SIZE];
+        if (!e2b_language(req, language_text, language) ||
+            (with_env && !env_vars_supported(req, language)))
+            return NULL;
+        if (strcmp(language, "bash") == 0) {
+            respond_error(req, 400,
+                          "bash contexts are bash sessions: run them through execd's API (POST "
+                          "/code)");
+            return NULL;
+        }
+        ctx = code_context_default(language);
+        if (ctx == NULL) {
+            cleanup_error struct cove_error *err = NULL;
+            ctx = code_context_new(language, true, NULL, &err);
+            if (ctx == NULL)
+                respond_cove_error(req, err);
+        }
         return ctx;
     }
-    char language[CODE_LANGUAGE_SIZE];
-    if (!e2b_language(req, language_text, language))
+    if (ctx != NULL && code_context_is_bash(ctx)) {
+        respond_error(req, 400,
+                      "context %s is a bash session: run it through execd's API (POST /code)",
+                      code_context_id(ctx));
         return NULL;
-    struct code_context *ctx = code_context_default(language);
-    if (ctx == NULL) {
-        cleanup_error struct cove_error *err = NULL;
-        ctx = code_context_new(language, true, NULL, &err);
-        if (ctx == NULL)
-            respond_cove_error(req, err);
     }
+    if (ctx != NULL && with_env && !env_vars_supported(req, code_context_language(ctx)))
+        return NULL;
     return ctx;
 }
 
@@ -329,20 +357,9 @@ void e2b_code_handle_execute(struct http_request *req, const struct api_params *
         respond_error(req, 400, "Only one of context_id or language can be provided");
         goto out;
     }
-    struct code_context *ctx = run_context(req, id, language);
+    struct code_context *ctx = run_context(req, id, language, env != NULL);
     if (ctx == NULL)
         goto out;
-    if (code_context_is_bash(ctx)) {
-        respond_error(req, 400,
-                      "context %s is a bash session: run it through execd's API (POST /code)",
-                      code_context_id(ctx));
-        goto out;
-    }
-    if (env != NULL && strcmp(code_context_language(ctx), "python") != 0) {
-        respond_error(req, 400, "env_vars are supported in python contexts only, not in %s",
-                      code_context_language(ctx));
-        goto out;
-    }
     if (code_context_run(ctx, req, code, &e2b_protocol, env, &err) < 0)
         respond_cove_error(req, err);
     env = NULL; /* taken */

@@ -223,6 +223,22 @@ def test_env_vars_hold_for_one_execution(coved, ci):
     assert r.stdout == "hello\n"
     after = ok(execute(coved, ci, "import os\nprint(os.environ.get('E2B_GREETING'))"))
     assert after.stdout == "None\n"
+    # A variable the sandbox has is its own again after the run.
+    home = ok(execute(coved, ci, "print(os.environ['HOME'])")).stdout
+    r = ok(execute(coved, ci, "print(os.environ['HOME'])", env_vars={"HOME": "/elsewhere"}))
+    assert r.stdout == "/elsewhere\n"
+    assert ok(execute(coved, ci, "print(os.environ['HOME'])")).stdout == home
+    # javascript too (Cove's own kernel), in its default context.
+    js = ok(execute(coved, ci, "console.log(process.env.E2B_GREETING)", language="js",
+                    env_vars={"E2B_GREETING": "hi from js"}))
+    assert js.stdout == "hi from js\n"
+    assert ok(execute(coved, ci, "console.log(process.env.E2B_GREETING)",
+                      language="javascript")).stdout == "undefined\n"
+    # Elsewhere env_vars are refused, not ignored.
+    before = call(coved, ci, "GET", "/contexts")[1]
+    r = execute(coved, ci, "1", language="java", env_vars={"A": "b"})
+    assert r.status == 400 and "env_vars" in r.body()["message"]
+    assert call(coved, ci, "GET", "/contexts")[1] == before
 
 
 def test_bad_input_is_a_clear_error_and_changes_nothing(coved, ci):
@@ -238,6 +254,7 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(coved, ci):
         (dict(raw=json.dumps({"code": "1", "context_id": "x", "language": "python"})),
          "Only one of context_id or language"),
         (dict(raw=json.dumps({"code": "1", "language": "no such!"})), "unknown language"),
+        (dict(raw=json.dumps({"code": "ls", "language": "bash"})), "execd's API"),
     ]
     for kw, message in cases:
         r = execute(coved, ci, None, **kw)
@@ -247,6 +264,8 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(coved, ci):
     assert r.status == 404 and r.body()["code"] == 404
     status, body, _ = call(coved, ci, "POST", "/contexts", body={"language": 3})
     assert status == 400 and "language must be a string" in body["message"]
+    status, body, _ = call(coved, ci, "POST", "/contexts", body={"language": "bash"})
+    assert status == 400 and "execd's API" in body["message"]
     status, body, _ = call(coved, ci, "POST", "/contexts", raw="nope")
     assert status == 400 and body["code"] == 400
     assert call(coved, ci, "GET", "/contexts")[1] == before
