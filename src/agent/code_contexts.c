@@ -609,6 +609,9 @@ int code_context_restart(struct code_context *ctx, struct http_request *req,
         ctx->create_req = req;
         ctx->create_protocol = protocol;
         http_request_on_abort(req, on_create_abort, ctx);
+    } else {
+        /* The runs queued behind have no kernel to wait for; the context stays. */
+        context_fail_waiting(ctx, (*err)->http_status, (*err)->code, (*err)->message);
     }
     context_release(ctx);
     return rc;
