@@ -217,6 +217,25 @@ def test_restart_ends_the_run_under_way(coved, ci):
 
 
 @NATIVE
+def test_a_client_that_leaves_interrupts_its_run(coved, ci):
+    status, ctx, _ = call(coved, ci, "POST", "/contexts", body={"language": "python"})
+    assert status == 200, ctx
+    conn = http.client.HTTPConnection("127.0.0.1", coved.port, timeout=120)
+    conn.request("POST", ci_path(ci, "/execute"), headers=coved.headers(),
+                 body=json.dumps({"code": "import time\nprint('looping', flush=True)\n"
+                                          "while True:\n    time.sleep(0.1)",
+                                  "context_id": ctx["id"]}))
+    resp = conn.getresponse()
+    while json.loads(resp.readline())["type"] != "stdout":
+        pass
+    conn.close()  # as the SDK's timeoutMs aborts its fetch
+    # The loop was interrupted: the context runs the next code, its state intact.
+    ok(execute(coved, ci, "after = 'yes'", context_id=ctx["id"]))
+    assert ok(execute(coved, ci, "after", context_id=ctx["id"])).text == "yes"
+    assert call(coved, ci, "DELETE", f"/contexts/{ctx['id']}")[0] == 200
+
+
+@NATIVE
 def test_env_vars_hold_for_one_execution(coved, ci):
     r = ok(execute(coved, ci, "import os\nprint(os.environ.get('E2B_GREETING'))",
                    env_vars={"E2B_GREETING": "hello"}))
