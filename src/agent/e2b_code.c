@@ -10,8 +10,8 @@
 
 #include "agent/api.h"
 #include "agent/code_contexts.h"
-#include "agent/e2b_code_lines.h"
 #include "agent/command.h"
+#include "agent/e2b_code_lines.h"
 #include "agent/env_name.h"
 #include "lib/http.h"
 #include "lib/log.h"
