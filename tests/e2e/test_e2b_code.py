@@ -6,12 +6,17 @@ sandbox's port 49999), served by the agent under /ci on the same Jupyter kernels
 import base64
 import http.client
 import json
+import os
+import secrets
+import shutil
+import subprocess
 
 import pytest
 
-from covetest import AGENT_PORT
+from covetest import AGENT_PORT, CLI
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+BUSYBOX = shutil.which("busybox") or "/usr/bin/busybox"
 NATIVE = pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: "
                                  "code contexts are a 400 there (test_runtimes.py::"
                                  "test_code_contexts)")
@@ -296,3 +301,30 @@ def test_language_without_kernel_is_a_clear_400(coved, ci):
     status, body, _ = call(coved, ci, "POST", "/contexts", body={"language": "cobol"})
     assert status == 400 and body["code"] == 400 and "no kernel for cobol" in body["message"]
     assert "cobol" not in [c["language"] for c in call(coved, ci, "GET", "/contexts")[1]]
+
+
+@pytest.mark.static_agent
+def test_sandbox_without_a_kernel_answers_a_clear_error(coved, tmp_path):
+    # A root filesystem without Jupyter (nor the kernel helper's libraries): a static busybox.
+    rootfs = tmp_path / "rootfs"
+    for d in ("bin", "proc", "sys", "dev", "tmp", "etc", "root"):
+        os.makedirs(rootfs / d)
+    shutil.copy(BUSYBOX, rootfs / "bin" / "busybox")
+    for applet in ("sh", "sleep"):
+        os.symlink("busybox", rootfs / "bin" / applet)
+    env = dict(os.environ, COVE_SERVER=f"http://127.0.0.1:{coved.port}",
+               COVE_API_KEY=coved.admin_key)  # registering templates needs an admin key
+    name = "bb-e2b-" + secrets.token_hex(3)
+    subprocess.run([CLI, "template", "add", name, "--rootfs", str(rootfs)], env=env, check=True,
+                   capture_output=True, timeout=60)
+    sid = coved.create(template=name)
+    try:
+        r = execute(coved, sid, "print(1)")
+        assert r.status == 400, r.raw
+        assert r.body()["code"] == 400 and "no kernel for python" in r.body()["message"]
+        status, body, _ = call(coved, sid, "POST", "/contexts", body={})
+        assert status == 400 and "no kernel for python" in body["message"]
+        assert call(coved, sid, "GET", "/contexts")[1] == []
+        assert call(coved, sid, "GET", "/health")[:2] == (200, "OK")
+    finally:
+        coved.delete(sid)
