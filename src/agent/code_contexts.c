@@ -584,8 +584,8 @@ int code_context_restart(struct code_context *ctx, struct http_request *req,
                               ctx->id);
     log_info("code context %s: restarting its kernel", ctx->id);
     context_hold(ctx);
+    /* code_context_on_start's callback, if not told yet, is told of the new kernel. */
     context_stop_helper(ctx);
-    context_report_start(ctx, "the context was restarted");
     struct http_request *create = ctx->create_req;
     const struct code_protocol *create_protocol = ctx->create_protocol;
     ctx->create_req = NULL;
