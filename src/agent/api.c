@@ -14,6 +14,7 @@
 #include "agent/envd_process.h"
 #include "agent/envd_files.h"
 #include "agent/envd_fs.h"
+#include "agent/e2b_code.h"
 #include "agent/files.h"
 #include "agent/health.h"
 #include "agent/metrics.h"
@@ -68,6 +69,13 @@ static const struct route routes[] = {
     /* getContext, deleteContext */
     {"GET", "/code/contexts/{context_id}", code_handle_get_context},
     {"DELETE", "/code/contexts/{context_id}", code_handle_delete_context},
+    /* E2B's code interpreter (its port 49999, which coved routes here under /ci): e2b_code.h */
+    {"GET", "/ci/health", e2b_code_handle_health},
+    {"POST", "/ci/execute", e2b_code_handle_execute},
+    {"POST", "/ci/contexts", e2b_code_handle_create_context},
+    {"GET", "/ci/contexts", e2b_code_handle_list_contexts},
+    {"DELETE", "/ci/contexts/{context_id}", e2b_code_handle_delete_context},
+    {"POST", "/ci/contexts/{context_id}/restart", e2b_code_handle_restart_context},
     /* execd's PTY API (components/execd/PTY.md), not in execd-api.yaml */
     {"POST", "/pty", pty_handle_create},
     {"GET", "/pty/{sessionId}", pty_handle_status},

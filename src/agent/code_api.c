@@ -1,6 +1,5 @@
 #include "agent/code.h"
 
-#include <ctype.h>
 #include <event2/buffer.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -19,21 +18,6 @@
 #include "lib/log.h"
 
 #define LANGUAGE_SIZE CODE_LANGUAGE_SIZE
-
-/* Languages are compared as execd does, lowercased ("Python" is python). */
-static bool normalize_language(const char *in, char out[LANGUAGE_SIZE])
-{
-    size_t len = strlen(in);
-    if (len == 0 || len >= LANGUAGE_SIZE)
-        return false;
-    for (size_t i = 0; i <= len; i++) {
-        unsigned char c = (unsigned char)in[i];
-        if (c != '\0' && !isalnum(c) && c != '-' && c != '_' && c != '+' && c != '.')
-            return false;
-        out[i] = (char)tolower(c);
-    }
-    return true;
-}
 
 /* --- requests --- */
 
@@ -71,7 +55,7 @@ static int optional_string(json_t *obj, const char *name, const char **out, stru
 
 static int parse_language(const char *text, char out[LANGUAGE_SIZE], struct cove_error **err)
 {
-    if (!normalize_language(text, out))
+    if (!code_language_normalize(text, out))
         return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
                               "invalid request, validation error. unknown language '%.64s'", text);
     return 0;
@@ -115,7 +99,7 @@ void code_handle_create_context(struct http_request *req, const struct api_param
         api_respond_json(req, 200, code_context_json(ctx));
         return;
     }
-    if (code_context_start(ctx, req, &err) < 0)
+    if (code_context_start(ctx, req, NULL, &err) < 0)
         api_respond_cove_error(req, err);
 }
 
@@ -123,7 +107,7 @@ static bool query_language(struct http_request *req, char out[LANGUAGE_SIZE], bo
 {
     char text[128];
     *given = api_query_param(req, "language", text, sizeof(text)) && text[0] != '\0';
-    return !*given || normalize_language(text, out);
+    return !*given || code_language_normalize(text, out);
 }
 
 /* listContexts: GET /code/contexts?language= (every context without it, as execd). */
@@ -259,7 +243,7 @@ void code_handle_run(struct http_request *req, const struct api_params *params)
                 code_context_delete(ctx, "the context's bash session is gone");
             api_respond_cove_error(req, err);
         }
-    } else if (code_context_run(ctx, req, code, &err) < 0) {
+    } else if (code_context_run(ctx, req, code, NULL, NULL, &err) < 0) {
         api_respond_cove_error(req, err);
     }
     json_decref(body);
@@ -302,7 +286,7 @@ void code_prestart(const char *language_text, code_prestart_fn settled, void *ar
             settled(arg, NULL);
         return;
     }
-    if (code_context_start(ctx, NULL, &err) < 0) {
+    if (code_context_start(ctx, NULL, NULL, &err) < 0) {
         log_warn("cannot prestart a %s kernel: %s", language, err->message);
         if (settled != NULL)
             settled(arg, err->message);

@@ -1,5 +1,6 @@
 #include "agent/code_contexts.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <jansson.h>
@@ -30,6 +31,8 @@ struct code_run {
     bool interrupt_sent;
     bool begun;   /* the kernel sent an event of it */
     bool retried; /* sent again to a new kernel: its first one died before beginning it */
+    const struct code_protocol *protocol; /* NULL: execd's */
+    json_t *env;                          /* this run's own environment variables, or NULL */
     struct event_stream stream;
     struct code_run *next;
 };
@@ -45,6 +48,7 @@ struct code_context {
     bool ever_ready;            /* a context whose kernel never started is forgotten */
 
     struct http_request *create_req; /* POST /code/context waiting for the kernel */
+    const struct code_protocol *create_protocol;
     void (*started_fn)(void *arg, const char *failure); /* code_context_on_start */
     void *started_arg;
     struct code_run *current; /* sent to the helper */
@@ -83,6 +87,45 @@ bool code_context_is_bash(const struct code_context *ctx)
     return ctx->is_bash;
 }
 
+const char *code_context_cwd(const struct code_context *ctx)
+{
+    return ctx->cwd;
+}
+
+bool code_language_normalize(const char *in, char out[CODE_LANGUAGE_SIZE])
+{
+    size_t len = strlen(in);
+    if (len == 0 || len >= CODE_LANGUAGE_SIZE)
+        return false;
+    for (size_t i = 0; i <= len; i++) {
+        unsigned char c = (unsigned char)in[i];
+        if (c != '\0' && !isalnum(c) && c != '-' && c != '_' && c != '+' && c != '.')
+            return false;
+        out[i] = (char)tolower(c);
+    }
+    return true;
+}
+
+/* --- answers, in the protocol of the request --- */
+
+static void respond_error(const struct code_protocol *protocol, struct http_request *req,
+                          int status, const char *code, const char *message)
+{
+    if (protocol != NULL)
+        protocol->respond_error(req, status, code, message);
+    else
+        http_respond_errorf(req, status, code, "%s", message);
+}
+
+static void respond_context(const struct code_protocol *protocol, struct http_request *req,
+                            const struct code_context *ctx)
+{
+    if (protocol != NULL)
+        protocol->respond_context(req, ctx);
+    else
+        api_respond_json(req, 200, code_context_json(ctx));
+}
+
 static bool kernel_ready(const struct code_context *ctx)
 {
     return ctx->helper != NULL && code_helper_state(ctx->helper) == CODE_KERNEL_READY;
@@ -116,8 +159,25 @@ static void run_detach(struct code_run *run)
 static void run_free(struct code_run *run)
 {
     run_detach(run);
+    json_decref(run->env);
     free(run->code);
     free(run);
+}
+
+/* An error the agent reports itself (the kernel died, the context went) on an open stream. */
+static void run_append_error(struct code_run *run, const char *ename, const char *evalue)
+{
+    if (run->protocol == NULL) {
+        event_stream_append_error(&run->stream, ename, evalue);
+        return;
+    }
+    if (run->stream.req == NULL || run->stream.frames == NULL)
+        return;
+    json_t *event = json_pack("{s:s, s:{s:s, s:s, s:[s]}}", "type", "error", "error", "ename",
+                              ename, "evalue", evalue, "traceback", evalue);
+    if (event != NULL)
+        run->protocol->append_event(run->stream.frames, event);
+    json_decref(event);
 }
 
 /* Ends the run's response: the stream if it was opened, else a plain JSON error. The run is
@@ -126,6 +186,10 @@ static void run_end(struct code_run *run, int status, const char *code, const ch
 {
     struct http_request *req = run->req;
     bool streaming = run->streaming;
+    const struct code_protocol *protocol = run->protocol;
+    if (req != NULL && streaming && protocol != NULL && protocol->end_line != NULL &&
+        run->stream.frames != NULL)
+        evbuffer_add(run->stream.frames, protocol->end_line, strlen(protocol->end_line));
     if (req != NULL && streaming)
         event_stream_flush(&run->stream);
     /* Detach and free first: ending the response may run the connection's next request. */
@@ -135,7 +199,7 @@ static void run_end(struct code_run *run, int status, const char *code, const ch
     if (streaming)
         http_stream_end(req);
     else
-        http_respond_errorf(req, status, code, "%s", message);
+        respond_error(protocol, req, status, code, message);
 }
 
 static void context_resume_reading(struct code_context *ctx)
@@ -197,7 +261,11 @@ static void run_open(struct code_run *run)
     if (req == NULL || run->streaming)
         return;
     run->streaming = true;
-    event_stream_open(&run->stream, req, run->context->id);
+    if (run->protocol != NULL)
+        event_stream_open_lines(&run->stream, req, run->context->id, run->protocol->content_type,
+                                run->protocol->ping_line);
+    else
+        event_stream_open(&run->stream, req, run->context->id);
     http_stream_on_drain(req, on_run_drain, run);
     event_stream_start_pings(&run->stream, event_base);
 }
@@ -238,7 +306,7 @@ static void on_kernel_ready(void *arg)
     struct http_request *req = ctx->create_req;
     ctx->create_req = NULL;
     if (req != NULL)
-        api_respond_json(req, 200, code_context_json(ctx));
+        respond_context(ctx->create_protocol, req, ctx);
     if (!ctx->doomed)
         context_pump(ctx);
     context_release(ctx);
@@ -252,12 +320,36 @@ static void on_kernel_failed(void *arg, int status, const char *message)
                        status == 400 ? "INVALID_REQUEST_BODY" : "RUNTIME_ERROR", message);
 }
 
+/* After a run with variables of its own: each is the agent's again, or unset. Sent before
+ * the next run's code, and the kernel takes its requests in order. */
+static void context_restore_environment(struct code_context *ctx, json_t *env)
+{
+    json_t *set = json_object(), *unset = json_array();
+    const char *name;
+    json_t *value;
+    json_object_foreach(env, name, value)
+    {
+        const char *agent = getenv(name);
+        if (agent != NULL)
+            json_object_set_new(set, name, json_string(agent));
+        else
+            json_array_append_new(unset, json_string(name));
+    }
+    if (ctx->helper != NULL && set != NULL && unset != NULL)
+        code_helper_send(ctx->helper,
+                         json_pack("{s:s, s:O, s:O}", "op", "env", "set", set, "unset", unset));
+    json_decref(set);
+    json_decref(unset);
+}
+
 static void on_run_done(void *arg)
 {
     struct code_context *ctx = arg;
     context_hold(ctx);
     struct code_run *run = ctx->current;
     ctx->current = NULL;
+    if (run != NULL && run->env != NULL)
+        context_restore_environment(ctx, run->env);
     if (run != NULL) {
         run->context = NULL;
         run_end(run, 200, NULL, NULL);
@@ -267,7 +359,7 @@ static void on_run_done(void *arg)
     context_release(ctx);
 }
 
-static void on_run_event(void *arg, const char *line, size_t len)
+static void on_run_event(void *arg, const char *line, size_t len, json_t *event)
 {
     struct code_context *ctx = arg;
     struct code_run *run = ctx->current;
@@ -275,9 +367,22 @@ static void on_run_event(void *arg, const char *line, size_t len)
         return;
     run->begun = true;
     if (run->stream.req != NULL && run->stream.frames != NULL) {
-        /* An execd event already: framed as is. */
-        evbuffer_add(run->stream.frames, line, len);
-        evbuffer_add(run->stream.frames, "\n\n", 2);
+        if (run->protocol != NULL) {
+            run->protocol->append_event(run->stream.frames, event);
+        } else if (json_object_get(event, "is_main_result") != NULL) {
+            /* The helper marks the execution's own result; execd's event has no such field. */
+            json_object_del(event, "is_main_result");
+            char *text = json_dumps(event, JSON_COMPACT);
+            if (text != NULL) {
+                evbuffer_add(run->stream.frames, text, strlen(text));
+                evbuffer_add(run->stream.frames, "\n\n", 2);
+            }
+            free(text);
+        } else {
+            /* An execd event already: framed as is. */
+            evbuffer_add(run->stream.frames, line, len);
+            evbuffer_add(run->stream.frames, "\n\n", 2);
+        }
         context_hold(ctx);
         event_stream_flush(&run->stream);
         context_release(ctx);
@@ -311,9 +416,8 @@ static void on_helper_gone(void *arg, bool died_starting, const char *stderr_lin
         ctx->queue = run;
     } else if (run != NULL) {
         run->context = NULL;
-        event_stream_append_error(
-            &run->stream, "KernelDied",
-            "the kernel helper exited; the next execution starts a new kernel");
+        run_append_error(run, "KernelDied",
+                         "the kernel helper exited; the next execution starts a new kernel");
         run_end(run, 500, "RUNTIME_ERROR", "the kernel helper exited");
     }
     if (!ctx->doomed)
@@ -377,13 +481,13 @@ static void context_fail_waiting(struct code_context *ctx, int status, const cha
     ctx->queue = NULL;
     context_hold(ctx);
     if (create != NULL)
-        http_respond_errorf(create, status, code, "%s", message);
+        respond_error(ctx->create_protocol, create, status, code, message);
     while (runs != NULL) {
         struct code_run *run = runs;
         runs = run->next;
         run->context = NULL;
         if (run->streaming)
-            event_stream_append_error(&run->stream, "KernelStartFailed", message);
+            run_append_error(run, "KernelStartFailed", message);
         run_end(run, status, code, message);
     }
     context_release(ctx);
@@ -455,7 +559,8 @@ static void on_create_abort(struct http_request *req, void *arg)
     ctx->create_req = NULL; /* the kernel goes on starting; the context stays */
 }
 
-int code_context_start(struct code_context *ctx, struct http_request *req, struct cove_error **err)
+int code_context_start(struct code_context *ctx, struct http_request *req,
+                       const struct code_protocol *protocol, struct cove_error **err)
 {
     if (context_start_kernel(ctx, err) < 0) {
         context_unlink(ctx);
@@ -464,9 +569,52 @@ int code_context_start(struct code_context *ctx, struct http_request *req, struc
     }
     if (req != NULL) {
         ctx->create_req = req;
+        ctx->create_protocol = protocol;
         http_request_on_abort(req, on_create_abort, ctx);
     }
     return 0;
+}
+
+int code_context_restart(struct code_context *ctx, struct http_request *req,
+                         const struct code_protocol *protocol, struct cove_error **err)
+{
+    if (ctx->is_bash)
+        return cove_error_set(err, 0, 400, "INVALID_REQUEST_BODY",
+                              "context %s is a bash session, which has no kernel to restart",
+                              ctx->id);
+    log_info("code context %s: restarting its kernel", ctx->id);
+    context_hold(ctx);
+    /* code_context_on_start's callback, if not told yet, is told of the new kernel. */
+    context_stop_helper(ctx);
+    struct http_request *create = ctx->create_req;
+    const struct code_protocol *create_protocol = ctx->create_protocol;
+    ctx->create_req = NULL;
+    if (create != NULL)
+        respond_error(create_protocol, create, 500, "RUNTIME_ERROR",
+                      "the context was restarted before its kernel was ready");
+    struct code_run *current = ctx->current;
+    ctx->current = NULL;
+    if (current != NULL) {
+        current->context = NULL;
+        run_append_error(current, "ContextRestarting", "the context was restarted");
+        run_end(current, 500, "RUNTIME_ERROR", "the context was restarted");
+    }
+    /* Answering may have run the connection's next request, which may delete the context. */
+    if (ctx->doomed) {
+        context_release(ctx);
+        return cove_error_set(err, 0, 404, "CONTEXT_NOT_FOUND", "the context was deleted");
+    }
+    int rc = context_start_kernel(ctx, err);
+    if (rc == 0) {
+        ctx->create_req = req;
+        ctx->create_protocol = protocol;
+        http_request_on_abort(req, on_create_abort, ctx);
+    } else {
+        /* The runs queued behind have no kernel to wait for; the context stays. */
+        context_fail_waiting(ctx, (*err)->http_status, (*err)->code, (*err)->message);
+    }
+    context_release(ctx);
+    return rc;
 }
 
 void code_context_delete(struct code_context *ctx, const char *why)
@@ -480,13 +628,16 @@ void code_context_delete(struct code_context *ctx, const char *why)
     context_report_start(ctx, why);
     struct http_request *create = ctx->create_req;
     ctx->create_req = NULL;
-    if (create != NULL)
-        http_respond_errorf(create, 500, "RUNTIME_ERROR", "error creating code context. %s", why);
+    if (create != NULL) {
+        char message[512];
+        snprintf(message, sizeof(message), "error creating code context. %s", why);
+        respond_error(ctx->create_protocol, create, 500, "RUNTIME_ERROR", message);
+    }
     struct code_run *current = ctx->current;
     ctx->current = NULL;
     if (current != NULL) {
         current->context = NULL;
-        event_stream_append_error(&current->stream, "ContextDeleted", why);
+        run_append_error(current, "ContextDeleted", why);
         run_end(current, 404, "CONTEXT_NOT_FOUND", why);
     }
     context_fail_waiting(ctx, 404, "CONTEXT_NOT_FOUND", why);
@@ -527,18 +678,24 @@ static void context_pump(struct code_context *ctx)
     run->next = NULL;
     ctx->current = run;
     run_open(run);
+    if (run->env != NULL && json_object_size(run->env) > 0)
+        code_helper_send(ctx->helper,
+                         json_pack("{s:s, s:O, s:[]}", "op", "env", "set", run->env, "unset"));
     /* The code is kept until the run ends, in case the kernel dies before beginning it. */
     code_helper_send(ctx->helper, json_pack("{s:s, s:s}", "op", "execute", "code", run->code));
 }
 
 int code_context_run(struct code_context *ctx, struct http_request *req, const char *code,
-                     struct cove_error **err)
+                     const struct code_protocol *protocol, json_t *env, struct cove_error **err)
 {
     struct code_run *run = calloc(1, sizeof(*run));
     if (run == NULL || (run->code = strdup(code)) == NULL) {
         free(run);
+        json_decref(env);
         return cove_error_set(err, ENOMEM, 500, "RUNTIME_ERROR", "out of memory");
     }
+    run->protocol = protocol;
+    run->env = env;
     run->context = ctx;
     run->req = req;
     http_request_on_abort(req, on_run_abort, run);

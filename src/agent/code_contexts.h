@@ -10,12 +10,36 @@
 #include "lib/error.h"
 
 struct event_base;
+struct evbuffer;
 struct json_t;
 struct http_request;
 struct code_context;
 
 /* A language's name, lowercased, with its NUL. */
 #define CODE_LANGUAGE_SIZE 32
+
+/* A language as a client names it, compared as execd does: lowercased ("Python" is python);
+ * false when it is empty, too long or has other characters than [A-Za-z0-9_+.-]. */
+bool code_language_normalize(const char *in, char out[CODE_LANGUAGE_SIZE]);
+
+/* How the answers of a request reach a client of another protocol than execd's (E2B's code
+ * interpreter, e2b_code.h); NULL, where one is taken, is execd's: a context's JSON, the
+ * {"code","message"} error and the event stream. */
+struct code_protocol {
+    /* A context's creation (or restart) succeeded: its 200. */
+    void (*respond_context)(struct http_request *req, const struct code_context *ctx);
+    /* A request failed before its stream opened (status, execd's error code, message). */
+    void (*respond_error)(struct http_request *req, int status, const char *code,
+                          const char *message);
+    /* A run's stream: its content type, what it writes after a quiet spell, what it ends
+     * with (NULL: nothing), each with its newline. */
+    const char *content_type;
+    const char *ping_line;
+    const char *end_line;
+    /* Appends what one execd event of the run (the helper's line, parsed) is in the
+     * protocol (nothing for some). */
+    void (*append_event)(struct evbuffer *frames, struct json_t *event);
+};
 
 void code_contexts_init(struct event_base *base);
 /* Stops every kernel and forgets every context (at exit); no response is sent. */
@@ -32,14 +56,24 @@ struct code_context *code_context_default(const char *language);
 const char *code_context_id(const struct code_context *ctx);
 const char *code_context_language(const struct code_context *ctx);
 bool code_context_is_bash(const struct code_context *ctx);
+/* The directory its kernel started in, or NULL: the agent's $HOME. */
+const char *code_context_cwd(const struct code_context *ctx);
 /* {"id", "language"}, as createCodeContext and listContexts answer. */
 struct json_t *code_context_json(const struct code_context *ctx);
 /* Every context, or every one of language when it is not NULL. */
 struct json_t *code_contexts_json(const char *language);
 
 /* Starts the kernel of a new kernel context. req, when not NULL, gets the context's JSON once
- * the kernel is ready, or the error if it does not start. On failure the context is forgotten. */
-int code_context_start(struct code_context *ctx, struct http_request *req, struct cove_error **err);
+ * the kernel is ready, or the error if it does not start, in protocol's shape. On failure the
+ * context is forgotten. */
+int code_context_start(struct code_context *ctx, struct http_request *req,
+                       const struct code_protocol *protocol, struct cove_error **err);
+
+/* A new kernel for the context (E2B's restartCodeContext): its variables are lost, the run
+ * under way ends with an error, queued ones run on the new kernel; req gets the context once
+ * it is ready, as code_context_start. A bash context is a 400. */
+int code_context_restart(struct code_context *ctx, struct http_request *req,
+                         const struct code_protocol *protocol, struct cove_error **err);
 
 /* fn(arg, NULL) once the kernel of a started context is first ready, or fn(arg, why) when it
  * never will be (its start failed, or the context was deleted first); at most once, and not at
@@ -54,8 +88,12 @@ void code_context_on_start(struct code_context *ctx, void (*fn)(void *arg, const
 size_t code_contexts_update_environment(struct json_t *set, struct json_t *unset);
 
 /* Queues a run of code; req gets its event stream (200 once it can only succeed: at once with
- * the kernel up, else when it starts) or the error of a kernel that does not start. */
+ * the kernel up, else when it starts) or the error of a kernel that does not start, in
+ * protocol's shape. env, when not NULL, is an object of strings (taken): the kernel's
+ * environment has them for this run only (python and javascript kernels; after it each name is
+ * the agent's again, or unset). */
 int code_context_run(struct code_context *ctx, struct http_request *req, const char *code,
+                     const struct code_protocol *protocol, struct json_t *env,
                      struct cove_error **err);
 
 /* Interrupts the run under way, if any (the kernel stays). */

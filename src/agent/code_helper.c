@@ -266,7 +266,7 @@ static void handle_line(struct code_helper *h, const char *line, size_t len)
     if (json_object_get(obj, "cove") != NULL)
         handle_control(h, obj);
     else
-        h->events->event(h->arg, line, len);
+        h->events->event(h->arg, line, len, obj);
     json_decref(obj);
 }
 

@@ -2,7 +2,8 @@
  * its line protocol: JSON lines on its stdin (requests: {"op":"execute","code":...},
  * {"op":"interrupt"}, {"op":"env","set":{...},"unset":[...]}) and on its stdout (control lines
  * {"cove":"ready"|"failed"|"done"| "exited",...}, everything else an execd event of the run under
- * way, forwarded as is).
+ * way, forwarded as is, except that the execution's own result (execute_result, not a display)
+ * carries "is_main_result":true, which execd's events have not).
  *
  * The helper knows nothing of contexts or HTTP: what it reads goes to its owner's callbacks.
  * A helper is one process: once it is gone, its owner stops it and starts a new one. */
@@ -26,8 +27,9 @@ struct code_helper_events {
     /* The kernel did not start; status is the helper's (400: no such kernel here). */
     void (*failed)(void *arg, int status, const char *message);
     void (*done)(void *arg); /* the run under way finished */
-    /* An execd event of the run under way: one JSON object, without its newline. */
-    void (*event)(void *arg, const char *line, size_t len);
+    /* An execd event of the run under way: one JSON object, without its newline, and parsed
+     * (event, which the callback may change). */
+    void (*event)(void *arg, const char *line, size_t len, struct json_t *event);
     /* Its output ended: it exited, or is about to, and is stopped already (only
      * code_helper_stop is left to call). died_starting: it went before its kernel was ready
      * and without saying why (typically the loader: its libraries are not in this root);
@@ -62,7 +64,7 @@ void code_helper_send(struct code_helper *helper, struct json_t *obj);
 /* A warm pool's claim: the kernel's environment changes as the agent's did (unset names, then
  * set ones), for the code it runs next; nothing is awaited. A kernel still starting gets it
  * before its first run (the helper holds requests until the kernel serves); the helper
- * supports it for python kernels and says on its stderr that others ignore it. */
+ * supports it for python and javascript kernels and says on its stderr that others ignore it. */
 void code_helper_update_environment(struct code_helper *helper, struct json_t *set,
                                     struct json_t *unset);
 

@@ -67,12 +67,31 @@ void event_stream_open(struct event_stream *stream, struct http_request *req, co
     event_stream_flush(stream);
 }
 
+void event_stream_open_lines(struct event_stream *stream, struct http_request *req, const char *id,
+                             const char *content_type, const char *ping_line)
+{
+    http_response_add_header(req, "Cache-Control", "no-cache");
+    http_response_add_header(req, "X-Accel-Buffering", "no");
+    http_stream_start(req, 200, content_type);
+    stream->req = req;
+    stream->frames = evbuffer_new();
+    stream->ping_line = ping_line;
+    stream->last_write_ms = cove_monotonic_ms();
+    snprintf(stream->id, sizeof(stream->id), "%s", id);
+}
+
 static void on_ping(evutil_socket_t fd, short what, void *arg)
 {
     struct event_stream *stream = arg;
     if (stream->req == NULL || stream->queued > 0 ||
         cove_monotonic_ms() - stream->last_write_ms < PING_INTERVAL_MS)
         return;
+    if (stream->ping_line != NULL) {
+        if (stream->frames != NULL)
+            evbuffer_add(stream->frames, stream->ping_line, strlen(stream->ping_line));
+        event_stream_flush(stream);
+        return;
+    }
     struct sse_event ping = {.type = "ping",
                              .text = "pong",
                              .text_len = 4,

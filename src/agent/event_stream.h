@@ -21,10 +21,15 @@ struct event_stream {
     struct event *ping_event;
     int64_t last_write_ms; /* monotonic */
     char id[37];           /* the init event's text, for log lines */
+    const char *ping_line; /* NULL: execd's ping event; else this line, as is */
 };
 
 /* Sends 200, the event-stream headers and init (whose text is id) to req. */
 void event_stream_open(struct event_stream *stream, struct http_request *req, const char *id);
+/* Sends 200 with content_type and no init event, for another protocol whose stream is lines
+ * (E2B's code interpreter); its pings are ping_line (with its newline). id is for log lines. */
+void event_stream_open_lines(struct event_stream *stream, struct http_request *req, const char *id,
+                             const char *content_type, const char *ping_line);
 /* A ping event every few seconds without other output, as execd. */
 void event_stream_start_pings(struct event_stream *stream, struct event_base *base);
 /* Queues one event (nothing once the stream is detached). */

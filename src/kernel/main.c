@@ -8,13 +8,16 @@
  *   agent -> helper  {"op":"execute","code":"..."}  run code (one execution at a time)
  *                    {"op":"interrupt"}             interrupt the execution under way
  *                    {"op":"env","set":{K:V},"unset":[K]}  change the kernel's environment
- *                                                   (a warm pool's claim): python only, by a
+ *                                                   (a warm pool's claim, a run's env_vars):
+ *                                                   python and javascript only, by a
  *                                                   silent execution the user never sees;
  *                                                   like every request, one sent while the
  *                                                   kernel starts waits until it serves
  *                    {"op":"shutdown"}, or EOF      stop the kernel and exit
- *   helper -> agent  the execd ServerStreamEvents of the execution under way (events.h), and
- *                    control lines, told apart by their "cove" member:
+ *   helper -> agent  the execd ServerStreamEvents of the execution under way (events.h; the
+ *                    result of execute_result, not of a display, with "is_main_result":true,
+ *                    which the agent takes off for execd), and control lines, told apart by
+ *                    their "cove" member:
  *                    {"cove":"ready","kernel":NAME,"language":L,"pid":PID}  the kernel answers
  *                                                   (a python one has run its warm-up too)
  *                    {"cove":"failed","status":400|500,"message":M}  it cannot start; exit follows
@@ -405,18 +408,27 @@ static void interrupt(struct helper *h)
     kill(-h->kernel_pid, SIGINT);
 }
 
-/* The claim of a warm-pool sandbox (the agent's pool.h): the user's variables in the running
- * kernel's os.environ, unset ones first, as the agent does to its own. A silent execution that
- * stores no history: no execution_count, no In/Out entry, and the code binds no name in the
- * user's namespace (a lambda's parameters and a comprehension's variables stay in them). The
- * payload goes in as a JSON text inside a Python string literal: JSON's string escapes are
- * Python's, and with UTF-8 left as it is (no ensure_ascii) no surrogate pair appears. Its
- * messages' parent is not h->msg_id, so what it publishes and replies is never taken for the
- * user's execution's; the kernel handles shell requests in order, so an execution sent after
- * it sees the new environment. */
+/* The claim of a warm-pool sandbox (the agent's pool.h), or a run's own variables (E2B's
+ * env_vars): the user's variables in the running kernel's environment (python's os.environ,
+ * javascript's process.env), unset ones first, as the agent does to its own. A silent execution
+ * that stores no history: no execution_count, no In/Out entry, and the code binds no name in
+ * the user's namespace (a lambda's parameters and a comprehension's variables stay in them).
+ * The payload goes in as a JSON text inside a string literal: JSON's string escapes are
+ * Python's and JavaScript's, and with UTF-8 left as it is (no ensure_ascii) no surrogate pair
+ * appears. Its messages' parent is not h->msg_id, so what it publishes and replies is never
+ * taken for the user's execution's; the kernel handles shell requests in order, so an execution
+ * sent after it sees the new environment. */
 static void update_environment(struct helper *h, json_t *request)
 {
-    if (strcasecmp(h->spec.language, "python") != 0) {
+    static const char python[] = "(lambda e, d: [e.pop(k, None) for k in d['unset']] + "
+                                 "[e.update(d['set'])] and None)(__import__('os').environ, "
+                                 "__import__('json').loads(";
+    static const char javascript[] = "((e, d) => { for (const k of d.unset) delete e[k]; "
+                                     "Object.assign(e, d.set); })(process.env, JSON.parse(";
+    const char *before = strcasecmp(h->spec.language, "python") == 0       ? python
+                         : strcasecmp(h->spec.language, "javascript") == 0 ? javascript
+                                                                           : NULL;
+    if (before == NULL) {
         fprintf(stderr,
                 "cove-kernel: environment updates are not supported for %s kernels: ignored\n",
                 h->spec.language);
@@ -430,10 +442,7 @@ static void update_environment(struct helper *h, json_t *request)
     char *text = payload != NULL ? json_dumps(payload, JSON_COMPACT) : NULL;
     json_t *text_json = text != NULL ? json_string(text) : NULL;
     char *literal = text_json != NULL ? json_dumps(text_json, JSON_ENCODE_ANY) : NULL;
-    static const char before[] = "(lambda e, d: [e.pop(k, None) for k in d['unset']] + "
-                                 "[e.update(d['set'])] and None)(__import__('os').environ, "
-                                 "__import__('json').loads(";
-    size_t size = literal != NULL ? sizeof(before) + strlen(literal) + 2 : 0;
+    size_t size = literal != NULL ? strlen(before) + strlen(literal) + 3 : 0;
     char *code = size > 0 ? malloc(size) : NULL;
     if (code == NULL) {
         fprintf(stderr, "cove-kernel: out of memory for an environment update: ignored\n");
@@ -546,7 +555,14 @@ static void handle_iopub(struct helper *h, struct wire_message *msg)
         fprintf(stderr, "cove-kernel: out of memory for an event\n");
     size_t i;
     json_t *event;
-    json_array_foreach(events, i, event) emit(h, json_incref(event));
+    bool main_result = strcmp(msg->msg_type, "execute_result") == 0;
+    json_array_foreach(events, i, event)
+    {
+        /* For the agent: E2B tells the execution's own result from displays. */
+        if (main_result)
+            json_object_set_new(event, "is_main_result", json_true());
+        emit(h, json_incref(event));
+    }
     json_decref(events);
     if (strcmp(msg->msg_type, "execute_input") == 0) {
         h->input_seen = true;
