@@ -131,7 +131,7 @@ def test_other_ports_are_the_sandboxs_server(d, sb, form):
         assert "x-access-token" not in echo["headers"]
 
 
-def test_credentials_never_reach_the_agent_or_the_app(d, sb):
+def test_e2b_credentials_are_taken_off_on_e2b_routes_only(d, sb):
     sid = sb["sandboxID"]
     status, echo = by_headers(d, sid, APP, "/", headers={"X-API-Key": A})
     assert status == 200 and "x-api-key" not in echo["headers"], echo
@@ -273,6 +273,38 @@ def test_a_streamed_answer_is_not_held_back(d, sb, form):
             assert chunk, got
             got += chunk
         assert b'{"part": 2}' in got
+    finally:
+        s.close()
+
+
+def test_the_agents_stream_on_envds_port_is_not_held_back(d, sb):
+    """The agent's own streamed answer (a command's output, as envd's Connect streams will
+    be) through envd's port: the command prints its second line only once the first has
+    reached the client."""
+    sid = sb["sandboxID"]
+    d.sh(sid, "rm -f /tmp/agent-gate")
+    # printf builds the markers, so the command's own text does not hold them
+    command = ("printf 'fi%sst\\n' r; while [ ! -e /tmp/agent-gate ]; do sleep 0.02; done; "
+               "printf 'sec%snd\\n' o")
+    body = json.dumps({"command": command}).encode()
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    try:
+        s.sendall((f"POST /e2b/sandbox/command HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   f"E2b-Sandbox-Id: {sid}\r\nE2b-Sandbox-Port: {ENVD}\r\n"
+                   f"X-Access-Token: {sb['envdAccessToken']}\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                   f"\r\n").encode() + body)
+        got = b""
+        while b"first" not in got:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200") and b"second" not in got, got
+        d.sh(sid, "touch /tmp/agent-gate")
+        while b"second" not in got:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
     finally:
         s.close()
 

@@ -3,11 +3,13 @@
  *   /route/{id}/{port}/{expires_b36}/{sig}/{path}  (signed route, no key)
  *   Host: {port}-{id}.{domain}                     (API key or access token)
  *   Host: {id}-{port}-{expires_b36}-{sig}.{domain} (signed route)
+ *   /e2b/sandbox/{path}, E2b-Sandbox-Id, E2b-Sandbox-Port (E2B's SDKs: e2b_route.h)
  * and the host forms under .localhost the same, with or without a domain. A browser that
  * opens a signed route (a navigation: Sec-Fetch-Mode, or a GET for HTML) is redirected to the
  * host form with a cookie for it (signed_route_redirect, gateway_hand_over), which then lets
  * the app's own requests through; other clients use signed routes as they are.
- * Port 44772 is the agent, reached on its unix socket.
+ * Port 44772 is the agent, reached on its unix socket; so are E2B's envd (49983) and code
+ * interpreter (49999, under /ci), by every form, with E2B's credentials and error shape.
  *
  * It never allocates an address or a host port: a socket for a TCP port is created inside the
  * sandbox's network namespace (setns there and back), so only the sandbox's loopback is
@@ -239,7 +241,9 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
     } else if (sandbox_check(sb, SANDBOX_ACTION_REACH, err) < 0) {
         /* err is set: paused, or not running and why */
     }
-    if (*err != NULL && e2b && sb != NULL && sb->state >= SANDBOX_STOPPING)
+    if (*err != NULL && e2b && sb != NULL &&
+        (sb->state == SANDBOX_STOPPING || sb->state == SANDBOX_TERMINATED ||
+         sb->state == SANDBOX_FAILED))
         e2b_not_found(&r, err); /* being torn down, or ended: gone, for E2B */
     if (*err != NULL)
         return TUNNEL_REFUSE;
