@@ -17,6 +17,7 @@ from covetest import Coved, serve
 HERE = os.path.dirname(os.path.abspath(__file__))
 A, B = "key-a", "key-b"
 ENVD, CI, APP = 49983, 49999, 8000
+SANITIZED = os.environ.get("COVE_SANITIZED") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -242,8 +243,9 @@ def test_a_64_mb_upload_streams_through(d, sb, form):
     resp = conn.getresponse()
     echo = json.loads(resp.read())
     assert resp.status == 200 and echo["body_size"] == size and echo["body_sha256"] == expected
-    # relayed as it came: coved never held the body
-    assert vm_hwm_kb(d.proc.pid) - before < size // 1024 // 2
+    # relayed as it came: coved never held the body (a sanitized coved keeps what it freed in
+    # ASan's quarantine, so its peak says nothing)
+    assert vm_hwm_kb(d.proc.pid) - before < size // 1024 // 2 or SANITIZED
 
 
 @pytest.mark.parametrize("form", ["headers", "host"])
