@@ -107,6 +107,15 @@ def test_envd_port_is_the_agent(d, sb, form):
     assert status == 404 and body["code"] == "NOT_FOUND", body  # the agent's own 404
 
 
+def test_the_gateways_path_form_reaches_the_same_places(d, sb):
+    sid = sb["sandboxID"]
+    conn = connect(d)
+    assert answer(conn, "GET", f"/sandboxes/{sid}/proxy/{ENVD}/ping", token(sb)) == (200, None)
+    status, body = answer(conn, "GET", f"/sandboxes/{sid}/proxy/{CI}/ping", token(sb))
+    assert status == 404 and body["code"] == "NOT_FOUND", body  # the agent's, under /ci
+    assert_e2b_error(*answer(conn, "GET", f"/sandboxes/{sid}/proxy/{ENVD}/ping", {}), 401)
+
+
 @pytest.mark.parametrize("form", FORMS, ids=["headers", "host"])
 def test_code_interpreter_port_is_the_agent_under_ci(d, sb, form):
     """/ping exists at the agent's root (200 on envd's port), so a 404 from the agent on the
