@@ -238,12 +238,9 @@ const char *http_status_reason(int status)
  * not echo a client's whole input. */
 #define ERROR_MESSAGE_MAX 512
 
-size_t http_error_body(char *out, size_t size, const char *code, const char *message)
+/* Writes body (stolen) into out. */
+static size_t error_body_dump(char *out, size_t size, json_t *body)
 {
-    char clean_code[64], clean_message[ERROR_MESSAGE_MAX];
-    utf8_sanitize(code ? code : "COVE::INTERNAL", clean_code, sizeof(clean_code));
-    utf8_sanitize(message ? message : "", clean_message, sizeof(clean_message));
-    json_t *body = json_pack("{s:s, s:s}", "code", clean_code, "message", clean_message);
     /* JSON escaping at most sextuples a byte, so this fits unless out of memory. */
     size_t n = body ? json_dumpb(body, out, size - 1, JSON_COMPACT) : 0;
     json_decref(body);
@@ -255,6 +252,23 @@ size_t http_error_body(char *out, size_t size, const char *code, const char *mes
     }
     out[n] = '\0';
     return n;
+}
+
+size_t http_error_body(char *out, size_t size, const char *code, const char *message)
+{
+    char clean_code[64], clean_message[ERROR_MESSAGE_MAX];
+    utf8_sanitize(code ? code : "COVE::INTERNAL", clean_code, sizeof(clean_code));
+    utf8_sanitize(message ? message : "", clean_message, sizeof(clean_message));
+    return error_body_dump(out, size,
+                           json_pack("{s:s, s:s}", "code", clean_code, "message", clean_message));
+}
+
+size_t http_error_body_status(char *out, size_t size, int status, const char *message)
+{
+    char clean_message[ERROR_MESSAGE_MAX];
+    utf8_sanitize(message ? message : "", clean_message, sizeof(clean_message));
+    return error_body_dump(out, size,
+                           json_pack("{s:i, s:s}", "code", status, "message", clean_message));
 }
 
 void http_respond_error(struct http_request *req, int status, const char *code, const char *message)

@@ -140,6 +140,8 @@ const char *http_status_reason(int status);
  * terminated string into out and returns its length. */
 #define HTTP_ERROR_BODY_MAX 4096
 size_t http_error_body(char *out, size_t size, const char *code, const char *message);
+/* The same in E2B's shape, {"code": status, "message"} (the gateway's E2B routes). */
+size_t http_error_body_status(char *out, size_t size, int status, const char *message);
 /* A whole JSON error response with that body. */
 void http_respond_error(struct http_request *req, int status, const char *code,
                         const char *message);

@@ -1,12 +1,14 @@
 /* The gateway's route matching (src/coved/gateway/route_token.c): which sandbox and port a
  * request names, by path or by Host, from any client that reaches coved, and the check of
- * a signed route's signature. The input is the Host header, a newline, then the request
- * target. */
+ * a signed route's signature; and E2B's headers form (e2b_route.c). The input is the Host
+ * header, a newline, then the request target; for E2B's form the Host line is read as
+ * "{E2b-Sandbox-Id}:{E2b-Sandbox-Port}". */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "coved/gateway/e2b_route.h"
 #include "coved/gateway/route_token.h"
 #include "fuzz_input.h"
 
@@ -64,6 +66,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (route_match_path(target, &r)) {
         check(&r, target, false);
         verify(&r);
+    }
+    if (e2b_route_is_path(target)) {
+        char *port = strchr(text, ':');
+        if (port != NULL && port < target)
+            *port++ = '\0';
+        else
+            port = NULL;
+        struct cove_error *err = NULL;
+        if (e2b_route_match_headers(target, text, port, &r, &err) == 0) {
+            check(&r, target, false);
+            if (r.port < 1 || strlen(r.id) == 0 || err != NULL)
+                __builtin_trap();
+            char path[64];
+            if (e2b_route_agent_path(r.port, r.rest, path, sizeof(path)) &&
+                (path[0] != '/' || strlen(path) >= sizeof(path)))
+                __builtin_trap(); /* the agent's path is a path, and fits */
+        } else if (err == NULL || err->http_status != 400) {
+            __builtin_trap();
+        }
+        cove_error_free(err);
     }
     free(text);
     return 0;

@@ -119,10 +119,11 @@ static int64_t timeout_max(const struct api *api)
 static json_t *sandbox_json(struct api *api, const struct sandbox *sb)
 {
     const char *domain = api->config.domain && api->config.domain[0] ? api->config.domain : NULL;
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:n, s:s*}", "templateID", sb->template_name,
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s*}", "templateID", sb->template_name,
                      "alias", sb->template_name, "sandboxID", sb->id, "clientID", E2B_CLIENT_ID,
                      "envdVersion", E2B_ENVD_VERSION, "envdAccessToken",
-                     api_e2b_envd_access_token(sb), "trafficAccessToken", "domain", domain);
+                     api_e2b_envd_access_token(sb), "trafficAccessToken",
+                     api_e2b_envd_access_token(sb), "domain", domain);
 }
 
 /* ListedSandbox, and with detail SandboxDetail (getSandbox). */

@@ -3,11 +3,13 @@
  *   /route/{id}/{port}/{expires_b36}/{sig}/{path}  (signed route, no key)
  *   Host: {port}-{id}.{domain}                     (API key or access token)
  *   Host: {id}-{port}-{expires_b36}-{sig}.{domain} (signed route)
+ *   /e2b/sandbox/{path}, E2b-Sandbox-Id, E2b-Sandbox-Port (E2B's SDKs: e2b_route.h)
  * and the host forms under .localhost the same, with or without a domain. A browser that
  * opens a signed route (a navigation: Sec-Fetch-Mode, or a GET for HTML) is redirected to the
  * host form with a cookie for it (signed_route_redirect, gateway_hand_over), which then lets
  * the app's own requests through; other clients use signed routes as they are.
- * Port 44772 is the agent, reached on its unix socket.
+ * Port 44772 is the agent, reached on its unix socket; so are E2B's envd (49983) and code
+ * interpreter (49999, under /ci), by every form, with E2B's credentials and error shape.
  *
  * It never allocates an address or a host port: a socket for a TCP port is created inside the
  * sandbox's network namespace (setns there and back), so only the sandbox's loopback is
@@ -28,6 +30,7 @@
 
 #include "coved/api/api.h"
 #include "coved/egress/ports.h"
+#include "coved/gateway/e2b_route.h"
 #include "coved/gateway/route_token.h"
 #include "coved/gateway/tunnel.h"
 #include "coved/gateway/upstream.h"
@@ -37,7 +40,10 @@
 
 /* Credentials for coved never reach the sandbox. */
 static const char *const private_headers[] = {"OPEN-SANDBOX-API-KEY", GATEWAY_TOKEN_HEADER,
-                                              GATEWAY_TOKEN_HEADER_LEGACY, NULL};
+                                              GATEWAY_TOKEN_HEADER_LEGACY, E2B_TRAFFIC_TOKEN_HEADER,
+                                              NULL};
+/* Nor do E2B's, on its routes (elsewhere they may be the sandbox's own app's headers). */
+static const char *const e2b_private_headers[] = {E2B_ENVD_TOKEN_HEADER, E2B_API_KEY_HEADER, NULL};
 
 struct gateway {
     struct api *api;
@@ -137,6 +143,57 @@ static enum tunnel_verdict gateway_hand_over(struct gateway *gw, struct tunnel *
     return TUNNEL_REDIRECT;
 }
 
+/* The sandbox's access token as a request carries it: the gateway's headers, and E2B's
+ * trafficAccessToken (the same token, which the code interpreter SDK sends too). */
+static const char *route_token(const struct tunnel *t)
+{
+    const char *token = tunnel_request_header(t, GATEWAY_TOKEN_HEADER);
+    if (token == NULL)
+        token = tunnel_request_header(t, GATEWAY_TOKEN_HEADER_LEGACY);
+    if (token == NULL)
+        token = tunnel_request_header(t, E2B_TRAFFIC_TOKEN_HEADER);
+    return token;
+}
+
+/* E2B's answer for a sandbox that is not there (or not the caller's, or being torn down):
+ * a 502, which the SDKs read as a sandbox that is gone. */
+static void e2b_not_found(const struct route *r, struct cove_error **err)
+{
+    cove_error_free(*err);
+    *err = NULL;
+    cove_error_set(err, 0, 502, "SANDBOX::NOT_FOUND", "The sandbox %s was not found", r->id);
+}
+
+/* Who may use an E2B route (the headers form, or envd's or the code interpreter's port):
+ * envd's X-Access-Token (the sandbox's envdAccessToken), its trafficAccessToken copy or the
+ * gateway's token header, or the owner's API key (X-API-Key, as for E2B's control plane, or
+ * OPEN-SANDBOX-API-KEY), or a signed route. A caller with none of them learns nothing; one
+ * that names a sandbox that is not there gets E2B's 502. */
+static struct sandbox *e2b_authorize(struct gateway *gw, struct tunnel *t, const struct route *r,
+                                     struct cove_error **err)
+{
+    struct api *api = gw->api;
+    const char *key = tunnel_request_header(t, "OPEN-SANDBOX-API-KEY");
+    if (key == NULL)
+        key = tunnel_request_header(t, E2B_API_KEY_HEADER);
+    const char *token = tunnel_request_header(t, E2B_ENVD_TOKEN_HEADER);
+    if (token == NULL)
+        token = route_token(t);
+    if (key == NULL && token == NULL && !r->signed_route && !api->config.insecure) {
+        cove_error_set(err, 0, 401, "GATEWAY::MISSING_TOKEN",
+                       "missing " E2B_ENVD_TOKEN_HEADER
+                       " (the sandbox's envdAccessToken) or " E2B_API_KEY_HEADER);
+        return NULL;
+    }
+    struct sandbox *sb = api_authorize_route(api, r, key, token, NULL, tunnel_client_fd(t), err);
+    if (sb == NULL && (*err)->http_status == 404)
+        e2b_not_found(r, err); /* not there, or another owner's */
+    else if (sb == NULL && token != NULL && key == NULL &&
+             sandbox_find_any(api->sandboxes, r->id) == NULL)
+        e2b_not_found(r, err); /* not a wrong token: no sandbox of that id */
+    return sb;
+}
+
 static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tunnel_target *target,
                                          struct cove_error **err)
 {
@@ -145,22 +202,35 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
     const char *target_text = tunnel_request_target(t);
     struct route r;
     struct sandbox *sb = NULL;
+    bool by_headers = false; /* E2B's headers form */
     bool routed =
-        route_match_host(api->config.domain, tunnel_request_header(t, "Host"), target_text, &r) ||
-        route_match_path(target_text, &r);
+        route_match_host(api->config.domain, tunnel_request_header(t, "Host"), target_text, &r);
+    if (!routed && e2b_route_is_path(target_text)) {
+        target->status_code_errors = true;
+        if (e2b_route_match_headers(target_text, tunnel_request_header(t, E2B_SANDBOX_ID_HEADER),
+                                    tunnel_request_header(t, E2B_SANDBOX_PORT_HEADER), &r, err) < 0)
+            return TUNNEL_REFUSE;
+        routed = by_headers = true;
+    }
+    routed = routed || route_match_path(target_text, &r);
     if (!routed)
         return TUNNEL_HAND_BACK;
+    /* E2B's routes: its credentials, its errors, and envd and the code interpreter in the agent
+     * by every form (those ports are E2B's in every sandbox, as in E2B's own). */
+    bool e2b = by_headers || e2b_route_is_agent_port(r.port);
+    target->status_code_errors = e2b;
     char handed[ROUTE_COOKIE_SIZE];
     if (r.by_host && !r.signed_route && r.port > 0 &&
         route_take_query_param(target_text, GATEWAY_COOKIE_NAME, handed, sizeof(handed),
                                target->path, sizeof(target->path)))
         return gateway_hand_over(gw, t, &r, handed, target->path, target, err);
-    const char *token = tunnel_request_header(t, GATEWAY_TOKEN_HEADER);
-    if (token == NULL)
-        token = tunnel_request_header(t, GATEWAY_TOKEN_HEADER_LEGACY);
-    if ((sb = api_authorize_route(api, &r, tunnel_request_header(t, "OPEN-SANDBOX-API-KEY"), token,
-                                  tunnel_request_header(t, "Cookie"), tunnel_client_fd(t), err)) ==
-        NULL) {
+    if (e2b)
+        sb = e2b_authorize(gw, t, &r, err);
+    else
+        sb = api_authorize_route(api, &r, tunnel_request_header(t, "OPEN-SANDBOX-API-KEY"),
+                                 route_token(t), tunnel_request_header(t, "Cookie"),
+                                 tunnel_client_fd(t), err);
+    if (sb == NULL) {
         /* err is set */
     } else if (r.port < 0) {
         cove_error_set(err, 0, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
@@ -171,6 +241,10 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
     } else if (sandbox_check(sb, SANDBOX_ACTION_REACH, err) < 0) {
         /* err is set: paused, or not running and why */
     }
+    if (*err != NULL && e2b && sb != NULL &&
+        (sb->state == SANDBOX_STOPPING || sb->state == SANDBOX_TERMINATED ||
+         sb->state == SANDBOX_FAILED))
+        e2b_not_found(&r, err); /* being torn down, or ended: gone, for E2B */
     if (*err != NULL)
         return TUNNEL_REFUSE;
     /* A browser that opened a signed route goes on with a cookie on the host form, where the
@@ -182,6 +256,18 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
     target->location[0] = '\0';
     snprintf(target->prefix, sizeof(target->prefix), "%.*s", (int)(r.rest - target_text),
              target_text);
+    if (e2b && e2b_route_is_agent_port(r.port)) {
+        if (!e2b_route_agent_path(r.port, r.rest, target->path, sizeof(target->path))) {
+            cove_error_set(err, 0, 414, "HTTP::URI_TOO_LONG", "the request target is too long");
+            return TUNNEL_REFUSE;
+        }
+        upstream_name(target->upstream, sizeof(target->upstream), sb->id, RUNTIME_AGENT_PORT);
+        target->private_headers = e2b_private_headers;
+        sandbox_touch(api->sandboxes, sb);
+        return TUNNEL_FORWARD;
+    }
+    if (by_headers)
+        target->private_headers = e2b_private_headers;
     char session[ISOLATED_ID_SIZE];
     bool run = false;
     bool isolated = r.port == RUNTIME_AGENT_PORT && api->isolated != NULL &&
@@ -274,7 +360,7 @@ bool gateway_handle(struct gateway *gw, struct http_request *req)
     struct route r;
     const char *domain = gw->api->config.domain;
     if (!route_match_host(domain, http_request_header(req, "Host"), http_request_target(req), &r) &&
-        !route_match_path(http_request_path(req), &r))
+        !e2b_route_is_path(http_request_path(req)) && !route_match_path(http_request_path(req), &r))
         return false;
     struct tunnel *t = tunnel_new(gw->tunnels);
     if (t == NULL) {

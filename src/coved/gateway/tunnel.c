@@ -176,9 +176,12 @@ static bool dropped(const char *name, const char *const *list, size_t n)
     return false;
 }
 
-static bool private_header(const struct tunnel_set *set, const char *name)
+static bool private_header(const struct tunnel *t, const char *name)
 {
-    for (const char *const *p = set->ops.private_headers; p && *p; p++)
+    for (const char *const *p = t->set->ops.private_headers; p && *p; p++)
+        if (strcasecmp(name, *p) == 0)
+            return true;
+    for (const char *const *p = t->target.private_headers; p && *p; p++)
         if (strcasecmp(name, *p) == 0)
             return true;
     return false;
@@ -321,7 +324,9 @@ static void tunnel_timer_turn(evutil_socket_t fd, short what, void *arg)
 static void respond_error(struct tunnel *t, int status, const char *code, const char *message)
 {
     char body[HTTP_ERROR_BODY_MAX];
-    size_t len = http_error_body(body, sizeof(body), code, message);
+    size_t len = t->target.status_code_errors
+                     ? http_error_body_status(body, sizeof(body), status, message)
+                     : http_error_body(body, sizeof(body), code, message);
     evbuffer_add_printf(bufferevent_get_output(t->client),
                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
                         "Content-Length: %zu\r\nConnection: %s\r\n\r\n%s",
@@ -378,7 +383,7 @@ static void write_request_head(struct tunnel *t, const char *rest)
         const struct http_header *h = &t->request.headers[i];
         if (dropped(h->name, dropped_request_headers,
                     sizeof(dropped_request_headers) / sizeof(dropped_request_headers[0])) ||
-            private_header(t->set, h->name))
+            private_header(t, h->name))
             continue;
         if (strcasecmp(h->name, "Cookie") == 0 && t->set->ops.private_cookie)
             write_cookie_header(t, out, h->value);

@@ -32,6 +32,12 @@ struct tunnel_target {
     /* TUNNEL_REDIRECT: where to, and a Set-Cookie value to send with it ("" for none) */
     char location[8448];
     char set_cookie[256];
+    /* Request headers not sent upstream for this request (NULL-terminated, NULL for none),
+     * beside the owner's private_headers: credentials that only some routes take. */
+    const char *const *private_headers;
+    /* The tunnel's own answers to this request as {"code": <status>, "message"} (E2B's
+     * shape) instead of {"code": "<name>", "message"}. */
+    bool status_code_errors;
 };
 
 enum tunnel_verdict {

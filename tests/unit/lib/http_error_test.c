@@ -62,6 +62,17 @@ int main(void)
     size_t n = http_error_body(tiny, sizeof(tiny), "CODE", "message");
     CHECK(n == strlen(tiny) && n < sizeof(tiny));
 
+    /* E2B's shape: the status as a number, the message as cleanly as Cove's. */
+    char e2b[HTTP_ERROR_BODY_MAX];
+    size_t e2b_len = http_error_body_status(e2b, sizeof(e2b), 502, "sandbox \xff gone");
+    CHECK(e2b_len == strlen(e2b));
+    j = json_loads(e2b, 0, NULL);
+    CHECK(j != NULL && json_object_size(j) == 2);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "code")), 502);
+    CHECK(j && strcmp(json_string_value(json_object_get(j, "message")),
+                      "sandbox \xef\xbf\xbd gone") == 0);
+    json_decref(j);
+
     char clean[8];
     CHECK_EQ_INT(utf8_sanitize("ab\xff", clean, sizeof(clean)), 5);
     CHECK_EQ_INT(utf8_sanitize("abcdefgh", clean, sizeof(clean)), 7);
