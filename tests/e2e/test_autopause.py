@@ -231,7 +231,7 @@ def test_open_gateway_connection_is_activity(d):
     try:
         # A command that sleeps streams nothing and uses no CPU: its open connection is what
         # keeps the sandbox awake until it is done.
-        r = d.exec(sid, "sleep 4; echo done")
+        r = d.exec(sid, "sleep 4; echo done", http_timeout=30)
         assert r.exit_code == 0 and r.stdout == "done\n", r.events
         wait_state(d, sid, "Paused")
     finally:
