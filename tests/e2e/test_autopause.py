@@ -39,6 +39,13 @@ def e2b_create(d, **fields):
     return sb["sandboxID"]
 
 
+def set_timeout(d, sid, seconds):
+    """E2B's setSandboxTimeout: the sandbox times out seconds from now (and a resume out of
+    its retention sets that timeout again)."""
+    status, body, _ = e2b(d, "POST", f"/sandboxes/{sid}/timeout", {"timeout": seconds})
+    assert status == 204, body
+
+
 def wait_for(what, probe):
     """Polls probe() until it returns something true (returned), for at most WAIT_S."""
     deadline = time.monotonic() + WAIT_S
@@ -80,12 +87,13 @@ def d():
 
 
 def test_e2b_autopause_keeps_memory_and_connect_resumes(d):
-    sid = e2b_create(d, timeout=1, autoPause=True)
+    sid = e2b_create(d, timeout=60, autoPause=True)
     try:
         status, info, _ = e2b(d, "GET", f"/sandboxes/{sid}")
         assert status == 200 and info["lifecycle"] == {"onTimeout": "pause",
                                                        "autoResume": False}, info
         pid = start_sleeper(d, sid)
+        set_timeout(d, sid, 1)
         # Not gone at its timeout: paused, and listed as such through both APIs.
         wait_for("paused (E2B)", lambda: e2b(d, "GET", f"/sandboxes/{sid}")[1]["state"] ==
                  "paused")
@@ -108,24 +116,31 @@ def test_e2b_autopause_keeps_memory_and_connect_resumes(d):
         assert status == 201 and sb["sandboxID"] == sid, sb
         assert state_of(d, sid) == "Running"
         assert_memory_kept(d, sid, pid)
-        # Out of its retention: its timeout again, from the resume.
-        assert parse(d.get(sid)["expiresAt"]) < time.time() + 400
+        # Out of its retention: its timeout again (extended by connect's), from the resume.
+        assert time.time() + 200 < parse(d.get(sid)["expiresAt"]) < time.time() + 400
     finally:
         d.delete(sid)
 
 
 def test_e2b_lifecycle_object_and_auto_resume(d):
-    sid = e2b_create(d, timeout=1, lifecycle={"onTimeout": "pause", "autoResume": True})
+    sid = e2b_create(d, timeout=60, lifecycle={"onTimeout": "pause", "autoResume": True})
     try:
         status, info, _ = e2b(d, "GET", f"/sandboxes/{sid}")
         assert info["lifecycle"] == {"onTimeout": "pause", "autoResume": True}, info
         pid = start_sleeper(d, sid)
+        set_timeout(d, sid, 1)
         wait_state(d, sid, "Paused")
+        # A timeout set while it is paused is the one its resume sets; its retention stays.
+        retention_end = d.get(sid)["expiresAt"]
+        set_timeout(d, sid, 300)
+        body = d.get(sid)
+        assert body["status"]["state"] == "Paused" and body["expiresAt"] == retention_end, body
         # An exec through the gateway resumes it and runs.
         assert_memory_kept(d, sid, pid)
         body = d.get(sid)
         assert body["status"]["state"] == "Running" and body["status"]["reason"] == \
             "auto_resume", body
+        assert time.time() + 200 < parse(body["expiresAt"]) < time.time() + 301, body
     finally:
         d.delete(sid)
 
@@ -240,7 +255,8 @@ def test_open_gateway_connection_is_activity(d):
 
 def test_retention_deletes_a_paused_sandbox():
     with serve("--paused-retention", "1", api_keys=(KEY,)) as d:
-        sid = e2b_create(d, timeout=1, autoPause=True)
+        sid = e2b_create(d, timeout=60, autoPause=True)
+        set_timeout(d, sid, 1)
         wait_for("paused", lambda: e2b(d, "GET", f"/sandboxes/{sid}")[1].get("state") ==
                  "paused")
         status, body, _ = wait_for("deleted", lambda: (r := d.request(
@@ -253,8 +269,9 @@ def test_retention_deletes_a_paused_sandbox():
 
 def test_restart_keeps_it_paused_and_its_deadline():
     with serve("--paused-retention", "3600", api_keys=(KEY,)) as d:
-        sid = e2b_create(d, timeout=1, autoPause=True, autoResume={"enabled": True})
+        sid = e2b_create(d, timeout=60, autoPause=True, autoResume={"enabled": True})
         pid = start_sleeper(d, sid)
+        set_timeout(d, sid, 1)
         before = wait_state(d, sid, "Paused")
         d.kill()
         # Another retention now: the deadline was set when it paused, and stays.
@@ -265,6 +282,7 @@ def test_restart_keeps_it_paused_and_its_deadline():
         assert after["expiresAt"] == before["expiresAt"], (before, after)
         status, info, _ = e2b(d, "GET", f"/sandboxes/{sid}")
         assert info["lifecycle"] == {"onTimeout": "pause", "autoResume": True}, info
+        set_timeout(d, sid, 300)  # not paused again under the exec below
         assert_memory_kept(d, sid, pid)  # auto-resumed by the exec, after the restart too
         d.delete(sid)
         assert sandbox_leftovers(d, sid) == []

@@ -1224,9 +1224,14 @@ int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expir
 int sandbox_set_timeout(struct sandbox_manager *mgr, struct sandbox *sb, int64_t timeout_s,
                         struct cove_error **err)
 {
+    if (sandbox_check(sb, SANDBOX_ACTION_RENEW, err) < 0)
+        return -1;
     int64_t old = sb->timeout_s;
     sb->timeout_s = timeout_s;
-    if (sandbox_renew(mgr, sb, sandbox_now_ms() + timeout_s * 1000, err) < 0) {
+    /* Paused past its timeout: the retention stays, the timeout is its resume's. */
+    int rc = sb->retained ? save_record(mgr, sb, err)
+                          : sandbox_renew(mgr, sb, sandbox_now_ms() + timeout_s * 1000, err);
+    if (rc < 0) {
         sb->timeout_s = old;
         return -1;
     }

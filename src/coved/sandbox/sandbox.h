@@ -280,7 +280,8 @@ int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t
 int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expires_ms,
                   struct cove_error **err);
 /* Sets its timeout from now (E2B's setSandboxTimeout): the expiry now + timeout_s, and the
- * timeout a resume out of its retention starts again (sandbox_resume). */
+ * timeout a resume out of its retention starts again (sandbox_resume); a retained one keeps
+ * its retention's expiry and gets the timeout when it is resumed. */
 int sandbox_set_timeout(struct sandbox_manager *mgr, struct sandbox *sb, int64_t timeout_s,
                         struct cove_error **err);
 /* Gateway traffic reached the sandbox: renew-on-access pushes its expiry forward, and it is
