@@ -6,12 +6,12 @@ pauses a sandbox nobody and nothing uses, and not one whose processes work. Ever
 bounded poll for what a client sees."""
 
 import datetime
-import os
+import subprocess
 import time
 
 import pytest
 
-from covetest import ApiError, sandbox_leftovers, serve
+from covetest import COVED, ApiError, sandbox_leftovers, serve
 
 KEY = "test-key"
 WAIT_S = 60  # the most any state change below may take; they take about a second
@@ -286,3 +286,11 @@ def test_restart_keeps_it_paused_and_its_deadline():
         assert_memory_kept(d, sid, pid)  # auto-resumed by the exec, after the restart too
         d.delete(sid)
         assert sandbox_leftovers(d, sid) == []
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "", "31536001"])
+def test_bad_paused_retention_refuses_to_start(tmp_path, value):
+    r = subprocess.run([COVED, "--paused-retention", value, "--api-key", KEY, "--state-dir",
+                        str(tmp_path / "s"), "--listen", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "paused_retention_seconds" in r.stderr, r.stderr
