@@ -192,6 +192,11 @@ static const char usage[] =
     "      how long a deleted or expired sandbox is remembered, so that a get answers\n"
     "      when and why it ended (still a 404) and state=Terminated lists it; at most\n"
     "      10000 are kept, in memory (default 3600; 0: not at all)\n"
+    "  --paused-retention SECONDS       paused_retention_seconds\n"
+    "                                   COVE_PAUSED_RETENTION\n"
+    "      how long a sandbox paused at its timeout (E2B's autoPause, extensions\n"
+    "      {\"onTimeout\": \"pause\"}) is kept before it is deleted (default 604800,\n"
+    "      7 days; 0: until deleted)\n"
     "  -h, --help             this text\n"
     "\n"
     "Route keys (the keys that sign ?expires= routes, in STATE_DIR/route_keys; a running\n"
@@ -409,6 +414,13 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
                                   "%s: ended_retention_seconds must be seconds from 0 to 2592000",
                                   from);
         cfg->ended_retention_s = v;
+    } else if (strcmp(key, "paused_retention_seconds") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 0 || v > 365LL * 86400)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: paused_retention_seconds must be seconds from 0 to 31536000",
+                                  from);
+        cfg->paused_retention_s = v;
     } else if (strcmp(key, "mcp_command") == 0) {
         snprintf(cfg->mcp_command, sizeof(cfg->mcp_command), "%s", value);
     } else if (strcmp(key, "egress_ca_bundle") == 0) {
@@ -571,6 +583,7 @@ enum {
     OPTION_INSECURE_REGISTRY,
     OPTION_IMAGE_STORE_MAX_BYTES,
     OPTION_IMAGE_REGISTRIES,
+    OPTION_PAUSED_RETENTION,
 };
 static const char *const admission_keys[] = {
     "quota_sandboxes", "quota_cpu",         "quota_memory",
@@ -623,6 +636,7 @@ static const struct {
     {"COVE_MCP_COMMAND", "mcp_command"},
     {"COVE_IMAGE_ALIASES", "image_aliases"},
     {"COVE_ENDED_RETENTION", "ended_retention_seconds"},
+    {"COVE_PAUSED_RETENTION", "paused_retention_seconds"},
     {"COVE_VOLUME_HOST_ROOTS", "volume_host_roots"},
     {"COVE_REGISTRY_AUTH_FILE", "registry_auth_file"},
     {"COVE_REGISTRY_MIRRORS", "registry_mirrors"},
@@ -668,6 +682,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     default_path_near_coved("cove", "cli", cfg->mcp_command, sizeof(cfg->mcp_command));
     snprintf(cfg->image_aliases, sizeof(cfg->image_aliases), "%s", IMAGE_ALIASES_DEFAULT);
     cfg->ended_retention_s = SANDBOX_ENDED_RETENTION_S;
+    cfg->paused_retention_s = SANDBOX_PAUSED_RETENTION_S;
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
     cfg->max_template_bytes = DEFAULT_MAX_TEMPLATE_BYTES;
     cfg->health_interval_s = DEFAULT_HEALTH_INTERVAL_S;
@@ -720,6 +735,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"mcp-command", required_argument, NULL, 1104},
         {"image-aliases", required_argument, NULL, 1105},
         {"ended-retention", required_argument, NULL, 1106},
+        {"paused-retention", required_argument, NULL, OPTION_PAUSED_RETENTION},
         {"layer", required_argument, NULL, 1107},
         {"default-runtime", required_argument, NULL, 1108},
         {"oci-runtime", required_argument, NULL, 1109},
@@ -854,6 +870,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case 1106:
             key = "ended_retention_seconds";
+            break;
+        case OPTION_PAUSED_RETENTION:
+            key = "paused_retention_seconds";
             break;
         case 1107:
             key = "layer";

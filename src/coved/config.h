@@ -56,6 +56,7 @@ struct coved_config {
     char mcp_command[PATH_MAX]; /* the `cove` binary coved runs for /mcp; "none": no /mcp */
     char image_aliases[4096];   /* image_alias.h's IMAGE=TEMPLATE,... */
     int64_t ended_retention_s;  /* how long ended sandboxes are remembered (0: not) */
+    int64_t paused_retention_s; /* how long one paused at its timeout is kept (0: forever) */
     /* Volumes (sandbox/volume.h): host directories under which `host` volumes may be bound
      * (none: host volumes are refused), and the size of a named volume made without
      * `storage`. */

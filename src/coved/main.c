@@ -277,6 +277,7 @@ int main(int argc, char **argv)
         goto out;
     sandbox_manager_set_egress(sandboxes, egress, default_policy);
     sandbox_manager_set_retention(sandboxes, o.ended_retention_s, SANDBOX_ENDED_MAX);
+    sandbox_manager_set_paused_retention(sandboxes, o.paused_retention_s);
     if (template_registry_set_aliases(templates, o.image_aliases, &err) < 0 ||
         open_images(base, &o, templates, sandboxes, &images, &err) < 0)
         goto out;

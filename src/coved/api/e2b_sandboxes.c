@@ -152,10 +152,11 @@ static json_t *sandbox_listed_json(struct api *api, const struct sandbox *sb, bo
             api->config.domain && api->config.domain[0] ? api->config.domain : NULL;
         json_object_set_new(j, "envdAccessToken", json_string(api_e2b_envd_access_token(sb)));
         json_object_set_new(j, "domain", domain ? json_string(domain) : json_null());
-        /* A timeout kills: Cove has no pause on timeout (yet). */
+        /* As created (autoPause, autoResume), or every sandbox resumed on access by coved. */
         json_object_set_new(j, "lifecycle",
-                            json_pack("{s:b, s:s}", "autoResume", api->config.resume_on_access,
-                                      "onTimeout", "kill"));
+                            json_pack("{s:b, s:s}", "autoResume",
+                                      sb->auto_resume || api->config.resume_on_access, "onTimeout",
+                                      sb->pause_on_timeout ? "pause" : "kill"));
     }
     return j;
 }
@@ -287,7 +288,7 @@ static void on_created(struct api *api, struct http_request *req, struct sandbox
     }
     struct cove_error *renew_err = NULL;
     if (timeout_s < COVE_MIN_TIMEOUT_S &&
-        sandbox_renew(api->sandboxes, sb, sandbox_now_ms() + timeout_s * 1000, &renew_err) < 0) {
+        sandbox_set_timeout(api->sandboxes, sb, timeout_s, &renew_err) < 0) {
         log_warn("sandbox %s: E2B timeout of %lld s not set: %s", sb->id, (long long)timeout_s,
                  renew_err->message);
         cove_error_free(renew_err);
@@ -301,6 +302,42 @@ static bool given(json_t *body, const char *field)
 {
     json_t *v = json_object_get(body, field);
     return v != NULL && !json_is_null(v);
+}
+
+/* NewSandbox's lifecycle: autoPause and autoResume {enabled} as the SDK sends them, or a
+ * lifecycle {onTimeout, autoResume} as SandboxDetail shows it (both: they must agree). The
+ * freezer keeps memory whatever autoPauseMemory says. -1 once answered (400). */
+static int parse_lifecycle(struct http_request *req, json_t *body, bool *pause, bool *resume)
+{
+    json_t *lifecycle = json_object_get(body, "lifecycle");
+    *pause = json_is_true(json_object_get(body, "autoPause"));
+    *resume = json_is_true(json_object_get(json_object_get(body, "autoResume"), "enabled"));
+    if (!given(body, "lifecycle"))
+        return 0;
+    json_t *on_timeout = json_object_get(lifecycle, "onTimeout");
+    json_t *auto_resume = json_object_get(lifecycle, "autoResume");
+    const char *action = json_string_value(on_timeout);
+    if (!json_is_object(lifecycle) ||
+        (on_timeout != NULL && !json_is_null(on_timeout) &&
+         (action == NULL || (strcmp(action, "kill") != 0 && strcmp(action, "pause") != 0))) ||
+        !bool_or_absent(lifecycle, "autoResume")) {
+        api_e2b_respond_error(req, 400,
+                              "lifecycle must be {\"onTimeout\": \"kill\" or \"pause\", "
+                              "\"autoResume\": boolean}");
+        return -1;
+    }
+    bool lifecycle_pause = action != NULL && strcmp(action, "pause") == 0;
+    if ((action != NULL && given(body, "autoPause") && lifecycle_pause != *pause) ||
+        (json_is_boolean(auto_resume) && given(body, "autoResume") &&
+         json_is_true(auto_resume) != *resume)) {
+        api_e2b_respond_error(req, 400, "lifecycle says otherwise than autoPause or autoResume");
+        return -1;
+    }
+    if (action != NULL)
+        *pause = lifecycle_pause;
+    if (json_is_boolean(auto_resume))
+        *resume = json_is_true(auto_resume);
+    return 0;
 }
 
 void e2b_sandboxes_create(struct api *api, struct http_request *req, const struct api_caller *c)
@@ -321,6 +358,7 @@ void e2b_sandboxes_create(struct api *api, struct http_request *req, const struc
         if (refused == NULL && given(body, unsupported[i]))
             refused = unsupported[i];
     json_t *os = NULL, *policy = NULL;
+    bool pause = false, resume = false;
     if (!json_is_string(template) || json_string_length(template) == 0) {
         api_e2b_respond_error(req, 400, "templateID is required: a template's name or alias");
     } else if (seconds_field(req, body, "timeout", timeout_max(api), &timeout_s) < 0) {
@@ -334,6 +372,8 @@ void e2b_sandboxes_create(struct api *api, struct http_request *req, const struc
                (!json_is_object(auto_resume) ||
                 !json_is_boolean(json_object_get(auto_resume, "enabled")))) {
         api_e2b_respond_error(req, 400, "autoResume must be {\"enabled\": boolean}");
+    } else if (parse_lifecycle(req, body, &pause, &resume) < 0) {
+        /* answered */
     } else if (refused != NULL) {
         api_e2b_respond_error(req, 400, "%s is not supported by Cove's E2B API (docs/e2b.md)",
                               refused);
@@ -344,10 +384,12 @@ void e2b_sandboxes_create(struct api *api, struct http_request *req, const struc
     } else {
         /* The sandbox's own process only keeps it alive: E2B's SDKs run everything through
          * envd (the agent). */
-        os = json_pack(
-            "{s:{s:O}, s:[s, s, s], s:I}", "image", "uri", template, "entrypoint", "tail", "-f",
-            "/dev/null", "timeout",
-            (json_int_t)(timeout_s < COVE_MIN_TIMEOUT_S ? COVE_MIN_TIMEOUT_S : timeout_s));
+        os =
+            json_pack("{s:{s:O}, s:[s, s, s], s:I, s:{s:s, s:s}}", "image", "uri", template,
+                      "entrypoint", "tail", "-f", "/dev/null", "timeout",
+                      (json_int_t)(timeout_s < COVE_MIN_TIMEOUT_S ? COVE_MIN_TIMEOUT_S : timeout_s),
+                      "extensions", "onTimeout", pause ? "pause" : "kill", "autoResume",
+                      resume ? "true" : "false");
         if (given(body, "metadata"))
             json_object_set(os, "metadata", json_object_get(body, "metadata"));
         if (given(body, "envVars"))
@@ -616,7 +658,8 @@ static int renew_or_respond(struct api *api, struct http_request *req, struct sa
     return 0;
 }
 
-/* setSandboxTimeout: the sandbox ends timeout seconds from now, sooner or later than before. */
+/* setSandboxTimeout: the sandbox ends timeout seconds from now, sooner or later than before;
+ * the timeout its resume out of a retention sets again (sandbox_set_timeout). */
 void e2b_sandbox_timeout(struct api *api, struct http_request *req, const struct api_caller *c,
                          const char *id)
 {
@@ -625,12 +668,16 @@ void e2b_sandbox_timeout(struct api *api, struct http_request *req, const struct
     if (body == NULL)
         return;
     int64_t timeout_s = -1;
+    struct cove_error *err = NULL;
     if (seconds_field(req, body, "timeout", timeout_max(api), &timeout_s) == 0) {
         if (timeout_s < 0)
             api_e2b_respond_error(req, 400, "timeout is required (seconds from now)");
-        else if (renew_or_respond(api, req, sb, sandbox_now_ms() + timeout_s * 1000) == 0)
+        else if (sandbox_set_timeout(api->sandboxes, sb, timeout_s, &err) < 0)
+            api_e2b_respond_cove_error(req, err);
+        else
             http_respond(req, 204, NULL, NULL, 0);
     }
+    cove_error_free(err);
     json_decref(body);
 }
 

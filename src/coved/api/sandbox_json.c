@@ -18,9 +18,21 @@ json_t *api_sandbox_json(const struct sandbox *sb, bool full)
     json_t *metadata = json_is_object(sb->metadata) ? json_incref(sb->metadata) : json_object();
     json_t *j = json_pack("{s:s, s:o, s:o, s:O, s:s}", "id", sb->id, "status", status, "metadata",
                           metadata, "entrypoint", sb->entrypoint, "createdAt", created);
-    if (j != NULL) /* extensions.runtime, as asked on create */
-        json_object_set_new(j, "extensions",
-                            json_pack("{s:s}", "runtime", runtime_kind_name(sb->runtime)));
+    /* extensions.runtime and the lifecycle's (api/sandboxes.c), as asked on create */
+    json_t *extensions = json_pack("{s:s}", "runtime", runtime_kind_name(sb->runtime));
+    if (extensions != NULL && sb->pause_on_timeout)
+        json_object_set_new(extensions, "onTimeout", json_string("pause"));
+    if (extensions != NULL && sb->auto_resume)
+        json_object_set_new(extensions, "autoResume", json_string("true"));
+    if (extensions != NULL && sb->idle_timeout_s > 0) {
+        char idle[24];
+        snprintf(idle, sizeof(idle), "%lld", (long long)sb->idle_timeout_s);
+        json_object_set_new(extensions, "idleTimeoutSeconds", json_string(idle));
+    }
+    if (j != NULL)
+        json_object_set_new(j, "extensions", extensions);
+    else
+        json_decref(extensions);
     /* Omitted for a sandbox without expiry (timeout null), as the contract says. */
     if (sb->expires_ms > 0) {
         sandbox_format_time(sb->expires_ms, expires, sizeof(expires));

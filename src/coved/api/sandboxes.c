@@ -44,6 +44,12 @@
 #define EXTENSION_LAYER "cove.layer"
 /* The warm pool to take the sandbox from (sandbox/pool.h); its shape fills what is left out. */
 #define EXTENSION_POOL_REF "poolRef"
+/* Lifecycle (sandbox.h): "pause" keeps the sandbox paused at its timeout instead of deleting
+ * it ("kill", the default); traffic to a paused one resumes it ("true" by default with either
+ * of the others); paused after this many seconds without activity. */
+#define EXTENSION_ON_TIMEOUT "onTimeout"
+#define EXTENSION_AUTO_RESUME "autoResume"
+#define EXTENSION_IDLE_TIMEOUT "idleTimeoutSeconds"
 
 static const char *const create_fields[] = {
     "image",        "snapshotId", "platform",   "timeout",          "resourceLimits",
@@ -432,6 +438,44 @@ static int parse_image(struct api *api, json_t *image, struct sandbox_request *r
     return 0;
 }
 
+/* extensions onTimeout, autoResume and idleTimeoutSeconds (strings, as the contract types
+ * extensions, or a JSON boolean and integer). */
+static int parse_lifecycle(struct api *api, json_t *extensions, struct sandbox_request *req,
+                           struct cove_error **err)
+{
+    json_t *on_timeout = json_object_get(extensions, EXTENSION_ON_TIMEOUT);
+    json_t *auto_resume = json_object_get(extensions, EXTENSION_AUTO_RESUME);
+    json_t *idle = json_object_get(extensions, EXTENSION_IDLE_TIMEOUT);
+    const char *action = json_string_value(on_timeout);
+    if (on_timeout != NULL &&
+        (action == NULL || (strcmp(action, "kill") != 0 && strcmp(action, "pause") != 0)))
+        return invalid(err, "%s must be \"kill\" or \"pause\"", "extensions." EXTENSION_ON_TIMEOUT);
+    req->pause_on_timeout = action != NULL && strcmp(action, "pause") == 0;
+    if (idle != NULL) {
+        int64_t secs = json_is_string(idle)    ? quantity_parse_count(json_string_value(idle))
+                       : json_is_integer(idle) ? json_integer_value(idle)
+                                               : -1;
+        if (secs < 1 || secs > api->config.max_timeout_s)
+            return cove_error_set(err, 0, 400, "SANDBOX::INVALID_PARAMETER",
+                                  "extensions." EXTENSION_IDLE_TIMEOUT
+                                  " must be a number of seconds from 1 to %lld",
+                                  (long long)api->config.max_timeout_s);
+        req->idle_timeout_s = secs;
+    }
+    req->auto_resume = req->pause_on_timeout || req->idle_timeout_s > 0;
+    if (auto_resume != NULL) {
+        const char *text = json_string_value(auto_resume);
+        if (json_is_boolean(auto_resume))
+            req->auto_resume = json_is_true(auto_resume);
+        else if (text != NULL && (strcmp(text, "true") == 0 || strcmp(text, "false") == 0))
+            req->auto_resume = strcmp(text, "true") == 0;
+        else
+            return invalid(err, "%s must be \"true\" or \"false\"",
+                           "extensions." EXTENSION_AUTO_RESUME);
+    }
+    return 0;
+}
+
 /* [], one value for the life of coved: a pool's create that names no entrypoint runs none. */
 static json_t *no_entrypoint(void)
 {
@@ -575,8 +619,10 @@ int api_parse_create(struct api *api, json_t *body, struct sandbox_request *req,
             return invalid(err, "%s must be an object", "extensions");
         json_object_foreach(extensions, key, value)
         {
-            if (strcmp(key, EXTENSION_LAYER) == 0 || strcmp(key, EXTENSION_RUNTIME) == 0)
-                continue; /* parse_layer's, parse_runtime's */
+            if (strcmp(key, EXTENSION_LAYER) == 0 || strcmp(key, EXTENSION_RUNTIME) == 0 ||
+                strcmp(key, EXTENSION_ON_TIMEOUT) == 0 || strcmp(key, EXTENSION_AUTO_RESUME) == 0 ||
+                strcmp(key, EXTENSION_IDLE_TIMEOUT) == 0)
+                continue; /* parse_layer's, parse_runtime's, parse_lifecycle's */
             if (strcmp(key, EXTENSION_POOL_REF) == 0) {
                 if (!json_is_string(value))
                     return invalid(err, "%s must be a pool's name",
@@ -587,7 +633,8 @@ int api_parse_create(struct api *api, json_t *body, struct sandbox_request *req,
                 return cove_error_set(err, 0, 400, "SANDBOX::EXTENSION_UNSUPPORTED",
                                       "unsupported extension '%.64s' (supported: " EXTENSION_LAYER
                                       ", " EXTENSION_RUNTIME ", " EXTENSION_POOL_REF
-                                      ", " EXTENSION_RENEW_ON_ACCESS ")",
+                                      ", " EXTENSION_RENEW_ON_ACCESS ", " EXTENSION_ON_TIMEOUT
+                                      ", " EXTENSION_AUTO_RESUME ", " EXTENSION_IDLE_TIMEOUT ")",
                                       key);
             int64_t secs = json_is_string(value)    ? quantity_parse_count(json_string_value(value))
                            : json_is_integer(value) ? json_integer_value(value)
@@ -600,7 +647,7 @@ int api_parse_create(struct api *api, json_t *body, struct sandbox_request *req,
             req->renew_on_access_s = secs;
         }
     }
-    return 0;
+    return parse_lifecycle(api, extensions, req, err);
 }
 
 /* A request answered once a sandbox's set-up or teardown ends. */

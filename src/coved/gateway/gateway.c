@@ -234,12 +234,8 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
         /* err is set */
     } else if (r.port < 0) {
         cove_error_set(err, 0, 400, "GATEWAY::INVALID_PORT", "port must be from 1 to 65535");
-    } else if (!sandbox_state_can(sb->state, SANDBOX_ACTION_REACH) &&
-               sandbox_state_can(sb->state, SANDBOX_ACTION_RESUME) &&
-               api->config.resume_on_access && sandbox_resume(api->sandboxes, sb, err) < 0) {
-        /* err is set: resume-on-access failed */
-    } else if (sandbox_check(sb, SANDBOX_ACTION_REACH, err) < 0) {
-        /* err is set: paused, or not running and why */
+    } else if (sandbox_reach(api->sandboxes, sb, api->config.resume_on_access, err) < 0) {
+        /* err is set: paused (and not resumed on access), or not running and why */
     }
     if (*err != NULL && e2b && sb != NULL &&
         (sb->state == SANDBOX_STOPPING || sb->state == SANDBOX_TERMINATED ||

@@ -73,6 +73,7 @@ static void count_upstream(struct upstreams *u, const char *peer, const char *na
     snprintf(pair, sizeof(pair), "%s@%s", id, peer);
     count_add(u, id, delta);
     count_add(u, pair, delta);
+    sandbox_note_connection(u->sandboxes, id, delta); /* an open one keeps it from idling */
 }
 
 int upstream_open(struct upstreams *u, const char *peer, const char *name, struct sockaddr *addr,

@@ -523,3 +523,23 @@ long long cgroup_oom_kills(const struct cgroup_system *sys, const char *id)
     }
     return -1;
 }
+
+int64_t cgroup_cpu_usage_us(const struct cgroup_system *sys, const char *id)
+{
+    char dir[512], file[600], buf[4096];
+    bool v2 = sys->mode == CGROUP_V2;
+    cgroup_path(sys, v2 ? 0 : CGROUP_V1_CPUACCT, id, dir, sizeof(dir));
+    snprintf(file, sizeof(file), "%s/%s", dir, v2 ? "cpu.stat" : "cpuacct.usage");
+    if (read_file(file, buf, sizeof(buf)) < 0)
+        return -1;
+    if (!v2) /* nanoseconds */
+        return strtoll(buf, NULL, 10) / 1000;
+    for (char *line = buf; line != NULL && *line != '\0';) {
+        if (strncmp(line, "usage_usec ", 11) == 0)
+            return strtoll(line + 11, NULL, 10);
+        line = strchr(line, '\n');
+        if (line != NULL)
+            line++;
+    }
+    return -1;
+}

@@ -75,6 +75,9 @@ bool cgroup_exists(const struct cgroup_system *sys, const char *id);
 /* How many processes of the sandbox the OOM killer has killed (its memory limit), or -1 when
  * the kernel does not say (or the cgroup is gone). */
 long long cgroup_oom_kills(const struct cgroup_system *sys, const char *id);
+/* The CPU time the sandbox's processes used so far, in microseconds (v2 cpu.stat's
+ * usage_usec, v1 cpuacct.usage), or -1 when the kernel does not say. */
+int64_t cgroup_cpu_usage_us(const struct cgroup_system *sys, const char *id);
 /* Writes the v2 directory path of a sandbox (or the v1 path for `controller`). */
 void cgroup_path(const struct cgroup_system *sys, enum cgroup_v1_controller controller,
                  const char *id, char *out, size_t out_size);

@@ -21,6 +21,8 @@
 #include "lib/random.h"
 
 #define TTL_SWEEP_MS 200
+/* Idle timeouts are checked every this many TTL sweeps (each check reads cgroup files). */
+#define IDLE_CHECK_SWEEPS 5
 /* What one sandbox's agent may write into coved's log, over its whole life. */
 #define AGENT_LOG_BUDGET (64 * 1024)
 
@@ -40,6 +42,9 @@ struct sandbox_manager {
     struct sandbox_ended **ended;
     size_t ended_head, ended_count, ended_max;
     int64_t retention_ms;
+    int64_t paused_retention_ms; /* sandbox_manager_set_paused_retention's; 0: forever */
+    unsigned sweeps;             /* TTL sweeps so far (IDLE_CHECK_SWEEPS) */
+    int64_t idle_checked_ms;     /* when idle timeouts were last checked */
     struct volume_registry *volumes;
     struct image_store *images;
     /* sandbox_manager_set_pool_hook's */
@@ -153,6 +158,11 @@ void sandbox_manager_set_retention(struct sandbox_manager *mgr, int64_t seconds,
     mgr->ended_head = 0;
     mgr->retention_ms = seconds > 0 ? seconds * 1000 : 0;
     mgr->ended_max = seconds > 0 ? max : 0;
+}
+
+void sandbox_manager_set_paused_retention(struct sandbox_manager *mgr, int64_t seconds)
+{
+    mgr->paused_retention_ms = seconds > 0 ? seconds * 1000 : 0;
 }
 
 /* Notes why sb ends, once a delete begins: a Failed sandbox ended when it failed. */
@@ -290,6 +300,11 @@ static struct store_sandbox sandbox_record(const struct sandbox *sb)
         .snapshot_id = sb->snapshot_id,
         .pool = sb->pool,
         .pool_idle = sb->pool_idle,
+        .pause_on_timeout = sb->pause_on_timeout,
+        .auto_resume = sb->auto_resume,
+        .idle_timeout_s = sb->idle_timeout_s,
+        .timeout_s = sb->timeout_s,
+        .retained = sb->retained,
     };
 }
 
@@ -331,6 +346,12 @@ static struct sandbox *sandbox_from_record(const struct store_sandbox *rec)
              rec->snapshot_id ? rec->snapshot_id : "");
     snprintf(sb->pool, sizeof(sb->pool), "%s", rec->pool ? rec->pool : "");
     sb->pool_idle = rec->pool_idle && sb->pool[0] != '\0';
+    sb->pause_on_timeout = rec->pause_on_timeout;
+    sb->auto_resume = rec->auto_resume;
+    sb->idle_timeout_s = rec->idle_timeout_s;
+    sb->timeout_s = rec->timeout_s;
+    sb->retained = rec->retained;
+    sb->active_ms = sandbox_now_ms(); /* the restart counts as activity */
     return sb;
 }
 
@@ -552,6 +573,18 @@ static void entrypoint_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     tell_created(sb);
 }
 
+/* What req asks of sb's lifecycle (struct sandbox's), from now. */
+static void set_lifecycle(struct sandbox *sb, const struct sandbox_request *req)
+{
+    sb->timeout_s = req->timeout_s;
+    sb->pause_on_timeout = req->pause_on_timeout;
+    sb->auto_resume = req->auto_resume;
+    sb->idle_timeout_s = req->idle_timeout_s;
+    sb->retained = false;
+    sb->active_ms = sandbox_now_ms();
+    sb->cpu_usage_us = 0;
+}
+
 /* ---- a pool's fills and claims ---- */
 
 static json_t *image_env_under(const struct template *t, const json_t *env);
@@ -707,6 +740,7 @@ int sandbox_claim(struct sandbox_manager *mgr, struct sandbox *sb,
     sb->created_ms = sandbox_now_ms();
     sb->expires_ms = req->timeout_s > 0 ? sb->created_ms + req->timeout_s * 1000 : 0;
     sb->renew_on_access_s = req->renew_on_access_s;
+    set_lifecycle(sb, req);
     json_decref(sb->entrypoint);
     sb->entrypoint = entrypoint;
     json_decref(sb->metadata);
@@ -1049,6 +1083,7 @@ int sandbox_create(struct sandbox_manager *mgr, const struct sandbox_request *re
     sb->created_ms = sandbox_now_ms();
     sb->expires_ms = req->timeout_s > 0 ? sb->created_ms + req->timeout_s * 1000 : 0;
     sb->renew_on_access_s = req->renew_on_access_s;
+    set_lifecycle(sb, req);
     sb->entrypoint = req->entrypoint != NULL ? json_incref(req->entrypoint) : NULL;
     sb->env = req->env ? json_deep_copy(req->env) : json_object();
     sb->metadata = req->metadata ? json_incref(req->metadata) : json_object();
@@ -1167,6 +1202,7 @@ int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t
         return -1;
     }
     json_decref(old);
+    sandbox_note_activity(sb);
     return 0;
 }
 
@@ -1181,11 +1217,45 @@ int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expir
         sb->expires_ms = old;
         return -1;
     }
+    sandbox_note_activity(sb);
     return 0;
+}
+
+int sandbox_set_timeout(struct sandbox_manager *mgr, struct sandbox *sb, int64_t timeout_s,
+                        struct cove_error **err)
+{
+    if (sandbox_check(sb, SANDBOX_ACTION_RENEW, err) < 0)
+        return -1;
+    int64_t old = sb->timeout_s;
+    sb->timeout_s = timeout_s;
+    /* Paused past its timeout: the retention stays, the timeout is its resume's. */
+    int rc = sb->retained ? save_record(mgr, sb, err)
+                          : sandbox_renew(mgr, sb, sandbox_now_ms() + timeout_s * 1000, err);
+    if (rc < 0) {
+        sb->timeout_s = old;
+        return -1;
+    }
+    return 0;
+}
+
+void sandbox_note_activity(struct sandbox *sb)
+{
+    sb->active_ms = sandbox_now_ms();
+}
+
+void sandbox_note_connection(struct sandbox_manager *mgr, const char *id, int delta)
+{
+    struct sandbox *sb = sandbox_find_any(mgr, id);
+    if (sb == NULL)
+        return;
+    sb->gateway_connections =
+        sb->gateway_connections + delta > 0 ? sb->gateway_connections + delta : 0;
+    sandbox_note_activity(sb); /* a closed one too: its last bytes were just now */
 }
 
 void sandbox_touch(struct sandbox_manager *mgr, struct sandbox *sb)
 {
+    sandbox_note_activity(sb);
     if (sb->renew_on_access_s <= 0 || sb->expires_ms == 0)
         return;
     int64_t want = sandbox_now_ms() + sb->renew_on_access_s * 1000;
@@ -1277,11 +1347,13 @@ static int check_not_snapshotting(const struct sandbox *sb, struct cove_error **
                           sb->id);
 }
 
-int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
+/* A pause, saying why (struct sandbox's reason): the API's, its timeout's or its idleness's. */
+static int pause_as(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
+                    const char *message, struct cove_error **err)
 {
     if (sandbox_check(sb, SANDBOX_ACTION_PAUSE, err) < 0 || check_not_snapshotting(sb, err) < 0)
         return -1;
-    set_state(sb, SANDBOX_PAUSING, "user_pause", "sandbox is pausing");
+    set_state(sb, SANDBOX_PAUSING, reason, "sandbox is pausing");
     if (runtime_pause(mgr->rt, sb->id, err) < 0) {
         struct cove_error *ignored = NULL;
         runtime_resume(mgr->rt, sb->id, &ignored);
@@ -1289,21 +1361,59 @@ int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_e
         set_state(sb, SANDBOX_RUNNING, "pause_failed", (*err)->message);
         return -1;
     }
-    set_state(sb, SANDBOX_PAUSED, "user_pause", "sandbox is paused");
+    set_state(sb, SANDBOX_PAUSED, reason, message);
     return save_record(mgr, sb, err);
 }
 
-int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
+int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
+{
+    return pause_as(mgr, sb, "user_pause", "sandbox is paused", err);
+}
+
+/* A resume, saying why: the API's, or traffic's (auto_resume). One retained past its timeout
+ * gets its timeout again, from now. */
+static int resume_as(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
+                     struct cove_error **err)
 {
     if (sandbox_check(sb, SANDBOX_ACTION_RESUME, err) < 0 || check_not_snapshotting(sb, err) < 0)
         return -1;
-    set_state(sb, SANDBOX_RESUMING, "user_resume", "sandbox is resuming");
+    set_state(sb, SANDBOX_RESUMING, reason, "sandbox is resuming");
     if (runtime_resume(mgr->rt, sb->id, err) < 0) {
         set_state(sb, SANDBOX_PAUSED, "resume_failed", (*err)->message);
         return -1;
     }
-    set_state(sb, SANDBOX_RUNNING, "user_resume", "sandbox is running");
-    return save_record(mgr, sb, err);
+    bool retained = sb->retained;
+    int64_t expires_ms = sb->expires_ms;
+    if (retained) {
+        sb->retained = false;
+        sb->expires_ms = sb->timeout_s > 0 ? sandbox_now_ms() + sb->timeout_s * 1000 : 0;
+    }
+    set_state(sb, SANDBOX_RUNNING, reason, "sandbox is running");
+    sandbox_note_activity(sb);
+    if (save_record(mgr, sb, err) < 0) {
+        sb->retained = retained;
+        sb->expires_ms = expires_ms;
+        return -1;
+    }
+    return 0;
+}
+
+int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
+{
+    return resume_as(mgr, sb, "user_resume", err);
+}
+
+int sandbox_reach(struct sandbox_manager *mgr, struct sandbox *sb, bool resume_any,
+                  struct cove_error **err)
+{
+    if (!sandbox_state_can(sb->state, SANDBOX_ACTION_REACH) &&
+        sandbox_state_can(sb->state, SANDBOX_ACTION_RESUME) && !sb->pool_idle &&
+        (resume_any || sb->auto_resume)) {
+        if (resume_as(mgr, sb, "auto_resume", err) < 0)
+            return -1;
+        log_info("sandbox %s: resumed on access", sb->id);
+    }
+    return sandbox_check(sb, SANDBOX_ACTION_REACH, err);
 }
 
 void sandbox_foreach(struct sandbox_manager *mgr, const char *owner,
@@ -1391,12 +1501,80 @@ static int watch_exit(struct sandbox_manager *mgr, struct sandbox *sb)
     return -1;
 }
 
+/* A pause_on_timeout sandbox reached its timeout: paused (unless it is already) and retained
+ * for coved's paused retention. -1 when it is to be deleted as any other (it is not Running
+ * nor Paused, or it could not be frozen). */
+static int pause_at_timeout(struct sandbox_manager *mgr, struct sandbox *sb, int64_t now)
+{
+    if (sb->state != SANDBOX_RUNNING && sb->state != SANDBOX_PAUSED)
+        return -1;
+    if (sb->snapshotting)
+        return 0; /* frozen for a snapshot: the next sweep pauses it */
+    int64_t expires_ms = sb->expires_ms;
+    sb->retained = true;
+    sb->expires_ms = mgr->paused_retention_ms > 0 ? now + mgr->paused_retention_ms : 0;
+    struct cove_error *err = NULL;
+    int rc = sb->state == SANDBOX_RUNNING
+                 ? pause_as(mgr, sb, "timeout_pause", "paused at its timeout", &err)
+                 : save_record(mgr, sb, &err);
+    if (rc < 0) {
+        log_error("sandbox %s: not paused at its timeout (deleted instead): %s", sb->id,
+                  err->message);
+        cove_error_free(err);
+        sb->retained = false;
+        sb->expires_ms = expires_ms;
+        return -1;
+    }
+    char until[COVE_RFC3339_SIZE];
+    cove_rfc3339_ms(sb->expires_ms, until);
+    log_info("sandbox %s: paused at its timeout, kept until %s", sb->id,
+             sb->expires_ms > 0 ? until : "deleted");
+    return 0;
+}
+
+/* A Running sandbox with an idle timeout: its cgroup's CPU time since the last check and its
+ * open gateway connections are activity too; without any for idle_timeout_s it is paused. */
+static void idle_check(struct sandbox_manager *mgr, struct sandbox *sb, int64_t now,
+                       int64_t elapsed_ms)
+{
+    if (sb->idle_timeout_s <= 0 || sb->state != SANDBOX_RUNNING || sb->pool_idle ||
+        sb->snapshotting || sb->on_created != NULL || elapsed_ms <= 0) {
+        sb->cpu_usage_us = 0; /* the next check is a first one */
+        return;
+    }
+    int64_t usage = cgroup_cpu_usage_us(&mgr->rt->cgroups, sb->id);
+    bool busy = sb->gateway_connections > 0;
+    if (usage >= 0) {
+        /* The first check (cpu_usage_us 0) has no interval to measure. */
+        busy = busy || (sb->cpu_usage_us > 0 &&
+                        usage - sb->cpu_usage_us >= SANDBOX_IDLE_CPU_PERMILLE * elapsed_ms);
+        sb->cpu_usage_us = usage > 0 ? usage : 1;
+    }
+    if (busy)
+        sandbox_note_activity(sb);
+    if (now - sb->active_ms < sb->idle_timeout_s * 1000)
+        return;
+    struct cove_error *err = NULL;
+    if (pause_as(mgr, sb, "idle_pause", "paused after its idle timeout", &err) < 0) {
+        log_warn("sandbox %s: not paused when idle: %s", sb->id, err->message);
+        cove_error_free(err);
+        sandbox_note_activity(sb); /* tried again after another idle timeout */
+        return;
+    }
+    log_info("sandbox %s: paused, idle for %lld s", sb->id, (long long)sb->idle_timeout_s);
+}
+
 static void on_ttl_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct sandbox_manager *mgr = arg;
     int64_t now = sandbox_now_ms();
+    if (++mgr->sweeps % IDLE_CHECK_SWEEPS == 0) {
+        for (size_t i = 0; i < mgr->count; i++)
+            idle_check(mgr, mgr->items[i], now, now - mgr->idle_checked_ms);
+        mgr->idle_checked_ms = now;
+    }
     /* Deletes can change the registry under a walk: the expired ones are listed first. */
     char(*expired)[SANDBOX_ID_SIZE] = NULL;
     size_t n = 0;
@@ -1412,6 +1590,9 @@ static void on_ttl_tick(evutil_socket_t fd, short what, void *arg)
     for (size_t i = 0; i < n; i++) {
         struct sandbox *sb = sandbox_find_any(mgr, expired[i]);
         struct cove_error *err = NULL;
+        if (sb != NULL && sb->pause_on_timeout && !sb->retained &&
+            pause_at_timeout(mgr, sb, now) == 0)
+            continue;
         if (sb != NULL && sandbox_delete(mgr, sb, "ttl_expiry", NULL, NULL, &err) < 0) {
             log_error("sandbox %s: expiry failed: %s", expired[i], err->message);
             cove_error_free(err);
@@ -1524,6 +1705,7 @@ int sandbox_manager_new(struct event_base *base, struct store *store, struct run
     mgr->rt = rt;
     id_range_pool_init(&mgr->id_ranges);
     sandbox_manager_set_retention(mgr, SANDBOX_ENDED_RETENTION_S, SANDBOX_ENDED_MAX);
+    sandbox_manager_set_paused_retention(mgr, SANDBOX_PAUSED_RETENTION_S);
     snprintf(mgr->run_root, sizeof(mgr->run_root), "%s/run", state_dir);
     if (mkdir(mgr->run_root, 0700) < 0 && errno != EEXIST) {
         cove_error_sys(err, "mkdir %s", mgr->run_root);
@@ -1716,6 +1898,7 @@ int sandbox_set_network_policy(struct sandbox_manager *mgr, struct sandbox *sb,
     json_decref(old);
     if (sb->egress != NULL)
         egress_sandbox_set_policy(sb->egress, policy);
+    sandbox_note_activity(sb);
     return 0;
 }
 

@@ -106,6 +106,22 @@ struct sandbox {
     char pool[SANDBOX_POOL_NAME_SIZE];
     bool pool_idle;
     struct agent_call *pool_call;
+    /* Lifecycle (docs/api.md, Lifecycle extensions), kept in the store. At its expiry a
+     * pause_on_timeout one is paused instead of deleted (if it runs) and retained: kept
+     * paused until expires_ms, then its timeout plus coved's paused retention, and deleted
+     * then; a resume ends the retention (expires_ms again now + timeout_s). auto_resume: traffic
+     * that needs it running resumes it (sandbox_reach). idle_timeout_s: it is paused after
+     * that long without activity (sandbox_note_activity, gateway connections, CPU). */
+    bool pause_on_timeout;
+    bool auto_resume;
+    bool retained;
+    int64_t idle_timeout_s; /* 0: never idle-paused */
+    int64_t timeout_s;      /* the create's timeout (0: none) */
+    /* Activity, in memory only (a restart counts as activity): the last one, the gateway
+     * connections open to it, and its cgroup's CPU time at the last idle check. */
+    int64_t active_ms;
+    int gateway_connections;
+    int64_t cpu_usage_us;
 };
 
 /* A sandbox that ended (deleted, expired, or deleted after it failed), remembered for a
@@ -159,7 +175,18 @@ struct sandbox_request {
     /* A warm pool's fill (sandbox/pool.h): the pool's name; the sandbox then waits, frozen
      * and nobody's, for sandbox_claim, which brings its env and entrypoint. */
     const char *pool;
+    /* Lifecycle (struct sandbox's) */
+    bool pause_on_timeout;
+    bool auto_resume;
+    int64_t idle_timeout_s;
 };
+
+/* The default of --paused-retention: how long a sandbox paused at its timeout is kept, 7
+ * days. */
+#define SANDBOX_PAUSED_RETENTION_S (7 * 86400)
+/* A Running sandbox whose cgroup used less CPU than this (per mille of one CPU) since the
+ * last idle check has no process activity. */
+#define SANDBOX_IDLE_CPU_PERMILLE 20
 
 struct sandbox_manager;
 
@@ -176,6 +203,9 @@ int sandbox_set_network_policy(struct sandbox_manager *mgr, struct sandbox *sb,
                                const struct egress_policy *policy, struct cove_error **err);
 /* How long ended sandboxes are remembered (0: not at all) and how many at most. */
 void sandbox_manager_set_retention(struct sandbox_manager *mgr, int64_t seconds, size_t max);
+/* How long a sandbox paused at its timeout (pause_on_timeout) is kept before it is deleted
+ * (0: until deleted). */
+void sandbox_manager_set_paused_retention(struct sandbox_manager *mgr, int64_t seconds);
 /* Calls fn for every remembered ended sandbox owner may see, oldest end first. */
 void sandbox_foreach_ended(struct sandbox_manager *mgr, const char *owner,
                            void (*fn)(const struct sandbox_ended *ended, void *arg), void *arg);
@@ -230,14 +260,32 @@ typedef void (*sandbox_deleted_fn)(const struct cove_error *err, void *arg);
 int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
                    sandbox_deleted_fn done, void *arg, struct cove_error **err);
 int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err);
+/* Resumes a Paused sandbox; one retained past its timeout gets its timeout again from now. */
 int sandbox_resume(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err);
+/* Traffic that needs sb running is about to reach it (the gateway, E2B's routes): a Paused
+ * sandbox that resumes on access (its own auto_resume, or any when resume_any: coved's
+ * resume_on_access) is resumed at once (the freezer thaws before this returns). 0 when it can
+ * be reached now; else -1 with the 409 that says why not (sandbox_check's REACH). */
+int sandbox_reach(struct sandbox_manager *mgr, struct sandbox *sb, bool resume_any,
+                  struct cove_error **err);
+/* Something used sb (an API call on it): its idle timeout starts again. */
+void sandbox_note_activity(struct sandbox *sb);
+/* A gateway connection to sandbox id opened (+1) or closed (-1): while one is open the
+ * sandbox is not idle. An id that is gone is ignored. */
+void sandbox_note_connection(struct sandbox_manager *mgr, const char *id, int delta);
 /* Replaces the metadata (already merged and validated) and persists it. */
 int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t *metadata,
                          struct cove_error **err);
 /* Moves the expiry to expires_ms (already validated) and persists it. */
 int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expires_ms,
                   struct cove_error **err);
-/* Gateway traffic reached the sandbox: renew-on-access pushes its expiry forward. */
+/* Sets its timeout from now (E2B's setSandboxTimeout): the expiry now + timeout_s, and the
+ * timeout a resume out of its retention starts again (sandbox_resume); a retained one keeps
+ * its retention's expiry and gets the timeout when it is resumed. */
+int sandbox_set_timeout(struct sandbox_manager *mgr, struct sandbox *sb, int64_t timeout_s,
+                        struct cove_error **err);
+/* Gateway traffic reached the sandbox: renew-on-access pushes its expiry forward, and it is
+ * activity (sandbox_note_activity). */
 void sandbox_touch(struct sandbox_manager *mgr, struct sandbox *sb);
 /* Finds a sandbox by id alone (the gateway, authenticated by the sandbox's own token). */
 struct sandbox *sandbox_find_any(struct sandbox_manager *mgr, const char *id);

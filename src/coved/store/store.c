@@ -112,6 +112,21 @@ static const struct migration migrations[] = {
      "pool"},
     {"sandbox pool idle", "ALTER TABLE sandboxes ADD COLUMN pool_idle INTEGER NOT NULL DEFAULT 0",
      "sandboxes", "pool_idle"},
+    /* Lifecycle (sandbox.h): pause at the timeout, resume on traffic, pause when idle, the
+     * create's timeout, and whether it is paused past its timeout (in its retention). */
+    {"sandbox pause on timeout",
+     "ALTER TABLE sandboxes ADD COLUMN pause_on_timeout INTEGER NOT NULL DEFAULT 0", "sandboxes",
+     "pause_on_timeout"},
+    {"sandbox auto resume",
+     "ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0", "sandboxes",
+     "auto_resume"},
+    {"sandbox idle timeout",
+     "ALTER TABLE sandboxes ADD COLUMN idle_timeout_s INTEGER NOT NULL DEFAULT 0", "sandboxes",
+     "idle_timeout_s"},
+    {"sandbox timeout", "ALTER TABLE sandboxes ADD COLUMN timeout_s INTEGER NOT NULL DEFAULT 0",
+     "sandboxes", "timeout_s"},
+    {"sandbox retained", "ALTER TABLE sandboxes ADD COLUMN retained INTEGER NOT NULL DEFAULT 0",
+     "sandboxes", "retained"},
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == STORE_SCHEMA_VERSION,
@@ -247,11 +262,13 @@ int store_open(const char *path, struct store **out, struct cove_error **err)
             "INSERT OR REPLACE INTO sandboxes (id, owner, template, state, reason, message,"
             " transition_ms, created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
             " start_time, run_dir, access_token, renew_on_access_s, id_slot, network_policy,"
-            " credential_proxy, volumes, snapshot_id, pool, pool_idle)"
+            " credential_proxy, volumes, snapshot_id, pool, pool_idle, pause_on_timeout,"
+            " auto_resume, idle_timeout_s, timeout_s, retained)"
             " VALUES (:id, :owner, :template, :state, :reason, :message, :transition_ms,"
             " :created_ms, :expires_ms, :entrypoint, :env, :metadata, :limits, :pid,"
             " :start_time, :run_dir, :access_token, :renew_on_access_s, :id_slot, :network_policy,"
-            " :credential_proxy, :volumes, :snapshot_id, :pool, :pool_idle)",
+            " :credential_proxy, :volumes, :snapshot_id, :pool, :pool_idle, :pause_on_timeout,"
+            " :auto_resume, :idle_timeout_s, :timeout_s, :retained)",
             -1, &store->sandbox_save, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(store->db, "DELETE FROM sandboxes WHERE id = :id", -1,
                            &store->sandbox_delete, NULL) != SQLITE_OK) {
@@ -386,6 +403,11 @@ int store_sandbox_save(struct store *store, const struct store_sandbox *rec,
     bind_text(&b, ":snapshot_id", rec->snapshot_id ? rec->snapshot_id : "");
     bind_text(&b, ":pool", rec->pool ? rec->pool : "");
     bind_int(&b, ":pool_idle", rec->pool_idle ? 1 : 0);
+    bind_int(&b, ":pause_on_timeout", rec->pause_on_timeout ? 1 : 0);
+    bind_int(&b, ":auto_resume", rec->auto_resume ? 1 : 0);
+    bind_int(&b, ":idle_timeout_s", rec->idle_timeout_s);
+    bind_int(&b, ":timeout_s", rec->timeout_s);
+    bind_int(&b, ":retained", rec->retained ? 1 : 0);
     return run(store, &b, err, "save sandbox");
 }
 
@@ -442,7 +464,8 @@ int store_sandbox_load_all(struct store *store,
                            " created_ms, expires_ms, entrypoint, env, metadata, limits, pid,"
                            " start_time, run_dir, access_token, renew_on_access_s, id_slot,"
                            " network_policy, credential_proxy, volumes, snapshot_id, pool,"
-                           " pool_idle FROM sandboxes ORDER BY created_ms, id",
+                           " pool_idle, pause_on_timeout, auto_resume, idle_timeout_s, timeout_s,"
+                           " retained FROM sandboxes ORDER BY created_ms, id",
                            -1, &st, NULL) != SQLITE_OK)
         return db_error(store, err, "load sandboxes");
     int rc;
@@ -473,6 +496,11 @@ int store_sandbox_load_all(struct store *store,
             .snapshot_id = column_text(st, "snapshot_id"),
             .pool = column_text(st, "pool"),
             .pool_idle = column_int(st, "pool_idle") != 0,
+            .pause_on_timeout = column_int(st, "pause_on_timeout") != 0,
+            .auto_resume = column_int(st, "auto_resume") != 0,
+            .idle_timeout_s = column_int(st, "idle_timeout_s"),
+            .timeout_s = column_int(st, "timeout_s"),
+            .retained = column_int(st, "retained") != 0,
         };
         fn(&rec, arg);
         json_decref(rec.volumes);

@@ -14,7 +14,7 @@
 #include "lib/error.h"
 
 /* The schema version this coved writes: the number of migrations in store.c. */
-#define STORE_SCHEMA_VERSION 14
+#define STORE_SCHEMA_VERSION 19
 
 struct store;
 
@@ -47,6 +47,12 @@ struct store_sandbox {
     const char *snapshot_id; /* the snapshot it was made from; "": a template */
     const char *pool;        /* the warm pool it came from; "" or NULL: none */
     bool pool_idle;          /* waiting in that pool, nobody's yet */
+    /* Lifecycle (sandbox.h's struct sandbox): 0 and false in rows from before it. */
+    bool pause_on_timeout;
+    bool auto_resume;
+    int64_t idle_timeout_s;
+    int64_t timeout_s;
+    bool retained;
 };
 
 /* One row of the pools table (sandbox/pool.h): its spec as the API took it. */

@@ -98,6 +98,8 @@ struct loaded {
     int64_t renew_on_access_s;
     int id_slot;
     char volumes[256];
+    bool pause_on_timeout, auto_resume, retained;
+    int64_t idle_timeout_s, timeout_s;
 };
 
 struct loads {
@@ -140,6 +142,11 @@ static void on_sandbox(const struct store_sandbox *rec, void *arg)
     l->renew_on_access_s = rec->renew_on_access_s;
     l->id_slot = rec->id_slot;
     dump(rec->volumes, l->volumes, sizeof(l->volumes));
+    l->pause_on_timeout = rec->pause_on_timeout;
+    l->auto_resume = rec->auto_resume;
+    l->retained = rec->retained;
+    l->idle_timeout_s = rec->idle_timeout_s;
+    l->timeout_s = rec->timeout_s;
 }
 
 static struct loads load(struct store *store)
@@ -198,6 +205,10 @@ static void test_records_round_trip(void)
         .renew_on_access_s = 600,
         .id_slot = 17,
         .volumes = volumes,
+        .pause_on_timeout = true,
+        .auto_resume = true,
+        .idle_timeout_s = 300,
+        .timeout_s = 3600,
     };
     struct store_sandbox b = a;
     b.id = "sbx-b";
@@ -206,6 +217,9 @@ static void test_records_round_trip(void)
     b.expires_ms = 1763303999000;
     b.id_slot = -1;
     b.volumes = NULL;
+    b.auto_resume = false;
+    b.retained = true; /* paused past its timeout: expires_ms is its retention's end */
+    b.idle_timeout_s = 0;
     save(store, &a);
     save(store, &b);
     store_close(store);
@@ -223,6 +237,9 @@ static void test_records_round_trip(void)
         CHECK_EQ_INT(loads.items[0].expires_ms, 1763303999000);
         CHECK_EQ_INT(loads.items[0].id_slot, -1);
         CHECK_STR(loads.items[0].volumes, "null");
+        CHECK(loads.items[0].pause_on_timeout && loads.items[0].retained);
+        CHECK(!loads.items[0].auto_resume);
+        CHECK_EQ_INT(loads.items[0].idle_timeout_s, 0);
         CHECK_STR(l->id, "sbx-a");
         CHECK_STR(l->owner, a.owner);
         CHECK_STR(l->template_name, "base");
@@ -242,6 +259,9 @@ static void test_records_round_trip(void)
         CHECK_STR(l->access_token, "tok-a");
         CHECK_EQ_INT(l->renew_on_access_s, 600);
         CHECK_EQ_INT(l->id_slot, 17);
+        CHECK(l->pause_on_timeout && l->auto_resume && !l->retained);
+        CHECK_EQ_INT(l->idle_timeout_s, 300);
+        CHECK_EQ_INT(l->timeout_s, 3600);
         CHECK_STR(l->volumes, "[{\"mountPath\":\"/data\",\"name\":\"p\",\"pvc\":{\"claimName\":"
                               "\"data\"}}]");
     }
@@ -496,6 +516,10 @@ static void test_old_schemas_migrate(void)
             CHECK_STR(l->access_token, old->has_access_token ? "tok-old" : "");
             CHECK_EQ_INT(l->renew_on_access_s, old->has_renew ? 300 : 0);
             CHECK_EQ_INT(l->id_slot, old->has_id_slot ? 6 : -1);
+            /* No lifecycle before it: killed at its timeout, never resumed nor idle-paused. */
+            CHECK(!l->pause_on_timeout && !l->auto_resume && !l->retained);
+            CHECK_EQ_INT(l->idle_timeout_s, 0);
+            CHECK_EQ_INT(l->timeout_s, 0);
         }
         /* Overrides an older coved stored are kept; the table is there in any case. */
         struct quota_loads q = {0};
