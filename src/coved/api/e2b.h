@@ -13,7 +13,7 @@
 #define E2B_PREFIX "/e2b"
 /* The envd version the SDKs are told (they gate features on it: 0.4.0 and later no longer
  * force the user "user" on every call). Whoever serves envd owns this number. */
-#define E2B_ENVD_VERSION "0.4.0"
+#define E2B_ENVD_VERSION "0.5.7"
 
 /* Whether a request path is the E2B API's (E2B_PREFIX, or under it). */
 bool api_e2b_is_path(const char *path);
