@@ -341,14 +341,19 @@ static int parse_runtime(json_t *extensions, struct sandbox_request *req, struct
     return 0;
 }
 
-/* A disk layer's image is sparse: it takes the host's disk as the sandbox writes. A cap beyond
- * what the state dir's filesystem has free now is refused; caps that together exceed it are
- * not (docs/security.md, Resources), as memory limits may be overcommitted. */
+/* A disk layer's image is sparse: it takes the host's disk as the sandbox writes. A cap the
+ * request asks for beyond what the state dir's filesystem has free now is refused; the default
+ * cap is not (a host with less free than 1 GiB still runs sandboxes that write little), and
+ * caps that together exceed it are not (docs/security.md, Resources), as memory limits may be
+ * overcommitted. */
 static int check_disk_space(struct api *api, const struct sandbox_request *req,
                             struct cove_error **err)
 {
     struct statvfs st;
-    if (req->layer != RUNTIME_LAYER_DISK || statvfs(api->config.state_dir, &st) < 0)
+    json_t *limits = json_is_object(req->limits) ? req->limits : NULL;
+    bool asked = json_object_get(limits, "ephemeral-storage") != NULL ||
+                 json_object_get(limits, "disk") != NULL;
+    if (!asked || req->layer != RUNTIME_LAYER_DISK || statvfs(api->config.state_dir, &st) < 0)
         return 0;
     int64_t free_bytes = (int64_t)st.f_bavail * (int64_t)st.f_frsize;
     if (req->disk_bytes > free_bytes)
