@@ -1,0 +1,187 @@
+// The web console (/console) in a real browser: Debian's headless Chromium driven by
+// puppeteer-core (no browser of its own is downloaded: PUPPETEER_SKIP_DOWNLOAD, and the
+// system's /usr/bin/chromium is launched). It logs in with a key, creates a sandbox from the
+// form, types `echo hi` in the terminal (the agent's PTY over a WebSocket through a signed
+// route), uploads a file, runs Python that draws a matplotlib chart, pauses, resumes and kills
+// it, and visits every page, saving a screenshot of each to artifacts/console-*.png. Any page
+// error, console error or Content-Security-Policy violation fails the test, except the
+// refusals the test itself provokes (the pools page with a key that is not an admin's).
+
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import puppeteer from "puppeteer-core";
+
+import { Coved } from "./coved.mjs";
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const ARTIFACTS = join(HERE, "artifacts");
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const RUN = randomBytes(4).toString("hex");
+const TIMEOUT = 240_000;
+const WAIT = { timeout: 120_000 };
+
+// Nothing but this machine: every other name is NOTFOUND, background services off.
+const CHROMIUM_ARGS = [
+  "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  "--disable-default-apps", "--disable-breakpad", "--disable-extensions",
+  "--disable-dev-shm-usage", "--no-proxy-server",
+  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE *.localhost, EXCLUDE 127.0.0.1",
+];
+
+const coved = new Coved();
+let browser;
+let page;
+const problems = [];
+// Refusals the test provokes on purpose, which the browser logs as failed loads.
+const expectedRefusals = [{ status: 403, url: /\/v1\/pools$/ }, { status: 404, url: /\/v1\/sandboxes\/[a-z0-9]+\/events$/ }];
+
+before(async () => {
+  await coved.start();
+  mkdirSync(ARTIFACTS, { recursive: true });
+});
+
+after(async () => {
+  await browser?.close().catch(() => {});
+  const left = await coved.cleanup({ keepLogAs: join(HERE, "coved-console.log") });
+  if (left.length) console.error(`cleanup:\n  ${left.join("\n  ")}`);
+});
+
+async function shot(name) {
+  await page.screenshot({ path: join(ARTIFACTS, `console-${name}.png`), fullPage: true });
+}
+
+async function go(hash, selector) {
+  await page.evaluate((h) => { location.hash = h; }, hash);
+  if (selector) await page.waitForSelector(selector, WAIT);
+}
+
+const textOf = (selector) => page.$eval(selector, (el) => el.textContent);
+
+test("the console in headless Chromium: log in, create, terminal, files, code, pause, resume, kill",
+  { timeout: TIMEOUT, skip: existsSync(CHROMIUM) ? false : `no ${CHROMIUM}` }, async () => {
+    browser = await puppeteer.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+    page = await browser.newPage();
+    await page.setViewport({ width: 1280, height: 900 });
+    page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+    page.on("console", (m) => {
+      if (m.type() !== "error" && m.type() !== "warn") return;
+      const text = m.text();
+      const url = m.location()?.url ?? "";
+      const refused = /status of (\d+)/.exec(text);
+      if (refused && expectedRefusals.some((r) => r.status === Number(refused[1]) && r.url.test(url))) return;
+      problems.push(`console ${m.type()}: ${text} (${url})`);
+    });
+    await page.evaluateOnNewDocument(() => {
+      document.addEventListener("securitypolicyviolation", (e) =>
+        console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`));
+    });
+
+    // Log in: a wrong key is refused, the right one goes to the list.
+    await page.goto(`${coved.baseUrl}/console`, { waitUntil: "networkidle0" });
+    await page.waitForSelector("#api-key", WAIT);
+    await shot("login");
+    expectedRefusals.push({ status: 401, url: /\/v1\/quota$/ });
+    await page.type("#api-key", "not-the-key");
+    await page.click("#login button[type=submit]");
+    await page.waitForFunction(() => document.querySelector("#login .error-text")?.textContent.includes("refused"), WAIT);
+    expectedRefusals.pop();
+    await page.$eval("#api-key", (el) => { el.value = ""; });
+    await page.type("#api-key", coved.apiKey);
+    await page.click("#login button[type=submit]");
+    await page.waitForSelector("#create-form", WAIT);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem("cove.apiKey")), coved.apiKey);
+    assert.equal(await page.evaluate(() => document.cookie), "", "no cookie holds the key");
+
+    // Create a code-interpreter sandbox from the form; the console opens it.
+    await page.select("#create-template", "code-interpreter");
+    await page.type("#create-form input[name=cpu]", "1");
+    await page.type("#create-form input[name=memory]", "1Gi");
+    await page.type("#create-form input[name=metadata]", `run=${RUN}`);
+    await page.click("#create-submit");
+    await page.waitForFunction(() => /^#\/sandboxes\/[a-z0-9]+/.test(location.hash), WAIT);
+    const id = (await page.evaluate(() => location.hash)).split("/")[2];
+    coved.track(id);
+    await page.waitForFunction(() => document.querySelector("#sandbox-state")?.textContent === "Running", WAIT);
+
+    // The terminal: a shell over the PTY WebSocket.
+    await page.waitForFunction(() => document.querySelector("#terminal-status")?.textContent.startsWith("connected"), WAIT);
+    await page.focus("#terminal");
+    await page.keyboard.type("echo hi");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.querySelector("#terminal").textContent.split("\n")
+      .some((l) => l.trim() === "hi"), WAIT);
+    await shot("terminal");
+
+    // Upload a file into /root and see it listed.
+    await go(`#/sandboxes/${id}/files`, "#files-upload");
+    await page.waitForSelector("#files-rows tr", WAIT);
+    const name = `console-${RUN}.txt`;
+    const local = join(tmpdir(), name);
+    writeFileSync(local, `uploaded by the console test ${RUN}\n`);
+    const input = await page.$("#files-upload");
+    await input.uploadFile(local);
+    await page.waitForSelector(`#files-rows tr[data-name="${name}"]`, WAIT);
+    await shot("files");
+
+    // A command, then Python drawing a chart: the PNG result shown as an image.
+    await go(`#/sandboxes/${id}/run`, "#command-input");
+    await page.type("#command-input", `cat /root/${name}`);
+    await page.click("#command-run");
+    await page.waitForFunction((r) => document.querySelector("#command-output").textContent.includes(`console test ${r}`), WAIT, RUN);
+    await page.select("#code-language", "python");
+    await page.type("#code-input", "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2, 4])\nplt.title('console')\n");
+    await page.click("#code-run");
+    await page.waitForSelector("#code-results img", WAIT);
+    await page.waitForFunction(() => {
+      const img = document.querySelector("#code-results img");
+      return img.complete && img.naturalWidth > 0 && img.src.startsWith("data:image/png;base64,");
+    }, WAIT);
+    await shot("run");
+
+    // Logs, metrics, the audit trail, endpoints.
+    await go(`#/sandboxes/${id}/logs`, "#logs-output");
+    await shot("logs");
+    await go(`#/sandboxes/${id}/metrics`, "#metrics-chart");
+    await page.waitForFunction(() => document.querySelector("#metrics-now").textContent.startsWith("now:"), WAIT);
+    await shot("metrics");
+    await go(`#/sandboxes/${id}/events`, "#events-trail");
+    await page.waitForFunction(() => document.querySelector("#events-trail table, #events-trail p"), WAIT);
+    await shot("events");
+    await go(`#/sandboxes/${id}/endpoints`, "#endpoint-result");
+    await page.waitForSelector("#endpoint-open", WAIT);
+    assert.match(await page.$eval("#endpoint-open", (a) => a.href), new RegExp(`/route/${id}/8000/`));
+    await shot("endpoints");
+
+    // Pause and resume from the header; the state follows.
+    await page.click("#sandbox-header button[data-action=pause]");
+    await page.waitForFunction(() => document.querySelector("#sandbox-state")?.textContent === "Paused", WAIT);
+    assert.equal((await coved.raw("GET", `/v1/sandboxes/${id}`)).body.status.state, "Paused");
+    await shot("paused");
+    await page.click("#sandbox-header button[data-action=resume]");
+    await page.waitForFunction(() => document.querySelector("#sandbox-state")?.textContent === "Running", WAIT);
+
+    // Templates, pools (not for this key), the host's totals.
+    await go("#/templates", "tr[data-template=code-interpreter]");
+    await shot("templates");
+    await go("#/pools", "#pools-forbidden");
+    assert.match(await textOf("#pools-forbidden"), /admin keys only/);
+    await shot("pools");
+    await go("#/host", "table");
+    await shot("host");
+
+    // Kill it from the list: the row goes, and so does the sandbox.
+    await go("#/sandboxes", `tr[data-id="${id}"]`);
+    await shot("sandboxes");
+    await page.click(`tr[data-id="${id}"] button[data-action=kill]`);
+    await page.waitForFunction((i) => !document.querySelector(`tr[data-id="${i}"]`), WAIT, id);
+    assert.equal((await coved.raw("GET", `/v1/sandboxes/${id}`)).status, 404);
+
+    assert.deepEqual(problems, []);
+  });
