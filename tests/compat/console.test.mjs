@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
@@ -35,7 +35,8 @@ const CHROMIUM_ARGS = [
   "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE *.localhost, EXCLUDE 127.0.0.1",
 ];
 
-const coved = new Coved();
+const ADMIN_KEY = `console-admin-${randomBytes(12).toString("hex")}`;
+const coved = new Coved({ extraArgs: ["--admin-api-key", ADMIN_KEY] });
 let browser;
 let page;
 const problems = [];
@@ -129,6 +130,15 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     await input.uploadFile(local);
     await page.waitForSelector(`#files-rows tr[data-name="${name}"]`, WAIT);
     await shot("files");
+    // Download it back (the browser saves it where CDP says).
+    const downloads = mkdtempSync(join(tmpdir(), "console-dl-"));
+    const cdp = await page.createCDPSession();
+    await cdp.send("Browser.setDownloadBehavior", { behavior: "allow", downloadPath: downloads });
+    await page.click(`#files-rows tr[data-name="${name}"] button[data-action=download]`);
+    const saved = join(downloads, name);
+    for (let i = 0; i < 600 && !existsSync(saved); i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(readFileSync(saved, "utf8"), `uploaded by the console test ${RUN}\n`);
+    rmSync(downloads, { recursive: true, force: true });
 
     // A command, then Python drawing a chart: the PNG result shown as an image.
     await go(`#/sandboxes/${id}/run`, "#command-input");
@@ -150,6 +160,8 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     await shot("logs");
     await go(`#/sandboxes/${id}/metrics`, "#metrics-chart");
     await page.waitForFunction(() => document.querySelector("#metrics-now").textContent.startsWith("now:"), WAIT);
+    // The live stream (GET /metrics/watch, one sample a second) adds to the first sample.
+    await page.waitForFunction(() => Number(document.querySelector("#metrics-chart").dataset.samples) >= 3, WAIT);
     await shot("metrics");
     await go(`#/sandboxes/${id}/events`, "#events-trail");
     await page.waitForFunction(() => document.querySelector("#events-trail table, #events-trail p"), WAIT);
@@ -167,6 +179,28 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     await page.click("#sandbox-header button[data-action=resume]");
     await page.waitForFunction(() => document.querySelector("#sandbox-state")?.textContent === "Running", WAIT);
 
+    // Renew: the expiry the dialog asks for (minutes from now) is what coved then has.
+    const before = (await coved.raw("GET", `/v1/sandboxes/${id}`)).body.expiresAt;
+    page.once("dialog", (d) => d.accept("300"));
+    await page.click("#sandbox-header button[data-action=renew]");
+    await page.waitForFunction((b) => !document.querySelector("#sandbox-header").textContent.includes(b), WAIT, before);
+    const renewed = Date.parse((await coved.raw("GET", `/v1/sandboxes/${id}`)).body.expiresAt);
+    assert.ok(renewed > Date.parse(before) + 3 * 3600_000, `${before} -> ${new Date(renewed).toISOString()}`);
+
+    // The list's filters: by metadata it is there, by another state it is not.
+    await go("#/sandboxes", `tr[data-id="${id}"]`);
+    await page.type("#filter-metadata", `run=${RUN}`);
+    await page.keyboard.press("Enter");
+    await page.waitForSelector(`tr[data-id="${id}"]`, WAIT);
+    await page.select("#filter-state", "Paused");
+    await page.waitForFunction((i) => !document.querySelector(`tr[data-id="${i}"]`), WAIT, id);
+    await page.select("#filter-state", "Running");
+    await page.waitForSelector(`tr[data-id="${id}"]`, WAIT);
+    await page.$eval("#filter-metadata", (el) => { el.value = "run=another"; el.dispatchEvent(new Event("change")); });
+    await page.waitForFunction((i) => !document.querySelector(`tr[data-id="${i}"]`), WAIT, id);
+    await page.$eval("#filter-metadata", (el) => { el.value = ""; el.dispatchEvent(new Event("change")); });
+    await page.select("#filter-state", "");
+
     // Templates, pools (not for this key), the host's totals.
     await go("#/templates", "tr[data-template=code-interpreter]");
     await shot("templates");
@@ -178,10 +212,24 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
 
     // Kill it from the list: the row goes, and so does the sandbox.
     await go("#/sandboxes", `tr[data-id="${id}"]`);
+    await page.waitForSelector(`tr[data-id="${id}"]`, WAIT);
     await shot("sandboxes");
     await page.click(`tr[data-id="${id}"] button[data-action=kill]`);
     await page.waitForFunction((i) => !document.querySelector(`tr[data-id="${i}"]`), WAIT, id);
     assert.equal((await coved.raw("GET", `/v1/sandboxes/${id}`)).status, 404);
+
+    // Log out: the key is gone from the tab; an admin key sees the pools.
+    await page.click("#logout");
+    await page.waitForSelector("#api-key", WAIT);
+    assert.equal(await page.evaluate(() => sessionStorage.getItem("cove.apiKey")), null);
+    await page.type("#api-key", ADMIN_KEY);
+    await page.click("#login button[type=submit]");
+    await page.waitForSelector("#create-form", WAIT);
+    await go("#/pools", "#pools-table");
+    await go("#/host", "table");
+    await page.waitForFunction(() => document.querySelector("main").textContent.includes("Every owner"), WAIT);
+    await page.waitForSelector("#host-totals td", WAIT);
+    await shot("host-admin");
 
     assert.deepEqual(problems, []);
   });

@@ -11,6 +11,7 @@ export class MetricsChart {
   add(sample) {
     this.samples.push(sample);
     if (this.samples.length > this.capacity) this.samples.shift();
+    this.canvas.dataset.samples = String(this.samples.length);
     this.draw();
   }
 
@@ -56,7 +57,13 @@ export class MetricsChart {
         else g.lineTo(x(i), y);
       });
       g.stroke();
+      const lastY = pad.t + ph * (1 - Math.min(1, (value(last) || 0) / max));
+      g.fillStyle = color;
+      g.beginPath();
+      g.arc(x(this.samples.length - 1), lastY, 3, 0, 2 * Math.PI);
+      g.fill();
     };
+    if (!last) return;
     line("#1f6feb", (s) => s.cpu_used_pct, cpuMax);
     line("#d2691e", (s) => s.mem_used_mib, memMax);
   }

@@ -31,7 +31,7 @@ export async function renderPools(view) {
       "Warm pools are for admin keys only; this key is not one (", err.code, ")."));
     return;
   }
-  replace(view, h("h1", {}, "Pools"), table(
+  replace(view, h("h1", {}, "Pools"), h("div", { id: "pools-table" }, table(
     ["name", "template", "limits", "buffer min/max", "pool min/max", "total", "available", "pending", "last error"],
     items.map((p) => {
       const c = p.capacitySpec || {};
@@ -41,7 +41,7 @@ export async function renderPools(view) {
         h("td", {}, `${c.bufferMin ?? ""}/${c.bufferMax ?? ""}`), h("td", {}, `${c.poolMin ?? ""}/${c.poolMax ?? ""}`),
         h("td", {}, s.total ?? ""), h("td", {}, s.available ?? ""), h("td", {}, s.pending ?? ""),
         h("td", { class: "error-text" }, s.lastError || ""));
-    })));
+    }))));
 }
 
 function owner(o) {
@@ -51,12 +51,21 @@ function owner(o) {
 
 export async function renderHost(view) {
   replace(view, h("h1", {}, "Host"), h("p", { class: "muted" }, "Loading…"));
-  const q = await get("/v1/quota");
+  const [q, list] = await Promise.all([get("/v1/quota"), get("/v1/sandboxes?pageSize=1000")]);
+  const byState = {};
+  for (const sb of list.items || []) byState[sb.status?.state] = (byState[sb.status?.state] || 0) + 1;
   const parts = [h("h1", {}, "Host"), h("h2", {}, "This key"),
-    h("p", { class: "muted" }, `owner ${q.owner || "(shared)"}`, q.admin ? " · admin key" : ""), owner(q)];
+    h("p", { class: "muted" }, `owner ${q.owner || "(shared)"}`, q.admin ? " · admin key" : ""), owner(q),
+    h("h2", {}, "This key's sandboxes by state"),
+    table(["state", "sandboxes"], Object.entries(byState).map(([k, v]) => h("tr", {}, h("td", {}, k), h("td", {}, v))))];
   if (q.admin) {
     const all = await get("/v1/admin/quotas");
     const owners = all.items || [];
+    const host = all.host || {};
+    parts.push(h("h2", {}, "The host"), h("div", { id: "host-totals" }, table(["resource", "total", "overcommit", "limit", "used"],
+      ["memory", "cpu"].filter((k) => host[k]).map((k) => h("tr", {}, h("td", {}, k), h("td", {}, host[k].total),
+        h("td", {}, `${host[k].overcommit}x`), h("td", {}, host[k].limit), h("td", {}, host[k].used))))),
+    h("p", {}, `live sandboxes on the host: ${host.sandboxes ?? "?"}`));
     parts.push(h("h2", {}, "Every owner"), table(["owner", "sandboxes", "cpu", "memory", "disk"],
       owners.map((o) => h("tr", {}, h("td", {}, o.owner || "(shared)"),
         ["sandboxes", "cpu", "memory", "disk"].map((k) =>
