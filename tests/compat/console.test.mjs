@@ -41,7 +41,8 @@ let browser;
 let page;
 const problems = [];
 // Refusals the test provokes on purpose, which the browser logs as failed loads.
-const expectedRefusals = [{ status: 403, url: /\/v1\/pools$/ }, { status: 404, url: /\/v1\/sandboxes\/[a-z0-9]+\/events$/ }];
+const expectedRefusals = [{ status: 403, url: /\/v1\/pools$/ }, { status: 404, url: /\/v1\/sandboxes\/[a-z0-9]+\/events$/ },
+  { status: 404, url: /\/v1\/events$/ }];
 
 before(async () => {
   await coved.start();
@@ -168,8 +169,26 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     await shot("events");
     await go(`#/sandboxes/${id}/endpoints`, "#endpoint-result");
     await page.waitForSelector("#endpoint-open", WAIT);
-    assert.match(await page.$eval("#endpoint-open", (a) => a.href), new RegExp(`/route/${id}/8000/`));
     await shot("endpoints");
+    // The link opens the sandbox's port in a browser: a server started from the command
+    // runner in the background, reached by the signed host form (another origin).
+    const link = await page.$eval("#endpoint-open", (a) => a.href);
+    assert.match(link, new RegExp(`^http://${id}-8000-[0-9a-z]+-[0-9a-z]+\\.localhost:${coved.port}/$`));
+    await go(`#/sandboxes/${id}/run`, "#command-input");
+    await page.type("#command-input", "python3 -m http.server 8000 --bind 127.0.0.1 --directory /root");
+    await page.click("#command-background");
+    await page.click("#command-run");
+    await page.waitForFunction(() => document.querySelector("#command-output").textContent.includes("[started"), WAIT);
+    const app = await browser.newPage();
+    let listing = "";
+    for (let i = 0; i < 100 && !listing.includes(name); i++) {
+      const res = await app.goto(link, { waitUntil: "load" }).catch(() => null);
+      listing = res?.ok() ? await app.content() : "";
+      if (!listing.includes(name)) await new Promise((r) => setTimeout(r, 200));
+    }
+    assert.ok(listing.includes(name), `the app at ${link} did not list ${name}`);
+    assert.notEqual(new URL(app.url()).origin, new URL(coved.baseUrl).origin);
+    await app.close();
 
     // Pause and resume from the header; the state follows.
     await page.click("#sandbox-header button[data-action=pause]");
@@ -202,6 +221,9 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     await page.select("#filter-state", "");
 
     // Templates, pools (not for this key), the host's totals.
+    await go("#/events", "#events-trail");
+    await page.waitForFunction(() => document.querySelector("#events-trail table, #events-trail #events-unavailable"), WAIT);
+    await shot("events-all");
     await go("#/templates", "tr[data-template=code-interpreter]");
     await shot("templates");
     await go("#/pools", "#pools-forbidden");

@@ -1,7 +1,8 @@
 // The console's shell: log in (the key goes to sessionStorage), then hash routes to pages.
-//   #/sandboxes  #/sandboxes/{id}[/{tab}]  #/templates  #/pools  #/host
+//   #/sandboxes  #/sandboxes/{id}[/{tab}]  #/events  #/templates  #/pools  #/host
 import { apiKey, get, setApiKey } from "./api.js";
 import { clearNotice, h, notify, replace } from "./dom.js";
+import { renderEvents } from "./pages/events.js";
 import { renderHost, renderPools, renderTemplates } from "./pages/host.js";
 import { renderSandbox } from "./pages/sandbox.js";
 import { renderSandboxes } from "./pages/sandboxes.js";
@@ -51,6 +52,7 @@ async function route() {
   const pages = {
     sandboxes: () => (parts[1] ? renderSandbox(view, parts[1], parts[2] || "terminal")
       : renderSandboxes(view)),
+    events: () => renderEvents(view),
     templates: () => renderTemplates(view),
     pools: () => renderPools(view),
     host: () => renderHost(view),

@@ -6,6 +6,7 @@ import { AGENT_PORT, agentPath, agentSocketUrl, del, get, post, request, stream 
 import { MetricsChart } from "../chart.js";
 import { age, bytes, h, notify, replace, until } from "../dom.js";
 import { Terminal } from "../terminal.js";
+import { eventsTable, renderTrail } from "./events.js";
 import { actions } from "./sandboxes.js";
 
 const TABS = ["terminal", "files", "run", "logs", "metrics", "events", "endpoints"];
@@ -239,10 +240,13 @@ async function run(body, id) {
     try { await fn(); } catch (err) { notify(err.message); }
     button.disabled = false;
   };
+  const background = h("input", { type: "checkbox", id: "command-background" });
   const runCommand = h("button", { type: "button", class: "primary", id: "command-run" }, "Run command");
   runCommand.addEventListener("click", busy(runCommand, async () => {
     commandOut.replaceChildren();
-    await stream(agentPath(id, "/command"), { command: command.value }, (e) => {
+    const request = { command: command.value, background: background.checked };
+    await stream(agentPath(id, "/command"), request, (e) => {
+      if (e.type === "init" && request.background) outputLine(commandOut, "muted", `[started ${e.text}: its output is under logs]`);
       if (e.type === "stdout" || e.type === "stderr") outputLine(commandOut, e.type, e.text);
       else if (e.type === "error") showError(commandOut, e);
       else if (e.type === "execution_complete") outputLine(commandOut, "muted", `[done in ${e.execution_time} ms]`);
@@ -259,7 +263,8 @@ async function run(body, id) {
       else if (e.type === "execution_complete") outputLine(codeOut, "muted", `[done in ${e.execution_time} ms]`);
     });
   }));
-  replace(body, h("div", { class: "card" }, h("h2", {}, "Command"), command, h("div", { class: "toolbar" }, runCommand), commandOut),
+  replace(body, h("div", { class: "card" }, h("h2", {}, "Command"), command, h("div", { class: "toolbar" }, runCommand,
+    h("label", {}, background, " in the background")), commandOut),
     h("div", { class: "card" }, h("h2", {}, "Code"), code, h("div", { class: "toolbar" }, language, runCode), codeOut, results));
 }
 
@@ -312,47 +317,17 @@ async function metrics(body, id) {
   return () => abort.abort();
 }
 
-// ---- audit trail ----
-
-function eventsTable(items, columns) {
-  return h("table", {}, h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c)))),
-    h("tbody", {}, items.map((e) => h("tr", {}, columns.map((c) => {
-      const v = e[c];
-      return h("td", {}, v === undefined ? "" : typeof v === "object" ? JSON.stringify(v) : String(v));
-    })))));
-}
+// ---- audit trail and egress decisions ----
 
 async function events(body, id) {
   const trail = h("div", { id: "events-trail" });
   const egress = h("div", { id: "events-egress" });
   replace(body, h("h2", {}, "Audit trail"), trail, h("h2", {}, "Egress decisions"), egress);
   const base = `/v1/sandboxes/${encodeURIComponent(id)}`;
-  const page = async (cursor) => {
-    let answer;
-    try {
-      answer = await get(`${base}/events${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ""}`);
-    } catch (err) {
-      if (err.status === 404 && err.code !== "SANDBOX::NOT_FOUND") {
-        replace(trail, h("p", { class: "muted", id: "events-unavailable" }, "The audit trail is not available on this coved."));
-        return;
-      }
-      throw err;
-    }
-    const items = answer.items || [];
-    const keys = ["time", "kind", "owner", ...new Set(items.flatMap((e) => Object.keys(e))
-      .filter((k) => !["id", "time", "kind", "owner", "sandboxId"].includes(k)))];
-    if (!cursor) trail.replaceChildren();
-    trail.append(items.length ? eventsTable(items, keys) : h("p", { class: "muted" }, "no events"));
-    if (answer.nextCursor) {
-      const more = h("button", { type: "button", onclick: () => { more.remove(); page(answer.nextCursor); } }, "More");
-      trail.append(more);
-    }
-  };
-  await page(null);
+  await renderTrail(trail, `${base}/events`);
   try {
-    const answer = await get(`${base}/egress/events`);
-    const items = answer.items ?? answer.events ?? (Array.isArray(answer) ? answer : []);
-    replace(egress, items.length ? eventsTable(items, [...new Set(items.flatMap((e) => Object.keys(e)))])
+    const { events: items = [] } = await get(`${base}/egress/events`);
+    replace(egress, items.length ? eventsTable(items, ["time", "action", "protocol", "name", "address", "port", "rule"])
       : h("p", { class: "muted" }, "no egress decisions"));
   } catch (err) {
     replace(egress, h("p", { class: "muted" }, err.message));
@@ -361,18 +336,33 @@ async function events(body, id) {
 
 // ---- endpoints ----
 
+const LOOPBACK = /^(localhost|127\.\d+\.\d+\.\d+|\[::1\])$/;
+
+/**
+ * Where to open a port in a browser: the signed host form, which is another origin than the
+ * console's (an app there cannot read this tab's storage), when the browser can reach it (a
+ * --domain, or *.localhost from this machine); else the signed path form on this host.
+ */
+async function openUrl(base) {
+  const expires = Math.floor(Date.now() / 1000) + 3600;
+  const byHost = await get(`${base}?expires=${expires}&host=true`);
+  const host = byHost.endpoint.split("/")[0];
+  const local = /\.localhost(:\d+)?$/.test(host);
+  if (!local || LOOPBACK.test(location.hostname)) return `${location.protocol}//${host}/`;
+  const byPath = await get(`${base}?expires=${expires}`);
+  return `${location.protocol}//${location.host}${byPath.endpoint.slice(byPath.endpoint.indexOf("/"))}/`;
+}
+
 async function endpoints(body, id) {
   const port = h("input", { id: "endpoint-port", type: "number", min: 1, max: 65535, value: 8000 });
   const out = h("div", { id: "endpoint-result" });
   const show = async () => {
     const base = `/v1/sandboxes/${encodeURIComponent(id)}/endpoints/${Number(port.value)}`;
     try {
-      const expires = Math.floor(Date.now() / 1000) + 3600;
-      const [plain, signed] = await Promise.all([get(base), get(`${base}?expires=${expires}`)]);
-      const here = (endpoint) => `${location.protocol}//${location.host}${endpoint.slice(endpoint.indexOf("/"))}/`;
+      const [plain, url] = await Promise.all([get(base), openUrl(base)]);
       replace(out, h("dl", { class: "kv" },
-        h("dt", {}, "signed route (1 h)"), h("dd", {}, h("a", { href: here(signed.endpoint), target: "_blank",
-          rel: "noopener noreferrer", id: "endpoint-open" }, "open in a new tab")),
+        h("dt", {}, "signed route (1 h)"), h("dd", {}, h("a", { href: url, target: "_blank",
+          rel: "noopener noreferrer", id: "endpoint-open" }, url)),
         h("dt", {}, "endpoint"), h("dd", {}, plain.endpoint),
         h("dt", {}, "headers"), h("dd", {}, Object.entries(plain.headers || {}).map(([k, v]) => `${k}: ${v}`).join("\n"))));
     } catch (err) {
