@@ -4,6 +4,7 @@ key needed for the page while every API call it makes still needs one. The brows
 tests/compat/console.test.mjs."""
 
 import http.client
+import json
 import re
 
 import pytest
@@ -121,7 +122,6 @@ def test_unknown_names_and_traversal_are_404(coved, path):
     resp, body = fetch(coved, "GET", path)
     assert resp.status == 404, (path, resp.status, body)
     assert resp.getheader("Content-Type") == "application/json"
-    import json
     err = json.loads(body)
     assert err["code"] == "CONSOLE::NOT_FOUND" and err["message"]
     assert_secure(resp)
@@ -151,3 +151,12 @@ def test_the_api_still_needs_the_key(coved):
     assert resp.status == 401
     resp, _ = fetch(coved, "GET", "/v1/sandboxes", {"OPEN-SANDBOX-API-KEY": coved.key})
     assert resp.status == 200
+    # No CORS consent, so a page of another origin can neither send the header nor read.
+    for method, headers in (("OPTIONS", {"Origin": "http://evil.example",
+                                         "Access-Control-Request-Method": "GET",
+                                         "Access-Control-Request-Headers": "open-sandbox-api-key"}),
+                            ("GET", {"Origin": "http://evil.example",
+                                     "OPEN-SANDBOX-API-KEY": coved.key})):
+        resp, _ = fetch(coved, method, "/v1/sandboxes", headers)
+        assert not any(k.lower().startswith("access-control-") for k, _ in resp.getheaders()), \
+            resp.getheaders()
