@@ -119,6 +119,29 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     await page.keyboard.press("Enter");
     await page.waitForFunction(() => document.querySelector("#terminal").textContent.split("\n")
       .some((l) => l.trim() === "hi"), WAIT);
+    // Colours are dropped, a backspace takes back a character, Ctrl-C interrupts.
+    const screenHas = (line) => page.waitForFunction((l) => document.querySelector("#terminal").textContent
+      .split("\n").some((x) => x.trimEnd() === l), WAIT, line);
+    await page.keyboard.type("printf '\\033[1;31mred\\033[0m plain\\n'");
+    await page.keyboard.press("Enter");
+    await screenHas("red plain");
+    await page.keyboard.type("printf 'ab\\bc\\n'");
+    await page.keyboard.press("Enter");
+    await screenHas("ac");
+    await page.keyboard.type("echo typo");
+    for (let i = 0; i < 4; i++) await page.keyboard.press("Backspace");
+    await page.keyboard.type("fixed");
+    await page.keyboard.press("Enter");
+    await screenHas("fixed");
+    await page.keyboard.type("sleep 1000");
+    await page.keyboard.press("Enter");
+    await page.keyboard.down("Control");
+    await page.keyboard.press("c");
+    await page.keyboard.up("Control");
+    await page.keyboard.type("echo after-interrupt");
+    await page.keyboard.press("Enter");
+    await screenHas("after-interrupt");
+    assert.ok(!(await textOf("#terminal")).includes("\x1b"), "no escape sequence is shown");
     await shot("terminal");
 
     // Upload a file into /root and see it listed.
@@ -130,6 +153,7 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     const input = await page.$("#files-upload");
     await input.uploadFile(local);
     await page.waitForSelector(`#files-rows tr[data-name="${name}"]`, WAIT);
+    rmSync(local, { force: true });
     await shot("files");
     // Download it back (the browser saves it where CDP says).
     const downloads = mkdtempSync(join(tmpdir(), "console-dl-"));
