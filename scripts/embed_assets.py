@@ -32,9 +32,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base", required=True, help="directory the names are relative to")
     parser.add_argument("--output", required=True, help="the .c file to write")
+    parser.add_argument("--complete", action="store_true",
+                        help="fail if a file under --base (but meson.build) is not given")
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
     base = os.path.realpath(args.base)
+    if args.complete:
+        given = {os.path.realpath(f) for f in args.files}
+        for root, _, names in os.walk(base):
+            for n in names:
+                path = os.path.join(root, n)
+                if n != "meson.build" and os.path.realpath(path) not in given:
+                    sys.exit(f"embed_assets: {path} is not listed in {base}/meson.build")
     entries = []
     for path in args.files:
         real = os.path.realpath(path)
