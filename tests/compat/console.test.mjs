@@ -112,34 +112,40 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     coved.track(id);
     await page.waitForFunction(() => document.querySelector("#sandbox-state")?.textContent === "Running", WAIT);
 
-    // The terminal: a shell over the PTY WebSocket.
+    // The terminal: a shell over the PTY WebSocket. Each command is typed at a prompt (keys
+    // typed while the shell switches the terminal's modes may be dropped, as in any terminal).
     await page.waitForFunction(() => document.querySelector("#terminal-status")?.textContent.startsWith("connected"), WAIT);
-    await page.focus("#terminal");
-    await page.keyboard.type("echo hi");
-    await page.keyboard.press("Enter");
-    await page.waitForFunction(() => document.querySelector("#terminal").textContent.split("\n")
-      .some((l) => l.trim() === "hi"), WAIT);
-    // Colours are dropped, a backspace takes back a character, Ctrl-C interrupts.
+    const lines = () => document.querySelector("#terminal").textContent.split("\n").map((l) => l.trimEnd());
+    const atPrompt = () => page.waitForFunction(`(${lines})().at(-1).endsWith("#")`, WAIT);
     const screenHas = (line) => page.waitForFunction((l) => document.querySelector("#terminal").textContent
-      .split("\n").some((x) => x.trimEnd() === l), WAIT, line);
-    await page.keyboard.type("printf '\\033[1;31mred\\033[0m plain\\n'");
-    await page.keyboard.press("Enter");
+      .split("\n").some((x) => x.trimEnd() === l), WAIT, line)
+      .catch(async (err) => { throw new Error(`no line ${line} in the terminal:\n${await textOf("#terminal")}`, { cause: err }); });
+    const command = async (text) => {
+      await atPrompt();
+      await page.keyboard.type(text);
+      await page.keyboard.press("Enter");
+    };
+    await page.focus("#terminal");
+    await command("echo hi");
+    await screenHas("hi");
+    // Colours are dropped, a backspace takes back a character, Ctrl-C interrupts.
+    await command("printf '\\033[1;31mred\\033[0m plain\\n'");
     await screenHas("red plain");
-    await page.keyboard.type("printf 'ab\\bc\\n'");
-    await page.keyboard.press("Enter");
+    await command("printf 'ab\\bc\\n'");
     await screenHas("ac");
+    await atPrompt();
     await page.keyboard.type("echo typo");
     for (let i = 0; i < 4; i++) await page.keyboard.press("Backspace");
     await page.keyboard.type("fixed");
     await page.keyboard.press("Enter");
     await screenHas("fixed");
-    await page.keyboard.type("sleep 1000");
-    await page.keyboard.press("Enter");
+    await command("sleep 1000");
+    // Running: its line ends the screen, the cursor on the (empty) next one.
+    await page.waitForFunction(`(() => { const l = (${lines})(); return l.at(-1) === "" && l.at(-2).endsWith("# sleep 1000"); })()`, WAIT);
     await page.keyboard.down("Control");
     await page.keyboard.press("c");
     await page.keyboard.up("Control");
-    await page.keyboard.type("echo after-interrupt");
-    await page.keyboard.press("Enter");
+    await command("echo after-interrupt");
     await screenHas("after-interrupt");
     assert.ok(!(await textOf("#terminal")).includes("\x1b"), "no escape sequence is shown");
     await shot("terminal");

@@ -197,7 +197,8 @@ const KEYS = {
 
 /** The bytes a key stands for, or null for one the terminal leaves to the browser. */
 export function keySequence(e) {
-  if (e.metaKey) return null;
+  // Ctrl-Shift-C/V (and the Meta key) stay the browser's: copy and paste, as in terminals.
+  if (e.metaKey || (e.ctrlKey && e.shiftKey)) return null;
   if (e.ctrlKey && !e.altKey && e.key.length === 1) {
     const c = e.key.toUpperCase().charCodeAt(0);
     if (c >= 64 && c <= 95) return String.fromCharCode(c - 64); // Ctrl-A..Ctrl-_

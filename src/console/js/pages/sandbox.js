@@ -49,7 +49,7 @@ export async function renderSandbox(view, id, tab) {
         h("dt", {}, "limits"), h("dd", {}, Object.entries(l).map(([k, v]) => `${k}=${v}`).join(" ") || "defaults"),
         h("dt", {}, "metadata"), h("dd", {}, Object.entries(sb.metadata || {}).map(([k, v]) => `${k}=${v}`).join(" ")),
         h("dt", {}, "entrypoint"), h("dd", {}, (sb.entrypoint || []).join(" "))),
-      h("div", { class: "toolbar" }, await actions(sb, async () => {
+      h("div", { class: "toolbar" }, actions(sb, async () => {
         try {
           await get(path);
         } catch (err) {

@@ -6,7 +6,8 @@ import { age, h, notify, replace, until } from "../dom.js";
 const STATES = ["", "Pending", "Running", "Pausing", "Paused", "Resuming", "Stopping", "Failed", "Terminated"];
 const REFRESH_MS = 3000;
 
-export async function actions(sb, done) {
+/** The buttons for what sb's state allows; done() after each action. */
+export function actions(sb, done) {
   const id = sb.id;
   const state = sb.status?.state;
   const act = (label, fn, cls) => h("button", { type: "button", class: cls, dataset: { action: label.toLowerCase() },
@@ -84,7 +85,7 @@ export async function renderSandboxes(view) {
     try {
       const { items, pagination } = await get(`/v1/sandboxes?${q}`);
       if (!alive) return;
-      const rows = await Promise.all(items.map(async (sb) => h("tr", { dataset: { id: sb.id, state: sb.status?.state } },
+      const rows = items.map((sb) => h("tr", { dataset: { id: sb.id, state: sb.status?.state } },
         h("td", {}, h("a", { href: `#/sandboxes/${encodeURIComponent(sb.id)}` }, sb.id)),
         h("td", {}, h("span", { class: `state state-${sb.status?.state}` }, sb.status?.state),
           h("div", { class: "muted" }, sb.status?.reason || "")),
@@ -93,7 +94,7 @@ export async function renderSandboxes(view) {
         h("td", { title: sb.expiresAt || "" }, until(sb.expiresAt)),
         h("td", {}, limits(sb)),
         h("td", {}, Object.entries(sb.metadata || {}).map(([k, v]) => `${k}=${v}`).join(" ")),
-        h("td", { class: "actions" }, await actions(sb, refresh)))));
+        h("td", { class: "actions" }, actions(sb, refresh))));
       replace(body, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "no sandboxes")));
       status.textContent = `${pagination?.totalItems ?? items.length} sandbox(es)`;
     } catch (err) {
