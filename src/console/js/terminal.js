@@ -1,41 +1,30 @@
 // A minimal terminal: enough of a VT100 for a shell and line editing (text, CR/LF, backspace,
 // tabs, cursor moves, erase in line and display, autowrap); colours and other attributes are
-// dropped, as are titles and modes. It draws into a <pre> and turns keys into the bytes a
+// dropped, as are titles and modes. Screen is the model (pure: tests/compat/
+// console_terminal.test.mjs); Terminal draws it into a <pre> and turns keys into the bytes a
 // terminal sends.
 
 const MAX_LINES = 5000;
 
-export class Terminal {
-  constructor(el, { cols = 100, rows = 30, onData = () => {} } = {}) {
-    this.el = el;
+export class Screen {
+  constructor(cols = 100, rows = 30) {
     this.cols = cols;
     this.rows = rows;
-    this.onData = onData;
     this.lines = [[]];
     this.row = 0;
     this.col = 0;
     this.state = "text";
     this.params = "";
     this.decoder = new TextDecoder();
-    this.pending = false;
-    el.tabIndex = 0;
-    el.classList.add("terminal");
-    el.addEventListener("keydown", (e) => this.key(e));
-    el.addEventListener("paste", (e) => {
-      e.preventDefault();
-      this.onData(e.clipboardData.getData("text").replace(/\r?\n/g, "\r"));
-    });
-    this.render();
   }
 
-  /** Bytes (Uint8Array) or text from the shell. */
+  /** Bytes (Uint8Array, UTF-8 split anywhere) or text from the shell. */
   write(data) {
     const text = typeof data === "string" ? data : this.decoder.decode(data, { stream: true });
     for (const ch of text) this.feed(ch);
-    this.schedule();
   }
 
-  /** The text on screen, lines joined with "\n" (what a test reads). */
+  /** The text on screen, lines joined with "\n", trailing blanks dropped. */
   text() {
     return this.lines.map((l) => l.join("").trimEnd()).join("\n");
   }
@@ -155,6 +144,28 @@ export class Terminal {
       default: return; // everything else is ignored
     }
   }
+}
+
+export class Terminal {
+  constructor(el, { cols = 100, rows = 30, onData = () => {} } = {}) {
+    this.el = el;
+    this.screen = new Screen(cols, rows);
+    this.onData = onData;
+    this.pending = false;
+    el.tabIndex = 0;
+    el.classList.add("terminal");
+    el.addEventListener("keydown", (e) => this.key(e));
+    el.addEventListener("paste", (e) => {
+      e.preventDefault();
+      this.onData(e.clipboardData.getData("text").replace(/\r?\n/g, "\r"));
+    });
+    this.render();
+  }
+
+  write(data) {
+    this.screen.write(data);
+    this.schedule();
+  }
 
   schedule() {
     if (this.pending) return;
@@ -166,18 +177,18 @@ export class Terminal {
   }
 
   render() {
-    const before = this.lines.slice(0, this.row).map((l) => l.join("")).join("\n");
-    const cur = this.line();
-    const head = cur.slice(0, this.col).join("").padEnd(this.col, " ");
-    const under = cur[this.col] ?? " ";
-    const tail = cur.slice(this.col + 1).join("");
-    const after = this.lines.slice(this.row + 1).map((l) => l.join("")).join("\n");
+    const { lines, row, col } = this.screen;
+    const cur = lines[row] ?? [];
+    const before = lines.slice(0, row).map((l) => l.join("")).join("\n");
+    const head = cur.slice(0, col).join("").padEnd(col, " ");
+    const under = cur[col] ?? " ";
+    const tail = cur.slice(col + 1).join("");
+    const after = lines.slice(row + 1).map((l) => l.join("")).join("\n");
     const cursor = document.createElement("span");
     cursor.className = "cursor";
     cursor.textContent = under;
-    this.el.replaceChildren(
-      (this.row > 0 ? before + "\n" : "") + head, cursor,
-      tail + (after || this.row + 1 < this.lines.length ? "\n" + after : ""));
+    this.el.replaceChildren((row > 0 ? before + "\n" : "") + head, cursor,
+      tail + (row + 1 < lines.length ? "\n" + after : ""));
     this.el.scrollTop = this.el.scrollHeight;
   }
 
