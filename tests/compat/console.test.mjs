@@ -262,9 +262,22 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     await go("#/host", "table");
     await shot("host");
 
-    // Kill it from the list: the row goes, and so does the sandbox.
+    // Kill it from the list: the row goes, and so does the sandbox. Another key's sandbox is
+    // never listed: the console sees what its key may see.
+    const res = await fetch(`${coved.baseUrl}/v1/sandboxes`, { method: "POST",
+      headers: { "OPEN-SANDBOX-API-KEY": ADMIN_KEY, "Content-Type": "application/json" },
+      body: JSON.stringify({ image: { uri: "base" }, entrypoint: ["sleep", "infinity"], metadata: { run: RUN } }) });
+    assert.equal(res.status, 202);
+    const others = (await res.json()).id;
+    coved.track(others);
     await go("#/sandboxes", `tr[data-id="${id}"]`);
     await page.waitForSelector(`tr[data-id="${id}"]`, WAIT);
+    // A list fetched after that create: one refresh more than now.
+    const generation = Number(await page.$eval("#sandbox-rows", (b) => b.dataset.generation));
+    await page.click("#list-refresh");
+    await page.waitForFunction((g) => Number(document.querySelector("#sandbox-rows").dataset.generation) > g, WAIT, generation);
+    assert.ok(await page.$(`tr[data-id="${id}"]`));
+    assert.equal(await page.$(`tr[data-id="${others}"]`), null, "another key's sandbox is listed");
     await shot("sandboxes");
     await page.click(`tr[data-id="${id}"] button[data-action=kill]`);
     await page.waitForFunction((i) => !document.querySelector(`tr[data-id="${i}"]`), WAIT, id);
@@ -277,6 +290,13 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     await page.type("#api-key", ADMIN_KEY);
     await page.click("#login button[type=submit]");
     await page.waitForSelector("#create-form", WAIT);
+    // The admin key's own sandbox, killed from its page.
+    await go("#/sandboxes", `tr[data-id="${others}"]`);
+    await go(`#/sandboxes/${others}/files`, "#files-rows tr");
+    await page.click("#sandbox-header button[data-action=kill]");
+    await page.waitForFunction(() => location.hash === "#/sandboxes", WAIT);
+    await page.waitForFunction((i) => !document.querySelector(`tr[data-id="${i}"]`), WAIT, others);
+    assert.equal((await fetch(`${coved.baseUrl}/v1/sandboxes/${others}`, { headers: { "OPEN-SANDBOX-API-KEY": ADMIN_KEY } })).status, 404);
     await go("#/pools", "#pools-table");
     await go("#/host", "table");
     await page.waitForFunction(() => document.querySelector("main").textContent.includes("Every owner"), WAIT);

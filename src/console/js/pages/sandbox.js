@@ -49,13 +49,14 @@ export async function renderSandbox(view, id, tab) {
         h("dt", {}, "limits"), h("dd", {}, Object.entries(l).map(([k, v]) => `${k}=${v}`).join(" ") || "defaults"),
         h("dt", {}, "metadata"), h("dd", {}, Object.entries(sb.metadata || {}).map(([k, v]) => `${k}=${v}`).join(" ")),
         h("dt", {}, "entrypoint"), h("dd", {}, (sb.entrypoint || []).join(" "))),
-      h("div", { class: "toolbar" }, actions(sb, async () => {
-        try {
-          await get(path);
-        } catch (err) {
-          if (err.status === 404) { location.hash = "#/sandboxes"; return; }
+      h("div", { class: "toolbar" }, actions(sb, (label, ok) => {
+        if (label === "Kill" && ok) { // deleted: 204 means gone, ask nothing more of it
+          alive = false;
+          clearTimeout(timer);
+          location.hash = "#/sandboxes";
+        } else {
+          refresh();
         }
-        refresh();
       })));
     timer = setTimeout(refresh, REFRESH_MS);
   };

@@ -6,16 +6,17 @@ import { age, h, notify, replace, until } from "../dom.js";
 const STATES = ["", "Pending", "Running", "Pausing", "Paused", "Resuming", "Stopping", "Failed", "Terminated"];
 const REFRESH_MS = 3000;
 
-/** The buttons for what sb's state allows; done() after each action. */
+/** The buttons for what sb's state allows; done(label, ok) after each action. */
 export function actions(sb, done) {
   const id = sb.id;
   const state = sb.status?.state;
   const act = (label, fn, cls) => h("button", { type: "button", class: cls, dataset: { action: label.toLowerCase() },
     onclick: async (e) => {
       e.target.disabled = true;
-      try { await fn(); } catch (err) { notify(`${label} ${id}: ${err.message}`); }
+      let ok = false;
+      try { await fn(); ok = true; } catch (err) { notify(`${label} ${id}: ${err.message}`); }
       e.target.disabled = false;
-      done();
+      done(label, ok);
     } }, label);
   const path = `/v1/sandboxes/${encodeURIComponent(id)}`;
   return [
@@ -97,6 +98,7 @@ export async function renderSandboxes(view) {
         h("td", { class: "actions" }, actions(sb, refresh))));
       replace(body, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "no sandboxes")));
       status.textContent = `${pagination?.totalItems ?? items.length} sandbox(es)`;
+      body.dataset.generation = String(Number(body.dataset.generation ?? 0) + 1); // for tests
     } catch (err) {
       if (!alive) return;
       notify(err.message);
@@ -110,7 +112,7 @@ export async function renderSandboxes(view) {
   replace(view, h("h1", {}, "Sandboxes"),
     createForm(templates, (sb) => { location.hash = `#/sandboxes/${encodeURIComponent(sb.id)}`; }),
     h("div", { class: "toolbar" }, "Filter:", stateFilter, metaFilter,
-      h("button", { type: "button", onclick: refresh }, "Refresh"), status),
+      h("button", { type: "button", id: "list-refresh", onclick: refresh }, "Refresh"), status),
     h("table", {}, h("thead", {}, h("tr", {}, ["id", "state", "template", "age", "expires", "limits", "metadata", ""]
       .map((x) => h("th", {}, x)))), body));
   await refresh();
