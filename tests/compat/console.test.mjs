@@ -167,8 +167,11 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     await cdp.send("Browser.setDownloadBehavior", { behavior: "allow", downloadPath: downloads });
     await page.click(`#files-rows tr[data-name="${name}"] button[data-action=download]`);
     const saved = join(downloads, name);
-    for (let i = 0; i < 600 && !existsSync(saved); i++) await new Promise((r) => setTimeout(r, 100));
-    assert.equal(readFileSync(saved, "utf8"), `uploaded by the console test ${RUN}\n`);
+    const content = `uploaded by the console test ${RUN}\n`;
+    const savedText = () => (existsSync(saved) ? readFileSync(saved, "utf8") : null);
+    // The browser may make the file before it has written it: wait for the whole of it.
+    for (let i = 0; i < 600 && savedText() !== content; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(savedText(), content);
     rmSync(downloads, { recursive: true, force: true });
 
     // A command, then Python drawing a chart: the PNG result shown as an image.
