@@ -222,6 +222,13 @@ test("the console in headless Chromium: log in, create, terminal, files, code, p
     assert.ok(listing.includes(name), `the app at ${link} did not list ${name}`);
     assert.notEqual(new URL(app.url()).origin, new URL(coved.baseUrl).origin);
     await app.close();
+    // The server's own log (a background command's output) on the logs tab.
+    const started = await textOf("#command-output");
+    const commandId = /\[started ([^:]+):/.exec(started)[1];
+    await go(`#/sandboxes/${id}/logs`, "#logs-command");
+    await page.$eval("#logs-command", (el, c) => { el.value = c; el.dispatchEvent(new Event("change")); }, commandId);
+    await page.waitForFunction(() => document.querySelector("#logs-output").textContent.includes('"GET / HTTP/1.1" 200'), WAIT);
+    await shot("logs-background");
 
     // Pause and resume from the header; the state follows.
     await page.click("#sandbox-header button[data-action=pause]");
