@@ -23,21 +23,22 @@
 #define SANDBOX_ID_MAX 64
 
 enum action {
-    ACTION_COMMAND,     /* execd runCommand: POST /command */
-    ACTION_SESSION_RUN, /* execd runInSession: POST /session/{id}/run */
-    ACTION_CODE,        /* execd runCode: POST /code */
-    ACTION_CI_EXECUTE,  /* E2B code interpreter: POST /ci/execute */
-    ACTION_ENVD_START,  /* envd process.Process/Start */
-    ACTION_ENVD_MOVE,   /* envd filesystem.Filesystem/Move */
-    ACTION_ENVD_REMOVE, /* envd filesystem.Filesystem/Remove */
-    ACTION_ENVD_MKDIR,  /* envd filesystem.Filesystem/MakeDir */
-    ACTION_ENVD_UPLOAD, /* envd POST /files */
-    ACTION_UPLOAD,      /* execd uploadFile: POST /files/upload */
-    ACTION_MOVE,        /* execd renameFiles: POST /files/mv */
-    ACTION_CHMOD,       /* execd chmodFiles: POST /files/permissions */
-    ACTION_DELETE,      /* execd removeFiles: DELETE /files */
-    ACTION_MKDIRS,      /* execd makeDirs: POST /directories */
-    ACTION_RMDIRS,      /* execd removeDirs: DELETE /directories */
+    ACTION_COMMAND,      /* execd runCommand: POST /command */
+    ACTION_SESSION_RUN,  /* execd runInSession: POST /session/{id}/run */
+    ACTION_ISOLATED_RUN, /* runInIsolatedSession: POST /run of an isolated session's agent */
+    ACTION_CODE,         /* execd runCode: POST /code */
+    ACTION_CI_EXECUTE,   /* E2B code interpreter: POST /ci/execute */
+    ACTION_ENVD_START,   /* envd process.Process/Start */
+    ACTION_ENVD_MOVE,    /* envd filesystem.Filesystem/Move */
+    ACTION_ENVD_REMOVE,  /* envd filesystem.Filesystem/Remove */
+    ACTION_ENVD_MKDIR,   /* envd filesystem.Filesystem/MakeDir */
+    ACTION_ENVD_UPLOAD,  /* envd POST /files */
+    ACTION_UPLOAD,       /* execd uploadFile: POST /files/upload */
+    ACTION_MOVE,         /* execd renameFiles: POST /files/mv */
+    ACTION_CHMOD,        /* execd chmodFiles: POST /files/permissions */
+    ACTION_DELETE,       /* execd removeFiles: DELETE /files */
+    ACTION_MKDIRS,       /* execd makeDirs: POST /directories */
+    ACTION_RMDIRS,       /* execd removeDirs: DELETE /directories */
 };
 
 /* How the response body is read. */
@@ -56,6 +57,7 @@ struct observer {
     char *query; /* the request's query, raw */
     char *user;  /* envd: the Basic user */
     char session[128];
+    char isolated[128]; /* the isolated session's id, "" for none */
     enum connect_codec codec;
     bool connect_stream; /* the request is one envelope */
 
@@ -135,10 +137,12 @@ static size_t path_segments(char *path, char **segments, size_t max)
     return n;
 }
 
-static bool action_of(const char *method, char **seg, size_t n, struct observer *o)
+static bool action_of(const char *method, char **seg, size_t n, bool isolated, struct observer *o)
 {
     bool post = strcmp(method, "POST") == 0, del = strcmp(method, "DELETE") == 0;
-    if (n == 1 && post && strcmp(seg[0], "command") == 0)
+    if (isolated && n == 1 && post && strcmp(seg[0], "run") == 0)
+        o->action = ACTION_ISOLATED_RUN;
+    else if (n == 1 && post && strcmp(seg[0], "command") == 0)
         o->action = ACTION_COMMAND;
     else if (n == 1 && post && strcmp(seg[0], "code") == 0)
         o->action = ACTION_CODE;
@@ -381,7 +385,8 @@ struct observer *observer_new(const char *sandbox_id, const struct observe_reque
     struct observer *o = calloc(1, sizeof(*o));
     char *segments[3];
     size_t n = path ? path_segments(path, segments, 3) : 0;
-    bool observed = o && path && n <= 3 && action_of(request->method, segments, n, o);
+    bool observed = o && path && n <= 3 &&
+                    action_of(request->method, segments, n, request->isolated_session != NULL, o);
     free(path);
     if (!observed) {
         free(o);
@@ -390,6 +395,7 @@ struct observer *observer_new(const char *sandbox_id, const struct observe_reque
     o->sink = sink;
     o->opaque = opaque;
     copy_bounded(o->sandbox_id, sizeof(o->sandbox_id), sandbox_id);
+    copy_bounded(o->isolated, sizeof(o->isolated), request->isolated_session);
     o->query = strdup(question ? question + 1 : "");
     if (is_envd(o))
         o->user = basic_user(request->authorization);
@@ -502,9 +508,11 @@ static json_t *json_string_member(json_t *obj, const char *name)
 static json_t *execd_command_fields(const struct observer *o)
 {
     json_t *body = body_json(o);
+    /* runInIsolatedSession's command line is its "code" */
+    const char *command = o->action == ACTION_ISOLATED_RUN ? "code" : "command";
     json_t *fields =
         json_pack("{s:s, s:o, s:o, s:b}", "api", "execd", "command",
-                  json_string_member(body, "command"), "cwd", json_string_member(body, "cwd"),
+                  json_string_member(body, command), "cwd", json_string_member(body, "cwd"),
                   "background", json_is_true(json_object_get(body, "background")));
     if (fields == NULL) {
         json_decref(body);
@@ -520,6 +528,8 @@ static json_t *execd_command_fields(const struct observer *o)
         json_object_set_new(fields, "envNames", env_names(envs));
     if (o->action == ACTION_SESSION_RUN)
         json_object_set_new(fields, "session", string_or_null(o->session));
+    if (o->isolated[0])
+        json_object_set_new(fields, "isolatedSession", string_or_null(o->isolated));
     json_decref(body);
     return fields;
 }
@@ -591,7 +601,7 @@ static void report_start(struct observer *o)
 static bool is_command(const struct observer *o)
 {
     return o->action == ACTION_COMMAND || o->action == ACTION_SESSION_RUN ||
-           o->action == ACTION_ENVD_START;
+           o->action == ACTION_ISOLATED_RUN || o->action == ACTION_ENVD_START;
 }
 
 /* ---- the response ---- */
@@ -602,8 +612,8 @@ void observer_response_head(struct observer *o, int status, const char *content_
         return;
     o->status = status;
     bool ok = status >= 200 && status < 300;
-    if (ok && (o->action == ACTION_COMMAND || o->action == ACTION_SESSION_RUN ||
-               o->action == ACTION_CODE || o->action == ACTION_CI_EXECUTE))
+    if (ok && ((is_command(o) && o->action != ACTION_ENVD_START) || o->action == ACTION_CODE ||
+               o->action == ACTION_CI_EXECUTE))
         o->form = RESPONSE_LINES;
     else if (ok && o->action == ACTION_ENVD_START && o->connect_stream)
         o->form = RESPONSE_ENVELOPES;
@@ -1098,6 +1108,7 @@ void observer_end(struct observer *o, bool complete, int64_t duration_ms)
     switch (o->action) {
     case ACTION_COMMAND:
     case ACTION_SESSION_RUN:
+    case ACTION_ISOLATED_RUN:
     case ACTION_ENVD_START:
         report_start(o);
         report_command_end(o, complete, duration_ms);

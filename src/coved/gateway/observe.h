@@ -2,7 +2,8 @@
  * with a sandbox's agent (the execd API, E2B's envd and code interpreter), fed the request and
  * the response as the tunnel relays them, and reporting audit events (audit/sink.h):
  *
- *   command.start  {api, command, cwd, uid, gid, user, background, envNames, session, status}
+ *   command.start  {api, command, cwd, uid, gid, user, background, envNames, session,
+ *                   isolatedSession, status}
  *   command.end    {api, id, exitCode, error, durationMs, stdoutBytes, stderrBytes, complete}
  *   code.run       {api, language, context, codeSha256, codeBytes, status, result, error,
  *                   durationMs, stdoutBytes, stderrBytes, results, complete}
@@ -39,6 +40,9 @@ struct observe_request {
     const char *target;        /* path and query as the agent sees them */
     const char *content_type;  /* NULL when absent */
     const char *authorization; /* NULL when absent (envd's Basic user) */
+    /* An isolated session's own agent (OSEP-0013), target without its route prefix: the
+     * session's id (its POST /run is a command, "code" the command line); NULL otherwise. */
+    const char *isolated_session;
 };
 
 struct observer;

@@ -17,7 +17,7 @@ static void record(void *opaque, const char *sandbox_id, const char *kind, json_
 }
 
 struct exchange {
-    const char *method, *target, *content_type, *authorization;
+    const char *method, *target, *content_type, *authorization, *isolated_session;
     const char *body;
     size_t body_len; /* 0: strlen(body) */
     int status;
@@ -32,7 +32,8 @@ static json_t *observe(const struct exchange *x, size_t piece)
     struct observe_request req = {.method = x->method,
                                   .target = x->target,
                                   .content_type = x->content_type,
-                                  .authorization = x->authorization};
+                                  .authorization = x->authorization,
+                                  .isolated_session = x->isolated_session};
     struct observer *o = observer_new("sb1", &req, record, events);
     if (o == NULL) {
         json_decref(events);
@@ -177,6 +178,29 @@ static void test_session_run(void)
                      "{\"kind\":\"command.end\",\"fields\":{\"api\":\"execd\",\"id\":\"run-1\","
                      "\"exitCode\":0,\"durationMs\":42,\"stdoutBytes\":0,\"stderrBytes\":0,"
                      "\"complete\":true}}]");
+}
+
+/* An isolated session's agent: its POST /run is a command ("code"); elsewhere /run is nothing. */
+static void test_isolated_run(void)
+{
+    struct exchange x = {.method = "POST",
+                         .target = "/run",
+                         .isolated_session = "iso1",
+                         .body = "{\"code\":\"make\",\"cwd\":\"/w\"}",
+                         .status = 200,
+                         .response =
+                             "{\"type\":\"init\",\"text\":\"r1\"}\n\n"
+                             "{\"type\":\"error\",\"error\":{\"ename\":\"CommandExecError\","
+                             "\"evalue\":\"2\"}}\n\n"};
+    CHECK_EVENTS(&x,
+                 "[{\"kind\":\"command.start\",\"fields\":{\"api\":\"execd\",\"command\":"
+                 "\"make\",\"cwd\":\"/w\",\"background\":false,\"isolatedSession\":\"iso1\","
+                 "\"status\":200}},"
+                 "{\"kind\":\"command.end\",\"fields\":{\"api\":\"execd\",\"id\":\"r1\","
+                 "\"exitCode\":2,\"durationMs\":42,\"stdoutBytes\":0,\"stderrBytes\":0,"
+                 "\"complete\":true,\"error\":{\"name\":\"CommandExecError\",\"value\":\"2\"}}}]");
+    struct exchange plain = {.method = "POST", .target = "/run", .status = 200};
+    CHECK(observe(&plain, 0) == NULL);
 }
 
 static void test_code(void)
@@ -485,6 +509,7 @@ int main(void)
     test_command_background_and_refused();
     test_paths_as_the_agent_reads_them();
     test_session_run();
+    test_isolated_run();
     test_code();
     test_code_interpreter();
     test_execd_files();
