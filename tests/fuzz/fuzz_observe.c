@@ -28,6 +28,7 @@ static const struct {
     {"POST", "/files/upload", "multipart/form-data; boundary=b"},
     {"POST", "/files/mv", "application/json"},
     {"POST", "/files/permissions", "application/json"},
+    {"POST", "/files/replace", "application/json"},
     {"DELETE", "/files", NULL},
     {"POST", "/directories", "application/json"},
     {"DELETE", "/directories", NULL},

@@ -36,6 +36,7 @@ enum action {
     ACTION_UPLOAD,       /* execd uploadFile: POST /files/upload */
     ACTION_MOVE,         /* execd renameFiles: POST /files/mv */
     ACTION_CHMOD,        /* execd chmodFiles: POST /files/permissions */
+    ACTION_REPLACE,      /* execd replaceContent: POST /files/replace */
     ACTION_DELETE,       /* execd removeFiles: DELETE /files */
     ACTION_MKDIRS,       /* execd makeDirs: POST /directories */
     ACTION_RMDIRS,       /* execd removeDirs: DELETE /directories */
@@ -173,6 +174,8 @@ static bool action_of(const char *method, char **seg, size_t n, bool isolated, s
         o->action = ACTION_MOVE;
     else if (n == 2 && post && strcmp(seg[0], "files") == 0 && strcmp(seg[1], "permissions") == 0)
         o->action = ACTION_CHMOD;
+    else if (n == 2 && post && strcmp(seg[0], "files") == 0 && strcmp(seg[1], "replace") == 0)
+        o->action = ACTION_REPLACE;
     else if (n == 1 && post && strcmp(seg[0], "directories") == 0)
         o->action = ACTION_MKDIRS;
     else if (n == 1 && del && strcmp(seg[0], "directories") == 0)
@@ -1002,6 +1005,24 @@ static void report_permission_map(struct observer *o, const char *kind)
     json_decref(body);
 }
 
+/* replaceContent's {path: {old, new}}: each file rewritten in place (its new size unknown). */
+static void report_replacements(struct observer *o)
+{
+    json_t *body = body_json(o);
+    const char *path;
+    json_t *item;
+    json_object_foreach(body, path, item)
+    {
+        json_t *fields = file_event(o, string_or_null(path));
+        if (fields == NULL)
+            continue;
+        json_object_set_new(fields, "size", json_null());
+        json_object_set_new(fields, "replace", json_true());
+        emit(o, "file.write", fields);
+    }
+    json_decref(body);
+}
+
 static void report_moves(struct observer *o)
 {
     json_t *body = body_json(o);
@@ -1131,6 +1152,9 @@ void observer_end(struct observer *o, bool complete, int64_t duration_ms)
         break;
     case ACTION_CHMOD:
         report_permission_map(o, "file.chmod");
+        break;
+    case ACTION_REPLACE:
+        report_replacements(o);
         break;
     case ACTION_MKDIRS:
         report_permission_map(o, "file.write");

@@ -270,6 +270,12 @@ static void test_execd_files(void)
     CHECK_EVENTS(&mkdirs, "[{\"kind\":\"file.write\",\"fields\":{\"api\":\"execd\",\"path\":"
                           "\"/srv/new\",\"status\":200,\"mode\":700,\"owner\":null,\"group\":null,"
                           "\"size\":null,\"directory\":true}}]");
+    struct exchange replace = {.method = "POST",
+                               .target = "/files/replace",
+                               .body = "{\"/etc/app.conf\":{\"old\":\"a\",\"new\":\"b\"}}",
+                               .status = 200};
+    CHECK_EVENTS(&replace, "[{\"kind\":\"file.write\",\"fields\":{\"api\":\"execd\",\"path\":"
+                           "\"/etc/app.conf\",\"status\":200,\"size\":null,\"replace\":true}}]");
     struct exchange rmdirs = {
         .method = "DELETE", .target = "/directories?path=/srv", .status = 200};
     CHECK_EVENTS(&rmdirs, "[{\"kind\":\"file.delete\",\"fields\":{\"api\":\"execd\",\"path\":"
