@@ -12,26 +12,27 @@
 #include "fuzz_input.h"
 
 static const struct {
-    const char *method, *path, *content_type;
+    const char *method, *path, *content_type, *isolated_session;
 } routes[] = {
-    {"POST", "/command", "application/json"},
-    {"POST", "/session/s1/run", "application/json"},
-    {"POST", "/code", "application/json"},
-    {"POST", "/ci/execute", "application/json"},
-    {"POST", "/process.Process/Start", "application/connect+json"},
-    {"POST", "/process.Process/Start", "application/connect+proto"},
-    {"POST", "/filesystem.Filesystem/Move", "application/json"},
-    {"POST", "/filesystem.Filesystem/Remove", "application/proto"},
-    {"POST", "/filesystem.Filesystem/MakeDir", "application/json"},
-    {"POST", "/files", "application/octet-stream"},
-    {"POST", "/files", "multipart/form-data; boundary=b"},
-    {"POST", "/files/upload", "multipart/form-data; boundary=b"},
-    {"POST", "/files/mv", "application/json"},
-    {"POST", "/files/permissions", "application/json"},
-    {"POST", "/files/replace", "application/json"},
-    {"DELETE", "/files", NULL},
-    {"POST", "/directories", "application/json"},
-    {"DELETE", "/directories", NULL},
+    {"POST", "/command", "application/json", NULL},
+    {"POST", "/session/s1/run", "application/json", NULL},
+    {"POST", "/run", "application/json", "iso1"},
+    {"POST", "/code", "application/json", NULL},
+    {"POST", "/ci/execute", "application/json", NULL},
+    {"POST", "/process.Process/Start", "application/connect+json", NULL},
+    {"POST", "/process.Process/Start", "application/connect+proto", NULL},
+    {"POST", "/filesystem.Filesystem/Move", "application/json", NULL},
+    {"POST", "/filesystem.Filesystem/Remove", "application/proto", NULL},
+    {"POST", "/filesystem.Filesystem/MakeDir", "application/json", NULL},
+    {"POST", "/files", "application/octet-stream", NULL},
+    {"POST", "/files", "multipart/form-data; boundary=b", NULL},
+    {"POST", "/files/upload", "multipart/form-data; boundary=b", NULL},
+    {"POST", "/files/mv", "application/json", NULL},
+    {"POST", "/files/permissions", "application/json", NULL},
+    {"POST", "/files/replace", "application/json", NULL},
+    {"DELETE", "/files", NULL, NULL},
+    {"POST", "/directories", "application/json", NULL},
+    {"DELETE", "/directories", NULL, NULL},
 };
 
 static void sink(void *opaque, const char *sandbox_id, const char *kind, json_t *fields)
@@ -58,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    size_t route = data[0] % (sizeof(routes) / sizeof(routes[0]));
+    size_t route = (data[0] & 0x7F) % (sizeof(routes) / sizeof(routes[0]));
     int status = data[0] & 0x80 ? 400 : 200;
     data++;
     size--;
@@ -88,7 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct observe_request req = {.method = routes[route].method,
                                   .target = target,
                                   .content_type = routes[route].content_type,
-                                  .authorization = "Basic dXNlcjo="};
+                                  .authorization = "Basic dXNlcjo=",
+                                  .isolated_session = routes[route].isolated_session};
     struct observer *o = observer_new("sb", &req, sink, &count);
     if (o == NULL)
         abort(); /* every route of the table is observed */
