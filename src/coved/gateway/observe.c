@@ -64,7 +64,7 @@ struct observer {
 
     /* the request body: captured (JSON, protobuf) or parsed as it streams (multipart) */
     char *body;
-    size_t body_len;
+    size_t body_len, body_size;
     uint64_t body_total;
     bool body_truncated;
     bool raw_upload; /* the body is one file (envd's octet-stream form) */
@@ -444,9 +444,19 @@ void observer_request_body(struct observer *o, const void *data, size_t len)
     }
     if (len == 0)
         return;
-    if (o->body == NULL && (o->body = malloc(OBSERVE_CAPTURE_MAX)) == NULL) {
-        o->body_truncated = true;
-        return;
+    if (o->body_len + len > o->body_size) {
+        size_t size = o->body_size ? o->body_size : 16 * 1024;
+        while (size < o->body_len + len)
+            size *= 2;
+        if (size > OBSERVE_CAPTURE_MAX)
+            size = OBSERVE_CAPTURE_MAX;
+        char *grown = realloc(o->body, size);
+        if (grown == NULL) {
+            o->body_truncated = true;
+            return;
+        }
+        o->body = grown;
+        o->body_size = size;
     }
     memcpy(o->body + o->body_len, data, len);
     o->body_len += len;
@@ -457,7 +467,7 @@ static json_t *body_json(const struct observer *o)
 {
     if (o->body_truncated || o->body == NULL)
         return NULL;
-    return json_loadb(o->body, o->body_len, JSON_REJECT_DUPLICATES, NULL);
+    return json_loadb(o->body, o->body_len, 0, NULL); /* as the agent: a repeated key's last */
 }
 
 /* The captured body as one message of desc: unwrapped from its envelope for a stream. */

@@ -18,7 +18,8 @@
  * events: a sandbox cannot add events by printing them.
  *
  * Pure and bounded: no I/O, no clock (the caller gives the duration). At most
- * OBSERVE_CAPTURE_MAX bytes of a request body are kept (past it the event says truncated),
+ * OBSERVE_CAPTURE_MAX bytes of a request body are kept, the buffer grown as they come (past it
+ * the event says truncated; the agent refuses such a body too),
  * multipart bodies are parsed as they stream (file contents only counted), and response frames
  * are read one at a time, each at most OBSERVE_FRAME_MAX (longer ones are counted, not read).
  * Any input, however hostile, only ever makes fewer or vaguer events. */
@@ -31,7 +32,10 @@
 
 #include "coved/audit/sink.h"
 
-#define OBSERVE_CAPTURE_MAX (64 * 1024)
+/* The agent's own bound on a JSON body and on a Connect message (1 MiB: API_MAX_BODY and
+ * CONNECT_HTTP_MAX_MESSAGE in src/agent), plus an envelope's prefix: every body the agent would
+ * act on is read whole, so no padding hides a command from the trail. */
+#define OBSERVE_CAPTURE_MAX (1024 * 1024 + 5)
 #define OBSERVE_FRAME_MAX (64 * 1024)
 
 /* A request head as the agent gets it. */

@@ -126,6 +126,33 @@ static void test_command_fails_and_forges_nothing(void)
                  "\"complete\":true,\"error\":{\"name\":\"CommandExecError\",\"value\":\"3\"}}}]");
 }
 
+/* A key given twice is read as the agent reads it (jansson: the last one), and a body padded
+ * far past what a command needs is still read whole. */
+static void test_command_as_the_agent_reads_it(void)
+{
+    struct exchange twice = {.method = "POST",
+                             .target = "/command",
+                             .body = "{\"command\":\"echo decoy\",\"command\":\"rm -rf /srv\"}",
+                             .status = 200};
+    json_t *events = observe(&twice, 0);
+    json_t *start = json_object_get(json_array_get(events, 0), "fields");
+    CHECK(strcmp(json_string_value(json_object_get(start, "command")), "rm -rf /srv") == 0);
+    json_decref(events);
+
+    size_t pad = 512 * 1024;
+    char *body = malloc(pad + 64);
+    int n = sprintf(body, "{\"command\":\"hidden\",\"pad\":\"");
+    memset(body + n, ' ', pad);
+    strcpy(body + n + pad, "\"}");
+    struct exchange padded = {.method = "POST", .target = "/command", .body = body, .status = 200};
+    events = observe(&padded, 0);
+    start = json_object_get(json_array_get(events, 0), "fields");
+    CHECK(strcmp(json_string_value(json_object_get(start, "command")), "hidden") == 0);
+    CHECK(json_object_get(start, "truncated") == NULL);
+    json_decref(events);
+    free(body);
+}
+
 static void test_command_background_and_refused(void)
 {
     struct exchange bg = {.method = "POST",
@@ -512,6 +539,7 @@ int main(void)
 {
     test_command();
     test_command_fails_and_forges_nothing();
+    test_command_as_the_agent_reads_it();
     test_command_background_and_refused();
     test_paths_as_the_agent_reads_them();
     test_session_run();
