@@ -18,8 +18,13 @@
 #include "filesystem.pb-c.h"
 #include "process.pb-c.h"
 
-/* Files of one upload reported one by one; past it the last event says truncated. */
+/* Files of one upload held for the answer's status; later ones are reported as their part
+ * ends, without it (the agent takes up to 10000 files in a request: MAX_FILES in
+ * src/agent/files_upload.c). */
 #define OBSERVE_MAX_FILES 256
+/* What the agent takes (files_upload.c): a metadata part's size, metadata parts waiting. */
+#define METADATA_MAX (64 * 1024)
+#define PENDING_METADATA_MAX 1024
 #define SANDBOX_ID_MAX 64
 
 enum action {
@@ -75,9 +80,8 @@ struct observer {
     char *metadata; /* the metadata part being read */
     size_t metadata_len;
     json_t *metadata_paths; /* execd: paths from metadata parts, waiting for their file part */
-    size_t metadata_taken;
-    json_t *files; /* [{path, size}] written, in order */
-    bool files_truncated;
+    json_t *files;          /* [{path, size}] written, in order */
+    json_t *spilled; /* {path, size} of a file past OBSERVE_MAX_FILES, while its part lasts */
 
     /* the response */
     int status; /* 0 until the head came */
@@ -255,26 +259,40 @@ static char *basic_user(const char *authorization)
 
 static void add_file(struct observer *o, json_t *path)
 {
-    if (json_array_size(o->files) >= OBSERVE_MAX_FILES) {
-        o->files_truncated = true;
-        json_decref(path);
-        return;
-    }
-    json_array_append_new(o->files, json_pack("{s:o, s:I}", "path", path, "size", (json_int_t)0));
+    json_t *file = json_pack("{s:o, s:I}", "path", path, "size", (json_int_t)0);
+    if (json_array_size(o->files) < OBSERVE_MAX_FILES)
+        json_array_append_new(o->files, file);
+    else
+        o->spilled = file;
 }
 
-static json_t *last_file(struct observer *o)
+/* The file whose part is being read. */
+static json_t *current_file(struct observer *o)
 {
     size_t n = json_array_size(o->files);
-    return n ? json_array_get(o->files, n - 1) : NULL;
+    return o->spilled ? o->spilled : n ? json_array_get(o->files, n - 1) : NULL;
+}
+
+static json_t *file_event(const struct observer *o, json_t *path);
+
+/* A file past those held for the answer, reported as its part ends: its status is not known. */
+static void report_spilled(struct observer *o)
+{
+    json_t *fields = file_event(o, json_incref(json_object_get(o->spilled, "path")));
+    if (fields) {
+        json_object_set(fields, "size", json_object_get(o->spilled, "size"));
+        emit(o, "file.write", fields);
+    }
+    json_decref(o->spilled);
+    o->spilled = NULL;
 }
 
 /* execd's pairing: each file part takes the oldest metadata part not taken yet. */
 static json_t *next_metadata_path(struct observer *o)
 {
-    if (o->metadata_taken < json_array_size(o->metadata_paths))
-        return json_incref(json_array_get(o->metadata_paths, o->metadata_taken++));
-    return json_null();
+    json_t *path = json_incref(json_array_get(o->metadata_paths, 0));
+    json_array_remove(o->metadata_paths, 0);
+    return path ? path : json_null();
 }
 
 static int on_part_begin(const struct multipart_part *part, void *arg, struct cove_error **err)
@@ -305,12 +323,12 @@ static int on_part_data(const char *data, size_t len, void *arg, struct cove_err
 {
     (void)err;
     struct observer *o = arg;
-    if (o->in_file_part && !o->files_truncated) {
-        json_t *file = last_file(o);
+    if (o->in_file_part) {
+        json_t *file = current_file(o);
         json_t *size = json_object_get(file, "size");
         json_integer_set(size, json_integer_value(size) + (json_int_t)len);
     } else if (o->in_metadata_part) {
-        if (o->metadata_len + len > OBSERVE_CAPTURE_MAX) {
+        if (o->metadata_len + len > METADATA_MAX) {
             o->body_truncated = true;
             return 0;
         }
@@ -329,7 +347,9 @@ static int on_part_end(void *arg, struct cove_error **err)
 {
     (void)err;
     struct observer *o = arg;
-    if (o->in_metadata_part && json_array_size(o->metadata_paths) < OBSERVE_MAX_FILES) {
+    if (o->in_file_part && o->spilled)
+        report_spilled(o);
+    if (o->in_metadata_part && json_array_size(o->metadata_paths) < PENDING_METADATA_MAX) {
         json_t *meta = o->metadata ? json_loadb(o->metadata, o->metadata_len, 0, NULL) : NULL;
         json_t *path = json_object_get(meta, "path");
         json_array_append_new(o->metadata_paths,
@@ -427,7 +447,7 @@ void observer_request_body(struct observer *o, const void *data, size_t len)
     o->body_total += len;
     if (o->action == ACTION_UPLOAD || o->action == ACTION_ENVD_UPLOAD) {
         if (o->raw_upload) {
-            json_t *size = json_object_get(last_file(o), "size");
+            json_t *size = json_object_get(current_file(o), "size");
             json_integer_set(size, json_integer_value(size) + (json_int_t)len);
         } else if (o->multipart && !o->multipart_failed) {
             struct cove_error *err = NULL;
@@ -498,7 +518,7 @@ static ProtobufCMessage *body_message(const struct observer *o,
 
 static void set_truncated(const struct observer *o, json_t *fields)
 {
-    if (o->body_truncated || o->multipart_failed || o->files_truncated)
+    if (o->body_truncated || o->multipart_failed)
         json_object_set_new(fields, "truncated", json_true());
 }
 
@@ -1061,6 +1081,8 @@ static void report_moves(struct observer *o)
 
 static void report_uploads(struct observer *o)
 {
+    if (o->spilled)
+        report_spilled(o); /* its part was cut off */
     if (o->multipart && !o->multipart_failed) {
         struct cove_error *err = NULL;
         if (multipart_parser_finish(o->multipart, &err) < 0)
@@ -1186,6 +1208,7 @@ void observer_free(struct observer *o)
     multipart_parser_free(o->multipart);
     json_decref(o->metadata_paths);
     json_decref(o->files);
+    json_decref(o->spilled);
     free(o->metadata);
     free(o->body);
     free(o->frame);

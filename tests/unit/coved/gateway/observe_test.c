@@ -346,6 +346,55 @@ static void test_execd_upload(void)
                        "\"size\":0}}]");
 }
 
+/* More files than are held for the answer: the later ones are reported as their part ends,
+ * with no status yet; none is lost, and each file takes its own metadata part. */
+static void test_upload_of_many_files(void)
+{
+    enum { FILES = 300 };
+    char *body = malloc(FILES * 200 + 16);
+    size_t len = 0;
+    for (int i = 0; i < FILES; i++)
+        len += (size_t)sprintf(body + len,
+                               "--b\r\nContent-Disposition: form-data; name=\"metadata\"\r\n\r\n"
+                               "{\"path\":\"/f/%d\"}\r\n",
+                               i);
+    for (int i = 0; i < FILES; i++)
+        len += (size_t)sprintf(body + len,
+                               "--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\n"
+                               "%d\r\n",
+                               i);
+    len += (size_t)sprintf(body + len, "--b--\r\n");
+    struct exchange x = {.method = "POST",
+                         .target = "/files/upload",
+                         .content_type = "multipart/form-data; boundary=b",
+                         .body = body,
+                         .body_len = len,
+                         .status = 200};
+    json_t *events = observe(&x, 0);
+    CHECK_EQ_INT(json_array_size(events), FILES);
+    int held = 0, early = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e)
+    {
+        json_t *f = json_object_get(e, "fields");
+        const char *path = json_string_value(json_object_get(f, "path"));
+        int n = path ? atoi(path + 3) : -1;
+        CHECK_EQ_INT(json_integer_value(json_object_get(f, "size")), n < 10 ? 1 : n < 100 ? 2 : 3);
+        if (json_is_null(json_object_get(f, "status"))) {
+            early++;
+            CHECK(n >= 256);
+        } else {
+            held++;
+            CHECK(n < 256);
+        }
+    }
+    CHECK_EQ_INT(held, 256);
+    CHECK_EQ_INT(early, FILES - 256);
+    json_decref(events);
+    free(body);
+}
+
 static void test_truncated_request(void)
 {
     size_t len = OBSERVE_CAPTURE_MAX + 100;
@@ -548,6 +597,7 @@ int main(void)
     test_code_interpreter();
     test_execd_files();
     test_execd_upload();
+    test_upload_of_many_files();
     test_truncated_request();
     test_long_output_line();
     test_envd_start_json();
