@@ -983,6 +983,8 @@ static json_t *file_event(const struct observer *o, json_t *path)
     json_t *fields = json_pack("{s:s, s:o}", "api", api_name(o), "path", path);
     if (fields)
         set_status(o, fields);
+    if (fields && o->isolated[0])
+        json_object_set_new(fields, "isolatedSession", string_or_null(o->isolated));
     return fields;
 }
 

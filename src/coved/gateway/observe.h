@@ -7,7 +7,7 @@
  *   command.end    {api, id, exitCode, error, durationMs, stdoutBytes, stderrBytes, complete}
  *   code.run       {api, language, context, codeSha256, codeBytes, status, result, error,
  *                   durationMs, stdoutBytes, stderrBytes, results, complete}
- *   file.write     {api, path, size, directory, status}
+ *   file.write     {api, path, size, directory, status}   (and isolatedSession, for each file.*)
  *   file.move      {api, from, to, status}
  *   file.chmod     {api, path, mode, owner, group, status}
  *   file.delete    {api, path, directory, status}

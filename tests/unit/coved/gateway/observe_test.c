@@ -226,6 +226,12 @@ static void test_isolated_run(void)
                  "{\"kind\":\"command.end\",\"fields\":{\"api\":\"execd\",\"id\":\"r1\","
                  "\"exitCode\":2,\"durationMs\":42,\"stdoutBytes\":0,\"stderrBytes\":0,"
                  "\"complete\":true,\"error\":{\"name\":\"CommandExecError\",\"value\":\"2\"}}}]");
+    struct exchange rm = {.method = "DELETE",
+                          .target = "/files?path=/w/out",
+                          .isolated_session = "iso1",
+                          .status = 200};
+    CHECK_EVENTS(&rm, "[{\"kind\":\"file.delete\",\"fields\":{\"api\":\"execd\",\"path\":"
+                      "\"/w/out\",\"status\":200,\"isolatedSession\":\"iso1\"}}]");
     struct exchange plain = {.method = "POST", .target = "/run", .status = 200};
     CHECK(observe(&plain, 0) == NULL);
 }
