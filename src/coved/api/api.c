@@ -191,6 +191,8 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
         return api_pool_patch(api, req, c, p0);
     case API_ROUTE_POOL_DELETE:
         return api_pool_delete(api, req, c, p0);
+    case API_ROUTE_METRICS:
+        return api_metrics_get(api, req, c);
     }
     not_found(req);
 }
@@ -208,6 +210,8 @@ static void on_request(struct http_request *req, void *arg)
         api_router_match(http_request_method(req), http_request_path(req), &m);
     if (r == API_ROUTER_NOT_FOUND && !m.under_resource)
         return not_found(req);
+    if (r == API_ROUTER_FOUND && m.route == API_ROUTE_METRICS && api->config.metrics_open)
+        m.access = API_ACCESS_ANYONE;
     /* A key is checked before anything else is said about a route of the API's resources. */
     struct api_caller caller = {0};
     bool keyed = r == API_ROUTER_NOT_FOUND || m.access != API_ACCESS_ANYONE;
@@ -270,7 +274,7 @@ int api_start(struct api *api, struct cove_error **err)
     };
     if (api_egress_start(api, api->config.state_dir, err) < 0 ||
         gateway_new(api, &api->gateway, err) < 0 || api_quotas_open(api, err) < 0 ||
-        http_server_new(api->base, &config, &api->http, err) < 0)
+        http_server_new(api->base, &config, &api->http, err) < 0 || api_metrics_start(api, err) < 0)
         return -1;
     if (http_server_listen(api->http, api->config.listen_host, api->config.listen_port, err) < 0)
         return -1;
@@ -282,6 +286,7 @@ void api_stop(struct api *api)
     api_mcp_stop(api);
     gateway_free(api->gateway); /* its tunnels hold connections of the server */
     api->gateway = NULL;
+    api_metrics_stop(api); /* after the tunnels, which count as they end */
     http_server_free(api->http);
     api->http = NULL;
     api_egress_stop(api);

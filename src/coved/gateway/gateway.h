@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "lib/error.h"
 #include "lib/http.h"
@@ -13,6 +14,8 @@ struct gateway;
 int gateway_new(struct api *api, struct gateway **out, struct cove_error **err);
 /* Closes every open tunnel (the daemon is stopping). */
 void gateway_free(struct gateway *gw);
+/* The client connections it relays now. */
+size_t gateway_tunnel_count(const struct gateway *gw);
 /* From the HTTP server's on_head: takes over a proxy request's connection. Returns false
  * when the path is not a proxy route. */
 bool gateway_handle(struct gateway *gw, struct http_request *req);
