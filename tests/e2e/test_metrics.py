@@ -68,6 +68,14 @@ def test_needs_an_admin_key(coved):
     status, body, _ = coved.request("GET", "/metrics")  # the ordinary key
     assert status == 403 and body["code"] == "AUTH::FORBIDDEN", body
     assert scrape_text(coved).startswith("# HELP ")
+    # as Prometheus sends a scrape's credentials
+    status, body, _ = coved.request("GET", "/metrics", headers={"Authorization": "Bearer " + ADMIN})
+    assert status == 200 and "# TYPE cove_sandboxes gauge" in body
+    status, body, _ = coved.request("GET", "/metrics",
+                                    headers={"Authorization": "Bearer " + coved.key})
+    assert status == 403, body
+    status, body, _ = coved.request("GET", "/metrics", headers={"Authorization": "Bearer nope"})
+    assert status == 401, body
 
 
 def test_open_when_configured():
@@ -207,3 +215,23 @@ def test_process_metrics(coved):
     assert time.time() - 3600 < value(samples, "process_start_time_seconds") <= time.time()
     assert total(samples, "cove_build_info") == 1
     assert ("cove_event_loop_lag_seconds_count", frozenset()) in samples
+
+
+def test_e2b_creates_and_kills_count_as_e2b(coved):
+    before = scrape(coved)
+    h = {"Content-Type": "application/json", "X-API-Key": coved.key}
+    status, sb, _ = coved.request("POST", "/e2b/sandboxes", {"templateID": "base", "timeout": 600},
+                                  headers=h)
+    assert status == 201, sb
+    status, body, _ = coved.request("POST", "/e2b/sandboxes",
+                                    {"templateID": "no-such-template"}, headers=h)
+    assert status == 400, body
+    status, body, _ = coved.request("DELETE", f"/e2b/sandboxes/{sb['sandboxID']}", headers=h)
+    assert status == 204, body
+    after = scrape(coved)
+    delta = lambda name, **ls: value(after, name, **ls) - value(before, name, **ls)  # noqa
+    assert delta("cove_sandbox_creates_total", api="e2b") == 1
+    assert delta("cove_sandbox_creates_total", api="opensandbox") == 0
+    assert delta("cove_sandbox_create_failures_total", api="e2b", reason="invalid") == 1
+    assert delta("cove_sandbox_deletes_total", api="e2b") == 1
+    assert delta("cove_sandbox_create_duration_seconds_count", api="e2b") == 1

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 
 #include "coved/api/router.h"
@@ -197,6 +198,23 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
     not_found(req);
 }
 
+/* A scrape's key: Prometheus sends credentials as "Authorization: Bearer KEY" (a scrape
+ * config's authorization.credentials), so /metrics takes that as well as the API's header. */
+static int authenticate_scrape(struct api *api, struct http_request *req, struct api_caller *caller)
+{
+    const char *auth = http_request_header(req, "Authorization");
+    if (http_request_header(req, "OPEN-SANDBOX-API-KEY") != NULL || auth == NULL ||
+        strncasecmp(auth, "Bearer ", 7) != 0)
+        return api_authenticate(api, req, caller);
+    struct cove_error *err = NULL;
+    if (api_check_key(api, auth + 7, caller, &err) < 0) {
+        api_respond_error(req, err);
+        cove_error_free(err);
+        return -1;
+    }
+    return 0;
+}
+
 static void on_request(struct http_request *req, void *arg)
 {
     struct api *api = arg;
@@ -215,7 +233,9 @@ static void on_request(struct http_request *req, void *arg)
     /* A key is checked before anything else is said about a route of the API's resources. */
     struct api_caller caller = {0};
     bool keyed = r == API_ROUTER_NOT_FOUND || m.access != API_ACCESS_ANYONE;
-    if (keyed && api_authenticate(api, req, &caller) < 0)
+    bool scrape = r == API_ROUTER_FOUND && m.route == API_ROUTE_METRICS;
+    if (keyed &&
+        (scrape ? authenticate_scrape(api, req, &caller) : api_authenticate(api, req, &caller)) < 0)
         return;
     if (r == API_ROUTER_NOT_FOUND)
         return not_found(req);
