@@ -1,9 +1,11 @@
 """GET /metrics (issue 16): Prometheus's text format, checked by promtool, behind an admin key
 (or open by config), and counters that move by exactly the actions a test performs. The
 egress checks use the loopback world of tests/egress_world.py."""
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -11,7 +13,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from covetest import serve  # noqa: E402
+from covetest import AGENT_PORT, serve  # noqa: E402
 import egress_world  # noqa: E402
 from egress_world import world  # noqa: E402,F401 (fixture)
 from egress_world import HTTP_PORT, allow  # noqa: E402
@@ -235,3 +237,26 @@ def test_e2b_creates_and_kills_count_as_e2b(coved):
     assert delta("cove_sandbox_create_failures_total", api="e2b", reason="invalid") == 1
     assert delta("cove_sandbox_deletes_total", api="e2b") == 1
     assert delta("cove_sandbox_create_duration_seconds_count", api="e2b") == 1
+
+
+def test_an_envd_process_start_is_an_exec(coved):
+    """E2B's envd (Connect over the agent's port): process.Process/Start is a run too."""
+    sid = coved.create()
+    try:
+        before = scrape(coved)
+        payload = json.dumps({"process": {"cmd": "/bin/echo", "args": ["hi"]}}).encode()
+        h = coved.headers()
+        h.update({"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"})
+        status, body, _ = coved.request(
+            "POST", f"/sandboxes/{sid}/proxy/{AGENT_PORT}/process.Process/Start",
+            raw=struct.pack(">BI", 0, len(payload)) + payload, headers=h)
+        assert status == 200 and "end" in str(body), body
+        # an ordinary agent request is not a run
+        status, _, _ = coved.request("GET", f"/sandboxes/{sid}/proxy/{AGENT_PORT}/ping")
+        after = scrape(coved)
+    finally:
+        coved.delete(sid)
+    assert value(after, "cove_exec_duration_seconds_count") - \
+        value(before, "cove_exec_duration_seconds_count") == 1
+    assert total(after, "cove_gateway_requests_total") - \
+        total(before, "cove_gateway_requests_total") == 2
