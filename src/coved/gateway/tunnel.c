@@ -87,11 +87,13 @@ struct tunnel {
     int64_t last_activity_ms; /* bytes read from either side */
     struct event *timer;      /* idle timeout and head deadline */
     char prefix[512];         /* route part of the current request path, for X-Forwarded-Prefix */
-    struct tunnel_target target;     /* where the current request goes */
-    int depth;                       /* callbacks of this tunnel running (nested) */
-    char peer[INET6_ADDRSTRLEN];     /* the client's address */
-    bool dead;                       /* ended inside one: freed when the outermost returns */
-    struct tunnel_exchange exchange; /* the current one, for ops.done */
+    struct tunnel_target target; /* where the current request goes */
+    int depth;                   /* callbacks of this tunnel running (nested) */
+    char peer[INET6_ADDRSTRLEN]; /* the client's address */
+    bool dead;                   /* ended inside one: freed when the outermost returns */
+
+    /* The current exchange, for ops.done. */
+    struct tunnel_exchange exchange;
     bool exchange_open;
     int64_t exchange_start_us;
 };
