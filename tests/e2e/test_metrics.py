@@ -260,3 +260,19 @@ def test_an_envd_process_start_is_an_exec(coved):
         value(before, "cove_exec_duration_seconds_count") == 1
     assert total(after, "cove_gateway_requests_total") - \
         total(before, "cove_gateway_requests_total") == 2
+
+
+def test_an_expiry_counts_once(coved):
+    before = scrape(coved)
+    sid = coved.create(timeout=60)
+    soon = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 3)) + ".000Z"
+    coved.ok("POST", f"/v1/sandboxes/{sid}/renew-expiration", {"expiresAt": soon})
+    deadline = time.time() + 60
+    while coved.request("GET", f"/v1/sandboxes/{sid}")[0] != 404:
+        assert time.time() < deadline, "never expired"
+        time.sleep(0.1)
+    after = scrape(coved)
+    assert value(after, "cove_sandbox_expiries_total") - \
+        value(before, "cove_sandbox_expiries_total") == 1
+    assert value(after, "cove_sandbox_deletes_total", api="opensandbox") == \
+        value(before, "cove_sandbox_deletes_total", api="opensandbox")

@@ -29,7 +29,7 @@ static const double lag_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 struct api_metrics {
     struct metrics *registry;
     struct metrics_family *build_info, *sandboxes, *creates, *create_failures, *deletes,
-        *create_seconds, *pool_sandboxes, *pool_target, *gateway_requests, *gateway_in,
+        *create_seconds, *expiries, *pool_sandboxes, *pool_target, *gateway_requests, *gateway_in,
         *gateway_out, *gateway_tunnels, *exec_seconds, *egress_decisions, *resident, *virtual,
         *open_fds, *max_fds, *start_time, *cpu_seconds, *lag_seconds, *lag_max;
     struct event *loop_check;
@@ -280,6 +280,8 @@ void api_metrics_get(struct api *api, struct http_request *req, const struct api
     metrics_gauge_set(metrics_series(am->gateway_tunnels, NULL),
                       (double)gateway_tunnel_count(api->gateway));
     int rc = collect_sandboxes(api, am);
+    metrics_counter_set(metrics_series(am->expiries, NULL),
+                        (double)sandbox_manager_expiries(api->sandboxes));
     collect_pools(api, am);
     collect_egress(api, am);
     collect_process(am);
@@ -328,6 +330,8 @@ int api_metrics_start(struct api *api, struct cove_error **err)
                                   api_reason);
     am->deletes = COUNTER("cove_sandbox_deletes_total",
                           "Deletes (kills) accepted, by the API asked.", api_label);
+    am->expiries = COUNTER("cove_sandbox_expiries_total",
+                           "Sandboxes deleted at the end of their timeout (TTL).", no_labels);
     am->create_seconds =
         HISTOGRAM("cove_sandbox_create_duration_seconds",
                   "From a create request to its sandbox Running.", api_label, create_buckets);
