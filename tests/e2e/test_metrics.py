@@ -112,6 +112,8 @@ def test_counters_move_by_exactly_the_actions(coved):
         "image": {"uri": "no-such-template"}, "entrypoint": ["sleep", "1"],
         "resourceLimits": {"cpu": "1", "memory": "256Mi"}})
     assert status == 400, body
+    status, body, _ = coved.request("POST", "/v1/sandboxes", raw=b"{not json")
+    assert status == 400, body
     r = coved.exec(made[0], "echo hi")
     assert r.stdout.strip() == "hi"
     coved.delete(made[1])
@@ -120,9 +122,9 @@ def test_counters_move_by_exactly_the_actions(coved):
         delta = lambda name, **ls: value(after, name, **ls) - value(before, name, **ls)  # noqa
         assert delta("cove_sandbox_creates_total", api="opensandbox") == 2
         assert delta("cove_sandbox_create_failures_total", api="opensandbox",
-                     reason="invalid") == 1
+                     reason="invalid") == 2
         assert total(after, "cove_sandbox_create_failures_total") - \
-            total(before, "cove_sandbox_create_failures_total") == 1
+            total(before, "cove_sandbox_create_failures_total") == 2
         assert delta("cove_sandbox_deletes_total", api="opensandbox") == 1
         assert delta("cove_sandbox_create_duration_seconds_count", api="opensandbox") == 2
         assert delta("cove_exec_duration_seconds_count") == 1

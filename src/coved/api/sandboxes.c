@@ -791,8 +791,12 @@ static int find_pool_ref(struct api *api, json_t *body, struct pool **pool, json
 void api_sandboxes_create(struct api *api, struct http_request *req, const struct api_caller *c)
 {
     json_t *body = api_parse_json_object(req);
-    if (body != NULL)
+    if (body != NULL) {
         api_sandboxes_create_with(api, req, c, body, NULL, NULL);
+    } else {
+        struct cove_error malformed = {.http_status = 400, .code = "SANDBOX::INVALID_JSON"};
+        api_metrics_create(api, "opensandbox", 0, &malformed); /* answered already */
+    }
     json_decref(body);
 }
 
