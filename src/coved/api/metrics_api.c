@@ -100,6 +100,15 @@ void api_metrics_exchange(struct api *api, int status, uint64_t bytes_in, uint64
         metrics_histogram_observe(metrics_series(am->exec_seconds, NULL), exec_seconds);
 }
 
+/* Re-armed from now each time (not EV_PERSIST, whose next run libevent may move earlier to
+ * catch up): each check is due exactly LOOP_CHECK_US after the last one ran. */
+static void arm_loop_check(struct api_metrics *am)
+{
+    struct timeval every = {.tv_sec = LOOP_CHECK_US / 1000000, .tv_usec = LOOP_CHECK_US % 1000000};
+    am->loop_check_due_us = api_metrics_now_us() + LOOP_CHECK_US;
+    evtimer_add(am->loop_check, &every);
+}
+
 /* How late the periodic check runs: the time callbacks spend before the loop gets back. */
 static void on_loop_check(evutil_socket_t fd, short what, void *arg)
 {
@@ -111,7 +120,7 @@ static void on_loop_check(evutil_socket_t fd, short what, void *arg)
     metrics_histogram_observe(metrics_series(am->lag_seconds, NULL), lag);
     if (lag > am->lag_max_s)
         am->lag_max_s = lag;
-    am->loop_check_due_us = now + LOOP_CHECK_US;
+    arm_loop_check(am);
 }
 
 /* ---- read at each scrape ---- */
@@ -377,14 +386,15 @@ int api_metrics_start(struct api *api, struct cove_error **err)
 #undef COUNTER
 #undef GAUGE
 #undef HISTOGRAM
-    struct timeval every = {.tv_sec = LOOP_CHECK_US / 1000000, .tv_usec = LOOP_CHECK_US % 1000000};
-    am->loop_check = event_new(api->base, -1, EV_PERSIST, on_loop_check, am);
-    if (am->lag_max == NULL || am->loop_check == NULL || evtimer_add(am->loop_check, &every) < 0)
+    am->loop_check = evtimer_new(api->base, on_loop_check, am);
+    if (am->lag_max == NULL || am->loop_check == NULL)
         return cove_error_sys(err, "metrics");
-    am->loop_check_due_us = api_metrics_now_us() + LOOP_CHECK_US;
+    arm_loop_check(am);
     metrics_gauge_set(metrics_series(am->build_info, (const char *const[]){COVE_VERSION}), 1);
     metrics_gauge_set(metrics_series(am->start_time, NULL), process_start_time());
-    /* Every counter of a bounded label set shows from the start, at 0. */
+    /* Every series of a bounded label set shows from the start, at 0. */
+    metrics_series(am->lag_seconds, NULL);
+    metrics_series(am->exec_seconds, NULL);
     static const char *const apis[] = {"opensandbox", "e2b"};
     for (size_t i = 0; i < sizeof(apis) / sizeof(apis[0]); i++) {
         metrics_series(am->creates, (const char *const[]){apis[i]});
