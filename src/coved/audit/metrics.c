@@ -203,6 +203,8 @@ static void format_number(double v, char out[32])
         snprintf(out, 32, "NaN");
     } else if (isinf(v)) {
         snprintf(out, 32, "%s", v > 0 ? "+Inf" : "-Inf");
+    } else if (v > -1e15 && v < 1e15 && v == (double)(int64_t)v) {
+        snprintf(out, 32, "%lld", (long long)v); /* 10, not 1e+01 */
     } else {
         for (int precision = 1; precision <= 17; precision++) {
             snprintf(out, 32, "%.*g", precision, v);

@@ -72,10 +72,10 @@ static void test_escaping(void)
 static void test_histogram(void)
 {
     struct metrics *m = metrics_new();
-    const double buckets[] = {0.1, 1, 2.5};
+    const double buckets[] = {0.1, 1, 2.5, 60};
     const char *const labels[] = {"api", NULL};
     struct metrics_family *h =
-        metrics_family_new(m, METRICS_HISTOGRAM, "cove_wait_seconds", "Waits.", labels, buckets, 3);
+        metrics_family_new(m, METRICS_HISTOGRAM, "cove_wait_seconds", "Waits.", labels, buckets, 4);
     struct metrics_series *s = metrics_series(h, (const char *const[]){"e2b"});
     const double seen[] = {0.05, 0.1, 0.5, 3, 100}; /* a bound itself is in its bucket */
     for (size_t i = 0; i < sizeof(seen) / sizeof(seen[0]); i++)
@@ -85,6 +85,7 @@ static void test_histogram(void)
                   "cove_wait_seconds_bucket{api=\"e2b\",le=\"0.1\"} 2\n"
                   "cove_wait_seconds_bucket{api=\"e2b\",le=\"1\"} 3\n"
                   "cove_wait_seconds_bucket{api=\"e2b\",le=\"2.5\"} 3\n"
+                  "cove_wait_seconds_bucket{api=\"e2b\",le=\"60\"} 4\n"
                   "cove_wait_seconds_bucket{api=\"e2b\",le=\"+Inf\"} 5\n"
                   "cove_wait_seconds_sum{api=\"e2b\"} 103.65\n"
                   "cove_wait_seconds_count{api=\"e2b\"} 5\n");
