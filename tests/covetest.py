@@ -6,6 +6,7 @@ import glob
 import http.client
 import json
 import os
+import secrets
 import shutil
 import signal
 import sqlite3
@@ -494,3 +495,50 @@ def run_dirs(coved):
     """The names in coved's STATE/run: one per sandbox it holds."""
     run = os.path.join(coved.state_dir, "run")
     return sorted(os.listdir(run)) if os.path.isdir(run) else []
+
+
+def host_markers(prefix, dirs=("/root", "/tmp")):
+    """Files with a unique name (prefix + random) and secret content in host directories, outside
+    any sandbox: a generator for a fixture, yielding (name, secret, paths); afterwards it asserts
+    each is unchanged and removes it."""
+    name = prefix + secrets.token_hex(6)
+    secret = secrets.token_hex(16)
+    paths = []
+    for d in dirs:
+        p = os.path.join(d, name)
+        with open(p, "w") as f:
+            f.write(secret)
+        paths.append(p)
+    yield name, secret, paths
+    for p in paths:
+        with open(p) as f:
+            assert f.read() == secret, f"host marker {p} changed"
+        os.unlink(p)
+
+
+BUSYBOX = shutil.which("busybox") or "/usr/bin/busybox"
+
+
+def busybox_rootfs(path, applets=("sh", "sleep")):
+    """A root filesystem with a static busybox (those applets linked) and nothing else: no libc,
+    no Jupyter, none of the kernel helper's libraries."""
+    path = str(path)
+    os.makedirs(os.path.join(path, "bin"))
+    shutil.copy(BUSYBOX, os.path.join(path, "bin", "busybox"))
+    for applet in applets:
+        os.symlink("busybox", os.path.join(path, "bin", applet))
+    for d in ("proc", "sys", "dev", "tmp", "etc", "root"):
+        os.makedirs(os.path.join(path, d), exist_ok=True)
+    os.chmod(os.path.join(path, "tmp"), 0o1777)
+
+
+def busybox_template(coved, path, prefix):
+    """busybox_rootfs(path) registered with `cove template add` (the daemon's admin key) under
+    a new name starting with prefix; returns the name."""
+    busybox_rootfs(path)
+    env = dict(os.environ, COVE_SERVER=f"http://127.0.0.1:{coved.port}",
+               COVE_API_KEY=coved.admin_key)
+    name = prefix + secrets.token_hex(3)
+    subprocess.run([CLI, "template", "add", name, "--rootfs", str(path)], env=env, check=True,
+                   capture_output=True, timeout=60)
+    return name

@@ -28,30 +28,13 @@ typedef Filesystem__FilesystemEvent FsEvent;
 
 /* ---- errors ---- */
 
-/* The Connect code of an error of the files API (files_path_error's statuses). */
+/* The Connect code of an error of the files API (files_path_error's statuses): as any Cove
+ * error's, but a refusal by the kernel is permission_denied whatever its status. */
 static enum connect_code code_of(const struct cove_error *err)
 {
-    if (connect_code_from_name(err->code) > 0)
-        return (enum connect_code)connect_code_from_name(err->code);
-    if (err->errnum == EACCES || err->errnum == EPERM)
+    if (connect_code_from_name(err->code) <= 0 && (err->errnum == EACCES || err->errnum == EPERM))
         return CONNECT_PERMISSION_DENIED;
-    switch (err->http_status) {
-    case 400:
-        return CONNECT_INVALID_ARGUMENT;
-    case 401:
-        return CONNECT_UNAUTHENTICATED;
-    case 403:
-        return CONNECT_PERMISSION_DENIED;
-    case 404:
-        return CONNECT_NOT_FOUND;
-    case 409:
-        return CONNECT_ALREADY_EXISTS;
-    case 429:
-    case 507:
-        return CONNECT_RESOURCE_EXHAUSTED;
-    default:
-        return CONNECT_INTERNAL;
-    }
+    return connect_error_code(err);
 }
 
 static void fail(struct connect_call *call, struct cove_error *err)

@@ -5,13 +5,11 @@
 #include <event2/event.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,11 +18,11 @@
 
 #include "agent/command.h"
 #include "agent/env_name.h"
+#include "agent/envd_files.h"
 #include "agent/identity.h"
 #include "agent/process.h"
 #include "agent/pty.h"
 #include "agent/reaper.h"
-#include "agent/users.h"
 #include "lib/environment.h"
 #include "lib/log.h"
 #include "process.pb-c.h"
@@ -366,70 +364,38 @@ static struct envd_process *process_find(const Process__ProcessSelector *selecto
     return NULL;
 }
 
-/* The user of the request: Authorization "Basic base64(name:)" as the SDKs send it (only when
- * the caller names one), else the agent's default. */
+/* The user of the request (envd_user_from_authorization: Authorization "Basic base64(name:)"
+ * as the SDKs send it, else the agent's default). */
 struct run_user {
     bool set; /* false: the agent's own identity */
     uid_t uid;
     gid_t gid;
     char name[256]; /* "" when not in /etc/passwd */
-    char home[1024];
+    char home[FILES_PATH_MAX];
 };
-
-static void passwd_lookup(uid_t uid, struct run_user *user)
-{
-    FILE *f = fopen("/etc/passwd", "re");
-    if (f == NULL)
-        return;
-    struct passwd *pw;
-    while ((pw = fgetpwent(f)) != NULL) {
-        if (pw->pw_uid == uid) {
-            snprintf(user->name, sizeof(user->name), "%s", pw->pw_name);
-            snprintf(user->home, sizeof(user->home), "%s", pw->pw_dir);
-            break;
-        }
-    }
-    fclose(f);
-}
 
 static int request_user(struct connect_call *call, struct run_user *user, struct cove_error **err)
 {
     *user = (struct run_user){0};
     const char *auth = connect_call_header(call, "Authorization");
-    users_refresh();
-    if (auth == NULL || strncasecmp(auth, "Basic ", 6) != 0) {
-        user->set = identity_default_user(&user->uid, &user->gid);
-        if (!user->set) {
-            user->uid = getuid();
-            user->gid = getgid();
-        }
-        passwd_lookup(user->uid, user);
-        return 0;
-    }
-    const char *encoded = auth + 6;
-    size_t len = strlen(encoded);
-    unsigned char decoded[768];
-    if (len == 0 || len % 4 != 0 || len / 4 * 3 >= sizeof(decoded))
-        return connect_error_set(err, CONNECT_UNAUTHENTICATED, "bad Authorization header");
-    int n = EVP_DecodeBlock(decoded, (const unsigned char *)encoded, (int)len);
-    if (n < 0)
-        return connect_error_set(err, CONNECT_UNAUTHENTICATED, "bad Authorization header");
-    /* EVP_DecodeBlock counts the padding as data. */
-    while (n > 0 && len > 0 && encoded[len - 1] == '=') {
-        n--;
-        len--;
-    }
-    decoded[n] = '\0';
-    char *colon = memchr(decoded, ':', (size_t)n);
-    if (colon != NULL)
-        *colon = '\0';
-    if (strlen((char *)decoded) != (size_t)(colon != NULL ? colon - (char *)decoded : n))
-        return connect_error_set(err, CONNECT_UNAUTHENTICATED, "bad Authorization header");
-    if (!users_find_user((char *)decoded, &user->uid, &user->gid))
-        return connect_error_set(err, CONNECT_UNAUTHENTICATED, "no user %s in the sandbox",
-                                 (char *)decoded);
-    user->set = true;
-    passwd_lookup(user->uid, user);
+    struct envd_user found;
+    if (envd_user_from_authorization(auth, &found, err) < 0)
+        return -1;
+    uid_t uid;
+    gid_t gid;
+    /* Without a header and without --run-as, the process keeps the agent's own identity. */
+    user->set = auth != NULL || identity_default_user(&uid, &gid);
+    user->uid = found.uid;
+    user->gid = found.gid;
+    snprintf(user->home, sizeof(user->home), "%s", found.home);
+    struct passwd *pw = NULL;
+    FILE *f = fopen("/etc/passwd", "re");
+    while (f != NULL && (pw = fgetpwent(f)) != NULL && pw->pw_uid != user->uid)
+        ;
+    if (pw != NULL)
+        snprintf(user->name, sizeof(user->name), "%s", pw->pw_name);
+    if (f != NULL)
+        fclose(f);
     return 0;
 }
 

@@ -118,6 +118,7 @@ enum connect_code connect_error_code(const struct cove_error *err)
     case 409:
         return CONNECT_ALREADY_EXISTS;
     case 429:
+    case 507: /* a full disk, or a cap reached */
         return CONNECT_RESOURCE_EXHAUSTED;
     case 501:
         return CONNECT_UNIMPLEMENTED;

@@ -6,52 +6,23 @@
 // SDK on the same sandbox (nothing here needs envd).
 
 import assert from "node:assert/strict";
-import { dirname, join } from "node:path";
-import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { describe, test } from "node:test";
 
 import { Sandbox } from "e2b";
 import { Sandbox as OpenSandbox } from "@alibaba-group/opensandbox";
 
-import { Coved } from "./coved.mjs";
+import { covedForFile, e2bOptions, until } from "./harness.mjs";
 
-const HERE = dirname(fileURLToPath(import.meta.url));
 const TEST_TIMEOUT = 180_000;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const coved = new Coved();
-const closable = [];
-
-before(async () => {
-  await coved.start();
-});
-
-after(async () => {
-  for (const c of closable) await c.close().catch(() => {});
-  const problems = await coved.cleanup({ keepLogAs: join(HERE, "coved-e2b-autopause.log") });
-  if (problems.length) console.error(`cleanup:\n  ${problems.join("\n  ")}`);
-});
-
-function e2b(extra = {}) {
-  return { apiUrl: `${coved.baseUrl}/e2b`, apiKey: coved.apiKey, requestTimeoutMs: 60_000, ...extra };
-}
-
-/** Polls until fn() is true (no timing threshold: the deadline only ends a hung test). */
-async function until(fn, what, timeoutMs = 60_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await fn()) return;
-    await sleep(200);
-  }
-  assert.fail(`${what}: not within ${timeoutMs} ms`);
-}
+const coved = covedForFile("coved-e2b-autopause.log");
 
 async function opensandbox(id) {
   const os = await OpenSandbox.connect({
     sandboxId: id,
     connectionConfig: { domain: coved.domain, apiKey: coved.apiKey, requestTimeoutSeconds: 60 },
   });
-  closable.push(os);
+  coved.closable.push(os);
   return os;
 }
 
@@ -61,7 +32,7 @@ describe("E2B pause on timeout through the e2b SDK", () => {
   test("paused at its timeout with memory kept; traffic resumes it (autoResume)",
     { timeout: TEST_TIMEOUT }, async () => {
       const sbx = await Sandbox.create("base", {
-        ...e2b(), timeoutMs: 60_000, lifecycle: { onTimeout: "pause", autoResume: true },
+        ...e2bOptions(coved), timeoutMs: 60_000, lifecycle: { onTimeout: "pause", autoResume: true },
       });
       coved.track(sbx.sandboxId);
       const info = await sbx.getInfo();
@@ -71,7 +42,7 @@ describe("E2B pause on timeout through the e2b SDK", () => {
       await sbx.setTimeout(1_000);
       await until(async () => (await sbx.getInfo()).state === "paused", "paused at its timeout");
       await sbx.setTimeout(300_000); // what its resume sets: not paused again under the command
-      const paused = await Sandbox.list({ ...e2b(), query: { state: ["paused"] } }).nextItems();
+      const paused = await Sandbox.list({ ...e2bOptions(coved), query: { state: ["paused"] } }).nextItems();
       assert.ok(paused.some((s) => s.sandboxId === sbx.sandboxId), JSON.stringify(paused));
       // A command through the gateway wakes it: the sleeper is still there.
       assert.equal(stdout(await os.commands.run(`kill -0 ${pid} && echo alive`)).trim(), "alive");
@@ -80,12 +51,12 @@ describe("E2B pause on timeout through the e2b SDK", () => {
     });
 
   test("autoResume false: paused until Sandbox.connect", { timeout: TEST_TIMEOUT }, async () => {
-    const sbx = await Sandbox.create("base", { ...e2b(), timeoutMs: 1_000, lifecycle: { onTimeout: "pause" } });
+    const sbx = await Sandbox.create("base", { ...e2bOptions(coved), timeoutMs: 1_000, lifecycle: { onTimeout: "pause" } });
     coved.track(sbx.sandboxId);
     // getInfo answers alike for a sandbox that is paused already.
     assert.deepEqual((await sbx.getInfo()).lifecycle, { onTimeout: "pause", autoResume: false });
     await until(async () => (await sbx.getInfo()).state === "paused", "paused at its timeout");
-    const again = await Sandbox.connect(sbx.sandboxId, { ...e2b(), timeoutMs: 300_000 });
+    const again = await Sandbox.connect(sbx.sandboxId, { ...e2bOptions(coved), timeoutMs: 300_000 });
     assert.equal(again.sandboxId, sbx.sandboxId);
     const info = await sbx.getInfo();
     assert.equal(info.state, "running");

@@ -1,46 +1,25 @@
 // E2B's code interpreter API (the agent's /ci routes, docs/e2b-code.md) against the official
 // @e2b/code-interpreter SDK (2.8.0), unmodified: runCode with its callbacks, results, errors,
-// contexts, restart, envs. The sandbox is made through the SDK and Cove's E2B control plane.
-//
-// The SDK sends these calls to port 49999 of the sandbox (its jupyterUrl). Until coved routes
-// that port to the agent (issue 15, coved's router), this test points the sandbox object's
-// jupyterUrl at the gateway's path to the agent's /ci and adds coved's API key to fetch, which
-// the gateway needs; once the router is in, drop both and the SDK's own URL is used.
+// contexts, restart, envs. The sandbox is made through the SDK and Cove's E2B control plane;
+// the SDK reaches port 49999 of it through coved's sandbox URL (/e2b/sandbox, docs/e2b.md).
 
 import assert from "node:assert/strict";
-import { dirname, join } from "node:path";
-import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { before, describe, test } from "node:test";
 
 import { NotFoundError, Sandbox } from "@e2b/code-interpreter";
 
-import { AGENT_PORT, Coved } from "./coved.mjs";
+import { covedForFile, e2bOptions } from "./harness.mjs";
 
-const HERE = dirname(fileURLToPath(import.meta.url));
 const TEST_TIMEOUT = 180_000;
 const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
 
-const coved = new Coved();
-const realFetch = globalThis.fetch;
+const coved = covedForFile("coved-e2b-code.log");
 let sbx;
 
 before(async () => {
-  await coved.start();
-  sbx = await Sandbox.create({ apiUrl: `${coved.baseUrl}/e2b`, apiKey: coved.apiKey,
-                               requestTimeoutMs: 60_000 }); // the SDK's default template
+  await coved.started();
+  sbx = await Sandbox.create(e2bOptions(coved)); // the SDK's default template
   coved.track(sbx.sandboxId);
-  const ci = `${coved.baseUrl}/sandboxes/${sbx.sandboxId}/proxy/${AGENT_PORT}/ci`;
-  Object.defineProperty(sbx, "jupyterUrl", { get: () => ci });
-  globalThis.fetch = (url, opts = {}) =>
-    realFetch(url, String(url).startsWith(ci)
-      ? { ...opts, headers: { ...(opts.headers ?? {}), "OPEN-SANDBOX-API-KEY": coved.apiKey } }
-      : opts);
-});
-
-after(async () => {
-  globalThis.fetch = realFetch;
-  const problems = await coved.cleanup({ keepLogAs: join(HERE, "coved-e2b-code.log") });
-  if (problems.length) console.error(`cleanup:\n  ${problems.join("\n  ")}`);
 });
 
 describe("E2B's code interpreter through @e2b/code-interpreter", () => {

@@ -18,47 +18,27 @@
 
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { dirname, join } from "node:path";
-import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { describe, test } from "node:test";
 
 import { AuthenticationError, NotFoundError, Sandbox, SandboxNotFoundError } from "e2b";
 import { Sandbox as OpenSandbox } from "@alibaba-group/opensandbox";
 
-import { Coved } from "./coved.mjs";
+import { covedForFile, e2bOptions, until } from "./harness.mjs";
 
-const HERE = dirname(fileURLToPath(import.meta.url));
 const RUN = randomBytes(4).toString("hex"); // tags this run's sandboxes in metadata
 const TEST_TIMEOUT = 180_000;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const coved = new Coved();
-const closable = [];
-
-before(async () => {
-  await coved.start();
-});
-
-after(async () => {
-  for (const c of closable) await c.close().catch(() => {});
-  const problems = await coved.cleanup({ keepLogAs: join(HERE, "coved-e2b.log") });
-  if (problems.length) console.error(`cleanup:\n  ${problems.join("\n  ")}`);
-});
-
-/** The SDK's connection options: Cove's E2B prefix and our key. */
-function e2b(extra = {}) {
-  return { apiUrl: `${coved.baseUrl}/e2b`, apiKey: coved.apiKey, requestTimeoutMs: 60_000, ...extra };
-}
+const coved = covedForFile("coved-e2b.log");
 
 async function create(opts = {}) {
-  const sbx = await Sandbox.create("base", { ...e2b(), ...opts });
+  const sbx = await Sandbox.create("base", { ...e2bOptions(coved), ...opts });
   coved.track(sbx.sandboxId);
   return sbx;
 }
 
 /** Every item of a listing, all pages. */
 async function listAll(query, limit) {
-  const paginator = Sandbox.list({ ...e2b(), query, limit });
+  const paginator = Sandbox.list({ ...e2bOptions(coved), query, limit });
   const items = [];
   let pages = 0;
   while (paginator.hasNext) {
@@ -66,16 +46,6 @@ async function listAll(query, limit) {
     pages++;
   }
   return { items, pages };
-}
-
-/** Polls until fn() is true (no timing threshold: the deadline only ends a hung test). */
-async function until(fn, what, timeoutMs = 60_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await fn()) return;
-    await sleep(200);
-  }
-  assert.fail(`${what}: not within ${timeoutMs} ms`);
 }
 
 describe("E2B control plane through the e2b SDK", () => {
@@ -100,7 +70,7 @@ describe("E2B control plane through the e2b SDK", () => {
         sandboxId: sbx.sandboxId,
         connectionConfig: { domain: coved.domain, apiKey: coved.apiKey, requestTimeoutSeconds: 60 },
       });
-      closable.push(os);
+      coved.closable.push(os);
       const ex = await os.commands.run("printf '%s' \"$E2B_FOO\"");
       assert.equal(ex.logs.stdout.map((m) => m.text).join(""), "bar baz");
       assert.equal((await os.getInfo()).metadata.run, RUN);
@@ -146,8 +116,8 @@ describe("E2B control plane through the e2b SDK", () => {
   test("pause, then connect: running again, same sandbox", { timeout: TEST_TIMEOUT }, async () => {
     const sbx = await create({ metadata: { run: RUN, role: "pause" } });
     assert.equal(await sbx.pause(), true);
-    assert.equal((await Sandbox.getInfo(sbx.sandboxId, e2b())).state, "paused");
-    const again = await Sandbox.connect(sbx.sandboxId, e2b());
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId, e2bOptions(coved))).state, "paused");
+    const again = await Sandbox.connect(sbx.sandboxId, e2bOptions(coved));
     assert.equal(again.sandboxId, sbx.sandboxId);
     assert.equal((await again.getInfo()).state, "running");
     // connect on a running one changes nothing and still answers.
@@ -158,7 +128,7 @@ describe("E2B control plane through the e2b SDK", () => {
       sandboxId: sbx.sandboxId,
       connectionConfig: { domain: coved.domain, apiKey: coved.apiKey, requestTimeoutSeconds: 60 },
     });
-    closable.push(os);
+    coved.closable.push(os);
     const ex = await os.commands.run("echo alive");
     assert.equal(ex.logs.stdout.map((m) => m.text).join("").trim(), "alive");
     const metrics = await again.getMetrics();
@@ -178,20 +148,20 @@ describe("E2B control plane through the e2b SDK", () => {
     assert.ok(soon.endAt < later.endAt, "a shorter one moves it sooner");
     await until(async () => {
       try {
-        await Sandbox.getInfo(sbx.sandboxId, e2b());
+        await Sandbox.getInfo(sbx.sandboxId, e2bOptions(coved));
         return false;
       } catch (e) {
         if (e instanceof SandboxNotFoundError) return true;
         throw e;
       }
     }, "the sandbox to expire");
-    assert.equal(await Sandbox.kill(sbx.sandboxId, e2b()), false, "kill of an expired one is false");
+    assert.equal(await Sandbox.kill(sbx.sandboxId, e2bOptions(coved)), false, "kill of an expired one is false");
   });
 
   test("kill: gone for both APIs", { timeout: TEST_TIMEOUT }, async () => {
     const sbx = await create();
     assert.equal(await sbx.kill(), true);
-    await assert.rejects(Sandbox.getInfo(sbx.sandboxId, e2b()), SandboxNotFoundError);
+    await assert.rejects(Sandbox.getInfo(sbx.sandboxId, e2bOptions(coved)), SandboxNotFoundError);
     const { items } = await listAll({});
     assert.ok(!items.some((s) => s.sandboxId === sbx.sandboxId));
     await until(async () => {
@@ -233,19 +203,19 @@ describe("E2B control plane through the e2b SDK", () => {
   });
 
   test("a wrong key is the SDK's AuthenticationError", async () => {
-    await assert.rejects(Sandbox.create("base", e2b({ apiKey: `wrong-${RUN}` })), AuthenticationError);
-    await assert.rejects(Sandbox.list(e2b({ apiKey: `wrong-${RUN}` })).nextItems(), AuthenticationError);
-    await assert.rejects(Sandbox.getInfo("whatever", e2b({ apiKey: `wrong-${RUN}` })), AuthenticationError);
+    await assert.rejects(Sandbox.create("base", e2bOptions(coved, { apiKey: `wrong-${RUN}` })), AuthenticationError);
+    await assert.rejects(Sandbox.list(e2bOptions(coved, { apiKey: `wrong-${RUN}` })).nextItems(), AuthenticationError);
+    await assert.rejects(Sandbox.getInfo("whatever", e2bOptions(coved, { apiKey: `wrong-${RUN}` })), AuthenticationError);
   });
 
   test("an unknown id is a NotFoundError; an unknown template a clear error", async () => {
     const id = `nosuch${RUN}`;
-    await assert.rejects(Sandbox.getInfo(id, e2b()), (e) => e instanceof SandboxNotFoundError && e instanceof NotFoundError);
-    await assert.rejects(Sandbox.setTimeout(id, 10_000, e2b()), SandboxNotFoundError);
-    await assert.rejects(Sandbox.connect(id, e2b()), SandboxNotFoundError);
-    await assert.rejects(Sandbox.pause(id, e2b()), SandboxNotFoundError);
-    assert.equal(await Sandbox.kill(id, e2b()), false);
-    await assert.rejects(Sandbox.create(`no-such-template-${RUN}`, e2b()), (e) => {
+    await assert.rejects(Sandbox.getInfo(id, e2bOptions(coved)), (e) => e instanceof SandboxNotFoundError && e instanceof NotFoundError);
+    await assert.rejects(Sandbox.setTimeout(id, 10_000, e2bOptions(coved)), SandboxNotFoundError);
+    await assert.rejects(Sandbox.connect(id, e2bOptions(coved)), SandboxNotFoundError);
+    await assert.rejects(Sandbox.pause(id, e2bOptions(coved)), SandboxNotFoundError);
+    assert.equal(await Sandbox.kill(id, e2bOptions(coved)), false);
+    await assert.rejects(Sandbox.create(`no-such-template-${RUN}`, e2bOptions(coved)), (e) => {
       assert.match(e.message, /^400: .*no-such-template/);
       return true;
     });

@@ -19,44 +19,17 @@
 import assert from "node:assert/strict";
 import { lookup as dnsLookup } from "node:dns";
 import { request } from "node:http";
-import { dirname, join } from "node:path";
-import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { describe, test } from "node:test";
 
 import { Sandbox } from "e2b";
 import { Sandbox as OpenSandbox } from "@alibaba-group/opensandbox";
 
-import { Coved } from "./coved.mjs";
+import { covedForFile, e2bOptions, sleep } from "./harness.mjs";
 
-const HERE = dirname(fileURLToPath(import.meta.url));
 const TEST_TIMEOUT = 180_000;
 const APP_PORT = 8000;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const coved = new Coved();
-const closable = [];
-
-before(async () => {
-  await coved.start();
-});
-
-after(async () => {
-  for (const c of closable) await c.close().catch(() => {});
-  const problems = await coved.cleanup({ keepLogAs: join(HERE, "coved-e2b-host.log") });
-  if (problems.length) console.error(`cleanup:\n  ${problems.join("\n  ")}`);
-});
-
-/** The SDK's options for Cove: the control plane, envd's URL and the host form's domain. */
-function e2b(extra = {}) {
-  return {
-    apiUrl: `${coved.baseUrl}/e2b`,
-    sandboxUrl: `${coved.baseUrl}/e2b/sandbox`,
-    domain: `localhost:${coved.port}`,
-    apiKey: coved.apiKey,
-    requestTimeoutMs: 60_000,
-    ...extra,
-  };
-}
+const coved = covedForFile("coved-e2b-host.log");
 
 /** *.localhost is loopback (RFC 6761 §6.3), as browsers and curl resolve it. */
 function localhostLookup(hostname, options, callback) {
@@ -85,7 +58,7 @@ async function startServer(sandboxId) {
     sandboxId,
     connectionConfig: { domain: coved.domain, apiKey: coved.apiKey, requestTimeoutSeconds: 60 },
   });
-  closable.push(os);
+  coved.closable.push(os);
   const made = await os.commands.run(`mkdir -p /tmp/www && printf 'hello from %s' ${sandboxId} > /tmp/www/hello.txt`);
   assert.equal(made.exitCode ?? 0, 0);
   await os.commands.run(`python3 -m http.server ${APP_PORT} --bind 127.0.0.1 --directory /tmp/www`, {
@@ -102,7 +75,7 @@ async function startServer(sandboxId) {
 
 describe("E2B sandbox traffic", () => {
   test("getHost(port) reaches the sandbox's server with the traffic token", { timeout: TEST_TIMEOUT }, async () => {
-    const sbx = await Sandbox.create("base", e2b());
+    const sbx = await Sandbox.create("base", e2bOptions(coved));
     coved.track(sbx.sandboxId);
     assert.ok(sbx.trafficAccessToken, "create answers a trafficAccessToken");
     const host = sbx.getHost(APP_PORT);
@@ -126,12 +99,12 @@ describe("E2B sandbox traffic", () => {
   });
 
   test("the SDK's envd client reaches the agent through sandboxUrl with its own headers", { timeout: TEST_TIMEOUT }, async () => {
-    const sbx = await Sandbox.create("base", e2b());
+    const sbx = await Sandbox.create("base", e2bOptions(coved));
     coved.track(sbx.sandboxId);
     // The SDK's envd HTTP client: its base URL, E2b-Sandbox-Id/Port and X-Access-Token.
     const ping = await sbx.envdApi.api.GET("/ping");
     assert.equal(ping.response.status, 200);
-    const other = await Sandbox.create("base", e2b());
+    const other = await Sandbox.create("base", e2bOptions(coved));
     coved.track(other.sandboxId);
     // Each sandbox's own token: one sandbox's does not open the other.
     const crossed = await fetch(`${coved.baseUrl}/e2b/sandbox/ping`, {

@@ -10,67 +10,31 @@
 
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { dirname, join } from "node:path";
-import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { describe, test } from "node:test";
 
 import { CommandExitError, FileType, FilesystemEventType, NotFoundError, Sandbox, TimeoutError } from "e2b";
 import { Sandbox as CodeSandbox } from "@e2b/code-interpreter";
 import { Sandbox as OpenSandbox } from "@alibaba-group/opensandbox";
 
-import { Coved } from "./coved.mjs";
+import { covedForFile, e2bOptions, until } from "./harness.mjs";
 
-const HERE = dirname(fileURLToPath(import.meta.url));
 const RUN = randomBytes(4).toString("hex");
 const TEST_TIMEOUT = 240_000;
 const PNG_MAGIC = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const coved = new Coved();
-const closable = [];
-
-before(async () => {
-  await coved.start();
-});
-
-after(async () => {
-  for (const c of closable) await c.close().catch(() => {});
-  const problems = await coved.cleanup({ keepLogAs: join(HERE, "coved-e2b-sdk.log") });
-  if (problems.length) console.error(`cleanup:\n  ${problems.join("\n  ")}`);
-});
-
-/** The SDKs' connection options: Cove's E2B prefix, its sandbox URL and our key. */
-function e2b(extra = {}) {
-  return {
-    apiUrl: `${coved.baseUrl}/e2b`,
-    sandboxUrl: `${coved.baseUrl}/e2b/sandbox`,
-    apiKey: coved.apiKey,
-    requestTimeoutMs: 60_000,
-    ...extra,
-  };
-}
+const coved = covedForFile("coved-e2b-sdk.log");
 
 async function create(opts = {}) {
-  const sbx = await Sandbox.create("base", { ...e2b(), metadata: { run: RUN }, ...opts });
+  const sbx = await Sandbox.create("base", { ...e2bOptions(coved), metadata: { run: RUN }, ...opts });
   coved.track(sbx.sandboxId);
   return sbx;
 }
 
 async function createCode(opts = {}) {
   // No template: the code interpreter's default, code-interpreter-v1 (an alias in Cove).
-  const sbx = await CodeSandbox.create({ ...e2b(), metadata: { run: RUN }, ...opts });
+  const sbx = await CodeSandbox.create({ ...e2bOptions(coved), metadata: { run: RUN }, ...opts });
   coved.track(sbx.sandboxId);
   return sbx;
-}
-
-/** Polls until fn() is true (no timing threshold: the deadline only ends a hung test). */
-async function until(fn, what, timeoutMs = 60_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await fn()) return;
-    await sleep(100);
-  }
-  assert.fail(`${what}: not within ${timeoutMs} ms`);
 }
 
 describe("commands through the e2b SDK", () => {
@@ -288,10 +252,10 @@ describe("lifecycle through the e2b SDK", () => {
     try {
       await sbx.runCode("kept = [i * i for i in range(1000)]");
       assert.equal(await sbx.pause(), true);
-      const again = await CodeSandbox.connect(sbx.sandboxId, e2b());
+      const again = await CodeSandbox.connect(sbx.sandboxId, e2bOptions(coved));
       assert.equal((await again.runCode("sum(kept)")).text, String([...Array(1000).keys()].reduce((a, i) => a + i * i, 0)));
     } finally {
-      await Sandbox.kill(sbx.sandboxId, e2b());
+      await Sandbox.kill(sbx.sandboxId, e2bOptions(coved));
     }
   });
 
@@ -299,7 +263,7 @@ describe("lifecycle through the e2b SDK", () => {
     const sbx = await create();
     await sbx.setTimeout(3_000);
     await until(async () => !(await sbx.isRunning().catch(() => false)), "expired", 120_000);
-    assert.equal(await Sandbox.kill(sbx.sandboxId, e2b()), false, "gone already");
+    assert.equal(await Sandbox.kill(sbx.sandboxId, e2bOptions(coved)), false, "gone already");
   });
 
   test("the same sandbox through both APIs", { timeout: TEST_TIMEOUT }, async () => {
@@ -309,10 +273,10 @@ describe("lifecycle through the e2b SDK", () => {
       metadata: { run: RUN },
       connectionConfig: { domain: coved.domain, apiKey: coved.apiKey, requestTimeoutSeconds: 60 },
     });
-    closable.push(os);
+    coved.closable.push(os);
     coved.track(os.id);
     await os.files.writeFiles([{ path: "/tmp/from-os.txt", data: "opensandbox" }]);
-    const viaE2b = await Sandbox.connect(os.id, e2b());
+    const viaE2b = await Sandbox.connect(os.id, e2bOptions(coved));
     assert.equal(await viaE2b.files.read("/tmp/from-os.txt"), "opensandbox");
     await viaE2b.files.write("/tmp/from-e2b.txt", "e2b");
     const ex = await os.commands.run("cat /tmp/from-e2b.txt");

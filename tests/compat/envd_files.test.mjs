@@ -3,8 +3,8 @@
 // sandboxUrl that is a small forwarder of this test's, which passes every request to coved's
 // OpenSandbox gateway route /sandboxes/{id}/proxy/44772 with the API key: what is tested is
 // the agent's side of envd, whatever coved's own E2B routing does (e2b_sdk.test.mjs drives
-// the whole path). envdVersion 0.4.0, Cove's, so writes are multipart as the SDK sends them
-// to envd < 0.5.7.
+// the whole path). The SDK is told envdVersion 0.4.0 (Cove reports 0.5.7), so writes are
+// multipart, as it sends them to envd < 0.5.7; e2b_sdk.test.mjs covers the octet-stream form.
 
 import assert from "node:assert/strict";
 import http from "node:http";

@@ -9,17 +9,16 @@ import json
 import os
 import random
 import secrets
-import shutil
 import subprocess
 import threading
 import time
 
 import pytest
 
+import covetest
 from covetest import AGENT_PORT, CLI, parse_events
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-BUSYBOX = shutil.which("busybox") or "/usr/bin/busybox"
 
 
 def agent_path(sid, path):
@@ -430,17 +429,7 @@ def test_language_without_kernel_is_a_clear_400(coved, ci, tmp_path):
 @pytest.mark.static_agent
 def test_template_without_the_helpers_libraries_has_no_kernels(coved, tmp_path):
     # A root filesystem without the helper's libraries (a static busybox) has no kernels.
-    rootfs = tmp_path / "rootfs"
-    for d in ("bin", "proc", "sys", "dev", "tmp", "etc", "root"):
-        os.makedirs(rootfs / d)
-    shutil.copy(BUSYBOX, rootfs / "bin" / "busybox")
-    for applet in ("sh", "sleep"):
-        os.symlink("busybox", rootfs / "bin" / applet)
-    env = dict(os.environ, COVE_SERVER=f"http://127.0.0.1:{coved.port}",
-               COVE_API_KEY=coved.admin_key)  # registering templates needs an admin key
-    name = "bb-code-" + secrets.token_hex(3)
-    subprocess.run([CLI, "template", "add", name, "--rootfs", str(rootfs)], env=env, check=True,
-                   capture_output=True, timeout=60)
+    name = covetest.busybox_template(coved, tmp_path / "rootfs", "bb-code-")
     sid = coved.create(template=name)
     try:
         status, body, _ = call(coved, sid, "POST", "/code/context", body={"language": "python"})

@@ -7,16 +7,13 @@ import base64
 import http.client
 import json
 import os
-import secrets
-import shutil
-import subprocess
 
 import pytest
 
-from covetest import AGENT_PORT, CLI
+import covetest
+from covetest import AGENT_PORT
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-BUSYBOX = shutil.which("busybox") or "/usr/bin/busybox"
 NATIVE = pytest.mark.native_only(reason="gVisor passes the agent no cove-kernel descriptor: "
                                  "code contexts are a 400 there (test_runtimes.py::"
                                  "test_code_contexts)")
@@ -306,17 +303,7 @@ def test_language_without_kernel_is_a_clear_400(coved, ci):
 @pytest.mark.static_agent
 def test_sandbox_without_a_kernel_answers_a_clear_error(coved, tmp_path):
     # A root filesystem without Jupyter (nor the kernel helper's libraries): a static busybox.
-    rootfs = tmp_path / "rootfs"
-    for d in ("bin", "proc", "sys", "dev", "tmp", "etc", "root"):
-        os.makedirs(rootfs / d)
-    shutil.copy(BUSYBOX, rootfs / "bin" / "busybox")
-    for applet in ("sh", "sleep"):
-        os.symlink("busybox", rootfs / "bin" / applet)
-    env = dict(os.environ, COVE_SERVER=f"http://127.0.0.1:{coved.port}",
-               COVE_API_KEY=coved.admin_key)  # registering templates needs an admin key
-    name = "bb-e2b-" + secrets.token_hex(3)
-    subprocess.run([CLI, "template", "add", name, "--rootfs", str(rootfs)], env=env, check=True,
-                   capture_output=True, timeout=60)
+    name = covetest.busybox_template(coved, tmp_path / "rootfs", "bb-e2b-")
     sid = coved.create(template=name)
     try:
         r = execute(coved, sid, "print(1)")

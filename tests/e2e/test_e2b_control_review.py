@@ -18,11 +18,11 @@ from datetime import datetime
 
 import pytest
 
+import covetest
 from covetest import AGENT, serve
 
 A = "key-a"
 ADMIN = "review-admin"
-BUSYBOX = shutil.which("busybox") or "/usr/bin/busybox"
 HUGE_MAX = str(2**31 - 1)  # --max-timeout as large as coved takes (68 years)
 
 
@@ -120,12 +120,7 @@ def live_sandboxes(d):
 def test_a_create_whose_sandbox_cannot_start_is_an_error_and_leaves_nothing(d, tmp_path):
     # A template without tail: E2B's sandbox process (tail -f /dev/null) cannot start in it.
     root = tmp_path / "rootfs"
-    os.makedirs(root / "bin")
-    shutil.copy(BUSYBOX, root / "bin" / "busybox")
-    for applet in ("sh", "sleep"):
-        os.symlink("busybox", root / "bin" / applet)
-    for sub in ("proc", "sys", "dev", "tmp", "etc", "root"):
-        os.makedirs(root / sub, exist_ok=True)
+    covetest.busybox_rootfs(root)
     # The sanitizer pass's agent is dynamic: it runs in the template with its libraries.
     ldd = subprocess.run(["ldd", AGENT], capture_output=True, text=True).stdout
     for lib in re.findall(r"(/\S+) \(0x", ldd):

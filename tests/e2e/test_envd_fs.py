@@ -16,9 +16,8 @@ import urllib.parse
 
 import pytest
 
+import covetest
 from covetest import AGENT_PORT, sandbox_host_pids
-
-HOST_MARKER_DIRS = ["/root", "/tmp"]
 
 
 def agent_path(sid, path):
@@ -84,20 +83,7 @@ def sid(coved):
 
 @pytest.fixture(scope="module")
 def host_markers():
-    """A file with a unique name and secret content in host directories, outside any sandbox."""
-    name = "cove-envd-marker-" + secrets.token_hex(6)
-    secret = secrets.token_hex(16)
-    paths = []
-    for d in HOST_MARKER_DIRS:
-        p = os.path.join(d, name)
-        with open(p, "w") as f:
-            f.write(secret)
-        paths.append(p)
-    yield name, secret, paths
-    for p in paths:
-        with open(p) as f:
-            assert f.read() == secret, f"host marker {p} changed"
-        os.unlink(p)
+    yield from covetest.host_markers("cove-envd-marker-")
 
 
 # ---- REST ----

@@ -574,12 +574,14 @@ def test_user_from_authorization(coved, sandbox):
     assert output(events) == b"root\n/root|root\n/root\n"
     _, events, _ = run(coved, sandbox, "id -u", headers=basic("nobody"), cwd="/")
     assert output(events) == b"65534\n"
-    s = start(coved, sandbox, "/bin/true", headers=basic("no-such-user"))
-    try:
-        assert s.events() == []
-        assert s.end["error"]["code"] == "unauthenticated", s.end
-    finally:
-        s.close()
+    # An unknown user, and a header that is not Basic (as the files routes answer both).
+    for headers in (basic("no-such-user"), {"Authorization": "Bearer abc"}):
+        s = start(coved, sandbox, "/bin/true", headers=headers)
+        try:
+            assert s.events() == []
+            assert s.end["error"]["code"] == "unauthenticated", s.end
+        finally:
+            s.close()
 
 
 # ---- more of the streams ----

@@ -2,27 +2,18 @@
 
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
 
 import pytest
 
+import covetest
 from covetest import CLI
-
-BUSYBOX = shutil.which("busybox") or "/usr/bin/busybox"
 
 
 def make_busybox_rootfs(path):
-    """A root filesystem with a static busybox and nothing else: no libc at all."""
-    os.makedirs(os.path.join(path, "bin"))
-    shutil.copy(BUSYBOX, os.path.join(path, "bin", "busybox"))
-    for applet in ("sh", "echo", "ls", "cat", "ps", "id", "sleep", "hostname"):
-        os.symlink("busybox", os.path.join(path, "bin", applet))
-    for d in ("proc", "sys", "dev", "tmp", "etc", "root"):
-        os.makedirs(os.path.join(path, d), exist_ok=True)
-    os.chmod(os.path.join(path, "tmp"), 0o1777)
+    covetest.busybox_rootfs(path, ("sh", "echo", "ls", "cat", "ps", "id", "sleep", "hostname"))
 
 
 def cli(coved, *args, check=True, input=None, admin=False):
