@@ -1,6 +1,7 @@
 """GET /metrics (issue 16): Prometheus's text format, checked by promtool, behind an admin key
 (or open by config), and counters that move by exactly the actions a test performs. The
 egress checks use the loopback world of tests/egress_world.py."""
+import hashlib
 import json
 import os
 import re
@@ -278,3 +279,25 @@ def test_an_expiry_counts_once(coved):
         value(before, "cove_sandbox_expiries_total") == 1
     assert value(after, "cove_sandbox_deletes_total", api="opensandbox") == \
         value(before, "cove_sandbox_deletes_total", api="opensandbox")
+
+
+def test_a_create_over_quota_counts_as_quota(coved):
+    owner = hashlib.sha256(coved.key.encode()).hexdigest()
+    admin = coved.headers(ADMIN)
+    status, body, _ = coved.request("PUT", f"/v1/admin/quotas/{owner}", {"sandboxes": 0},
+                                    headers=admin)
+    assert status == 200, body
+    try:
+        before = scrape(coved)
+        status, body, _ = coved.request("POST", "/v1/sandboxes", {
+            "image": {"uri": "base"}, "entrypoint": ["sleep", "1"],
+            "resourceLimits": {"cpu": "1", "memory": "256Mi"}})
+        assert status == 429, body
+        after = scrape(coved)
+    finally:
+        status, body, _ = coved.request("DELETE", f"/v1/admin/quotas/{owner}", headers=admin)
+        assert status == 204, body
+    assert value(after, "cove_sandbox_create_failures_total", api="opensandbox", reason="quota") - \
+        value(before, "cove_sandbox_create_failures_total", api="opensandbox", reason="quota") == 1
+    assert value(after, "cove_sandbox_creates_total", api="opensandbox") == \
+        value(before, "cove_sandbox_creates_total", api="opensandbox")
