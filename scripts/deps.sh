@@ -39,6 +39,8 @@ packages=(
   libnftables-dev libc-ares-dev
   # egress tests: a DNS server for test names, clients inside sandboxes, a headless browser
   dnsmasq-base curl python3-requests python3-httpx chromium
+  # /metrics tests: promtool check metrics (tests/e2e/test_metrics.py)
+  prometheus
   # `python` is Python 3 in the templates, which run the host's /usr
   python-is-python3
   # OCI images: tests run Debian's registry (token auth signed with PyJWT), build images with

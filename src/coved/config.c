@@ -79,6 +79,9 @@ static const char usage[] =
     "      address)\n"
     "  --resume-on-access     resume_on_access = true     COVE_RESUME_ON_ACCESS=1\n"
     "      a request through the gateway to a paused sandbox resumes it (default: 409)\n"
+    "  --metrics-open         metrics_open = true         COVE_METRICS_OPEN=1\n"
+    "      GET /metrics (Prometheus text format) needs no key (default: an admin key);\n"
+    "      for a listener only a monitoring network reaches\n"
     "  --domain DOMAIN        domain                      COVE_DOMAIN\n"
     "      also route Host {port}-{id}.DOMAIN to that port of that sandbox (point a\n"
     "      wildcard DNS name at coved)\n"
@@ -384,6 +387,10 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
         snprintf(cfg->agent, sizeof(cfg->agent), "%s", value);
     } else if (strcmp(key, "kernel_helper") == 0) {
         snprintf(cfg->kernel_helper, sizeof(cfg->kernel_helper), "%s", value);
+    } else if (strcmp(key, "metrics_open") == 0) {
+        if (parse_bool(value, &cfg->metrics_open) < 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: metrics_open takes true or false", from);
     } else if (strcmp(key, "resume_on_access") == 0) {
         if (parse_bool(value, &cfg->resume_on_access) < 0)
             return cove_error_set(err, 0, 2, "CONFIG::INVALID",
@@ -605,6 +612,7 @@ static const struct {
     {"COVE_API_KEY_FILE", "api_key_file"},
     {"COVE_DOMAIN", "domain"},
     {"COVE_RESUME_ON_ACCESS", "resume_on_access"},
+    {"COVE_METRICS_OPEN", "metrics_open"},
     {"COVE_KERNEL_HELPER", "kernel_helper"},
     {"COVE_HEAD_TIMEOUT", "head_timeout_seconds"},
     {"COVE_IDLE_TIMEOUT", "idle_timeout_seconds"},
@@ -707,6 +715,7 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"public-host", required_argument, NULL, 'p'},
         {"domain", required_argument, NULL, 'd'},
         {"resume-on-access", no_argument, NULL, 'r'},
+        {"metrics-open", no_argument, NULL, 1200},
         {"agent", required_argument, NULL, 'a'},
         {"kernel-helper", required_argument, NULL, 'H'},
         {"max-timeout", required_argument, NULL, 't'},
@@ -900,6 +909,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             continue;
         case 'r':
             cfg->resume_on_access = true;
+            continue;
+        case 1200:
+            cfg->metrics_open = true;
             continue;
         case 'k':
             if (!flag_keys) {

@@ -28,6 +28,7 @@ struct coved_config {
     double memory_overcommit, cpu_overcommit;
     bool insecure;
     bool resume_on_access;     /* gateway traffic resumes a paused sandbox */
+    bool metrics_open;         /* GET /metrics without a key */
     bool cgroup_favor_dynmods; /* remount cgroup2 with favordynmods at start (cgroup.h) */
     int64_t max_timeout_s;
     int64_t max_template_bytes;  /* a template registered over the API */

@@ -302,11 +302,13 @@ int main(int argc, char **argv)
     api.isolated = isolated;
     api.images = images;
     api.pools = pools;
+    api.egress = egress;
     api.config = (struct api_config){
         .listen_host = host,
         .listen_port = port,
         .api_keys = o.keys,
         .insecure = o.insecure,
+        .metrics_open = o.metrics_open,
         .max_timeout_s = o.max_timeout_s,
         .max_template_bytes = o.max_template_bytes,
         .public_host = o.public_host,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 
 #include "coved/api/router.h"
@@ -192,8 +193,27 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
         return api_pool_patch(api, req, c, p0);
     case API_ROUTE_POOL_DELETE:
         return api_pool_delete(api, req, c, p0);
+    case API_ROUTE_METRICS:
+        return api_metrics_get(api, req, c);
     }
     not_found(req);
+}
+
+/* A scrape's key: Prometheus sends credentials as "Authorization: Bearer KEY" (a scrape
+ * config's authorization.credentials), so /metrics takes that as well as the API's header. */
+static int authenticate_scrape(struct api *api, struct http_request *req, struct api_caller *caller)
+{
+    const char *auth = http_request_header(req, "Authorization");
+    if (http_request_header(req, "OPEN-SANDBOX-API-KEY") != NULL || auth == NULL ||
+        strncasecmp(auth, "Bearer ", 7) != 0)
+        return api_authenticate(api, req, caller);
+    struct cove_error *err = NULL;
+    if (api_check_key(api, auth + 7, caller, &err) < 0) {
+        api_respond_error(req, err);
+        cove_error_free(err);
+        return -1;
+    }
+    return 0;
 }
 
 static void on_request(struct http_request *req, void *arg)
@@ -211,10 +231,14 @@ static void on_request(struct http_request *req, void *arg)
         api_router_match(http_request_method(req), http_request_path(req), &m);
     if (r == API_ROUTER_NOT_FOUND && !m.under_resource)
         return not_found(req);
+    if (r == API_ROUTER_FOUND && m.route == API_ROUTE_METRICS && api->config.metrics_open)
+        m.access = API_ACCESS_ANYONE;
     /* A key is checked before anything else is said about a route of the API's resources. */
     struct api_caller caller = {0};
     bool keyed = r == API_ROUTER_NOT_FOUND || m.access != API_ACCESS_ANYONE;
-    if (keyed && api_authenticate(api, req, &caller) < 0)
+    bool scrape = r == API_ROUTER_FOUND && m.route == API_ROUTE_METRICS;
+    if (keyed &&
+        (scrape ? authenticate_scrape(api, req, &caller) : api_authenticate(api, req, &caller)) < 0)
         return;
     if (r == API_ROUTER_NOT_FOUND)
         return not_found(req);
@@ -273,7 +297,7 @@ int api_start(struct api *api, struct cove_error **err)
     };
     if (api_egress_start(api, api->config.state_dir, err) < 0 ||
         gateway_new(api, &api->gateway, err) < 0 || api_quotas_open(api, err) < 0 ||
-        http_server_new(api->base, &config, &api->http, err) < 0)
+        http_server_new(api->base, &config, &api->http, err) < 0 || api_metrics_start(api, err) < 0)
         return -1;
     if (http_server_listen(api->http, api->config.listen_host, api->config.listen_port, err) < 0)
         return -1;
@@ -285,6 +309,7 @@ void api_stop(struct api *api)
     api_mcp_stop(api);
     gateway_free(api->gateway); /* its tunnels hold connections of the server */
     api->gateway = NULL;
+    api_metrics_stop(api); /* after the tunnels, which count as they end */
     http_server_free(api->http);
     api->http = NULL;
     api_egress_stop(api);

@@ -24,6 +24,7 @@ struct api_config {
     const char *public_host; /* host[:port] for endpoints; "" means the listen address */
     const char *domain;      /* {port}-{id}.DOMAIN host routing when set */
     bool resume_on_access;   /* the gateway resumes a paused sandbox instead of a 409 */
+    bool metrics_open;       /* GET /metrics needs no key (else an admin key) */
     /* Connections; 0 takes the default. */
     int head_timeout_s;
     int idle_timeout_s;
@@ -55,6 +56,8 @@ struct snapshot_registry;
 struct isolated_registry;
 struct pool;
 struct pool_registry;
+struct egress;
+struct api_metrics;
 
 struct api {
     struct event_base *base;
@@ -76,6 +79,8 @@ struct api {
     struct isolated_registry *isolated;  /* sandbox/isolated.h */
     struct image_store *images;          /* image/image.h */
     struct pool_registry *pools;         /* warm pools (sandbox/pool.h) */
+    struct egress *egress;               /* borrowed: its decision counts, for /metrics */
+    struct api_metrics *metrics;         /* /metrics (api/metrics_api.c), set up by api_start */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint): the
@@ -226,6 +231,24 @@ void api_snapshot_get(struct api *api, struct http_request *req, const struct ap
                       const char *id);
 void api_snapshot_delete(struct api *api, struct http_request *req, const struct api_caller *c,
                          const char *id);
+
+/* /metrics (api/metrics_api.c): Prometheus's text format, of counts kept as things happen
+ * and of states read at each scrape. */
+int api_metrics_start(struct api *api, struct cove_error **err);
+void api_metrics_stop(struct api *api);
+void api_metrics_get(struct api *api, struct http_request *req, const struct api_caller *c);
+/* Now, for api_metrics_create's started_us. */
+int64_t api_metrics_now_us(void);
+/* A create asked for by api ("opensandbox", "e2b") at started_us ended: Running (err NULL), or
+ * refused or failed with err. */
+void api_metrics_create(struct api *api, const char *api_name, int64_t started_us,
+                        const struct cove_error *err);
+/* A delete asked for by api_name began. */
+void api_metrics_delete(struct api *api, const char *api_name);
+/* A gateway exchange ended with status (0: none) and these bytes; exec_seconds >= 0 when it
+ * was a command or code run. */
+void api_metrics_exchange(struct api *api, int status, uint64_t bytes_in, uint64_t bytes_out,
+                          double exec_seconds);
 
 /* Admission control (api/quota.c). Loads the overrides; called by api_start. */
 int api_quotas_open(struct api *api, struct cove_error **err);

@@ -643,6 +643,7 @@ void e2b_sandbox_kill(struct api *api, struct http_request *req, const struct ap
         cove_error_free(err);
         return;
     }
+    api_metrics_delete(api, "e2b");
     http_respond(req, 204, NULL, NULL, 0);
 }
 

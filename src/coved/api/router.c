@@ -14,6 +14,7 @@ static const struct {
 } routes[] = {
     {"GET", "health", API_ROUTE_HEALTH, API_ACCESS_ANYONE},
     {"HEAD", "health", API_ROUTE_HEALTH, API_ACCESS_ANYONE},
+    {"GET", "metrics", API_ROUTE_METRICS, API_ACCESS_ADMIN}, /* or anyone: metrics_open */
     /* OpenSandbox lifecycle (sandbox-lifecycle.yml) */
     {"GET", "sandboxes", API_ROUTE_SANDBOXES_LIST, API_ACCESS_KEY},
     {"POST", "sandboxes", API_ROUTE_SANDBOXES_CREATE, API_ACCESS_KEY},

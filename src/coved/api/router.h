@@ -44,6 +44,7 @@ enum api_route_id {
     API_ROUTE_POOL_GET,
     API_ROUTE_POOL_PATCH,
     API_ROUTE_POOL_DELETE,
+    API_ROUTE_METRICS,
 };
 
 enum api_access {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "coved/api/api.h"
+#include "coved/api/e2b.h"
 #include "coved/sandbox/pool.h"
 #include "lib/log.h"
 #include "coved/image/image.h"
@@ -662,6 +663,8 @@ struct reply_wait {
     api_create_reply_fn reply;
     void *reply_arg;
     struct api *api;
+    const char *api_name; /* who asked for a create (api_metrics_create) */
+    int64_t started_us;
 };
 
 static void on_reply_abort(struct http_request *req, void *arg)
@@ -708,6 +711,8 @@ static void on_created(struct sandbox *sb, const struct cove_error *err, void *a
     api_create_reply_fn reply = w->reply;
     void *reply_arg = w->reply_arg;
     struct api *api = w->api;
+    if (w->api_name != NULL)
+        api_metrics_create(api, w->api_name, w->started_us, sb != NULL ? NULL : err);
     struct http_request *req = reply_wait_end(w);
     if (reply != NULL)
         return reply(api, req, sb, err, reply_arg);
@@ -786,8 +791,12 @@ static int find_pool_ref(struct api *api, json_t *body, struct pool **pool, json
 void api_sandboxes_create(struct api *api, struct http_request *req, const struct api_caller *c)
 {
     json_t *body = api_parse_json_object(req);
-    if (body != NULL)
+    if (body != NULL) {
         api_sandboxes_create_with(api, req, c, body, NULL, NULL);
+    } else {
+        struct cove_error malformed = {.http_status = 400, .code = "SANDBOX::INVALID_JSON"};
+        api_metrics_create(api, "opensandbox", 0, &malformed); /* answered already */
+    }
     json_decref(body);
 }
 
@@ -802,6 +811,8 @@ void api_sandboxes_create_with(struct api *api, struct http_request *req,
     struct pool *pool = NULL;
     json_t *effective = NULL;
     const char *mismatch = NULL;
+    const char *api_name = api_e2b_is_path(http_request_path(req)) ? "e2b" : "opensandbox";
+    int64_t started_us = api_metrics_now_us();
     sreq.volume_specs = volumes;
     if (find_pool_ref(api, body, &pool, &effective, &err) < 0 ||
         (sreq.volumes = json_object_get(effective, "volumes"),
@@ -811,6 +822,7 @@ void api_sandboxes_create_with(struct api *api, struct http_request *req,
          cove_error_set(&err, 0, 400, "POOL::MISMATCH", "pool %s: %s", pool_name(pool), mismatch) <
              0) ||
         api_quota_admit(api, c, &sreq, &err) < 0) {
+        api_metrics_create(api, api_name, started_us, err);
         if (reply != NULL)
             reply(api, req, NULL, err, reply_arg);
         else
@@ -819,6 +831,8 @@ void api_sandboxes_create_with(struct api *api, struct http_request *req,
         w->reply = reply;
         w->reply_arg = reply_arg;
         w->api = api;
+        w->api_name = api_name;
+        w->started_us = started_us;
         if (pool == NULL && api->pools != NULL)
             pool = pool_match(api->pools, &sreq);
         struct sandbox *idle = pool != NULL ? pool_take(api->pools, pool) : NULL;
@@ -1013,6 +1027,8 @@ void api_sandbox_delete(struct api *api, struct http_request *req, const struct 
     struct reply_wait *w = reply_wait_new(req);
     if (w != NULL && sandbox_delete(api->sandboxes, sb, "user_delete", on_deleted, w, &err) < 0)
         api_respond_error(reply_wait_end(w), err);
+    else if (w != NULL)
+        api_metrics_delete(api, "opensandbox");
     cove_error_free(err);
 }
 

@@ -308,9 +308,26 @@ static void format_address(const struct sockaddr *addr, char *out, size_t size)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, out, (socklen_t)size);
 }
 
+const char *const egress_protocol_names[EGRESS_PROTOCOLS] = {"tcp",   "tls", "http",
+                                                             "https", "dns", "other"};
+
+const struct egress_decision_counts *egress_decisions(const struct egress *eg)
+{
+    return &eg->decisions;
+}
+
+static void count_decision(struct egress *eg, bool allow, const char *protocol)
+{
+    size_t i = 0;
+    while (i < EGRESS_PROTOCOLS - 1 && strcmp(egress_protocol_names[i], protocol) != 0)
+        i++;
+    (allow ? eg->decisions.allowed : eg->decisions.denied)[i]++;
+}
+
 void egress_record(struct egress_sandbox *es, bool allow, const char *protocol, const char *name,
                    const struct sockaddr *addr, uint16_t port, const char *rule)
 {
+    count_decision(es->eg, allow, protocol);
     if (es->events == NULL && (es->events = calloc(EGRESS_EVENTS, sizeof(*es->events))) == NULL)
         return;
     struct egress_event *e = &es->events[es->event_next];

@@ -10,6 +10,7 @@
 #include <event2/event.h>
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -54,5 +55,13 @@ bool egress_sandbox_credential_proxy(const struct egress_sandbox *es);
 /* The credential vault (NULL: none yet); referenced. New connections use it. */
 void egress_sandbox_set_vault(struct egress_sandbox *es, struct vault *vault);
 struct vault *egress_sandbox_vault(const struct egress_sandbox *es);
+/* Decisions since coved started, over every sandbox, by verdict and protocol
+ * (egress_protocol_names: the protocols decisions are recorded with, then "other"). */
+#define EGRESS_PROTOCOLS 6
+extern const char *const egress_protocol_names[EGRESS_PROTOCOLS];
+struct egress_decision_counts {
+    uint64_t allowed[EGRESS_PROTOCOLS], denied[EGRESS_PROTOCOLS];
+};
+const struct egress_decision_counts *egress_decisions(const struct egress *eg);
 /* {"events": [{time, action, protocol, name, address, port, rule}]}, oldest first. */
 json_t *egress_sandbox_events_json(const struct egress_sandbox *es);

@@ -25,6 +25,7 @@ struct egress {
     struct egress_ca *ca;
     SSL_CTX *upstream_ctx;
     struct event *host_watch; /* re-reads the host's addresses (ones added later are its too) */
+    struct egress_decision_counts decisions;
 };
 
 struct egress_event {

@@ -46,6 +46,9 @@ static const char *const private_headers[] = {"OPEN-SANDBOX-API-KEY", GATEWAY_TO
 /* Nor do E2B's, on its routes (elsewhere they may be the sandbox's own app's headers). */
 static const char *const e2b_private_headers[] = {E2B_ENVD_TOKEN_HEADER, E2B_API_KEY_HEADER, NULL};
 
+/* tunnel_target.tag of a command or code run (the exec latency histogram's). */
+#define GATEWAY_TAG_EXEC 1
+
 struct gateway {
     struct api *api;
     struct tunnel_set *tunnels;
@@ -119,6 +122,28 @@ void gateway_set_audit_sink(struct gateway *gw, audit_sink_fn sink, void *opaque
 }
 
 /* ---- requests ---- */
+
+/* A run of a command or of code in the agent: what the exec latency histogram measures. */
+static bool is_exec(const struct tunnel *t, const char *path)
+{
+    static const char *const runs[] = {"/command", "/code", "/process.Process/Start",
+                                       E2B_CODE_INTERPRETER_PATH "/execute"};
+    if (strcmp(tunnel_request_method(t), "POST") != 0)
+        return false;
+    size_t len = strcspn(path, "?");
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++)
+        if (strlen(runs[i]) == len && strncmp(path, runs[i], len) == 0)
+            return true;
+    return false;
+}
+
+static void gateway_done(void *arg, const struct tunnel *t, const struct tunnel_exchange *x)
+{
+    (void)t;
+    struct gateway *gw = arg;
+    api_metrics_exchange(gw->api, x->status, x->bytes_in, x->bytes_out,
+                         x->tag == GATEWAY_TAG_EXEC ? (double)x->duration_us / 1e6 : -1);
+}
 
 /* A browser opening a page, not a script or an API client: only it is redirected to a
  * cookie. Browsers say so with Sec-Fetch-Mode; without it, a GET that asks for HTML. */
@@ -312,6 +337,7 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
         upstream_name(target->upstream, sizeof(target->upstream), sb->id, RUNTIME_AGENT_PORT);
         target->private_headers = e2b_private_headers;
         target->tap = observe_agent_exchange(gw, t, sb, target->path, NULL);
+        target->tag = is_exec(t, target->path) ? GATEWAY_TAG_EXEC : 0;
         sandbox_touch(api->sandboxes, sb);
         return TUNNEL_FORWARD;
     }
@@ -346,6 +372,8 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
                  r.rest);
     else
         snprintf(target->path, sizeof(target->path), "%s", r.rest);
+    if (r.port == RUNTIME_AGENT_PORT && !isolated && is_exec(t, target->path))
+        target->tag = GATEWAY_TAG_EXEC;
     upstream_name(target->upstream, sizeof(target->upstream), sb->id,
                   isolated ? EGRESS_API_PORT : r.port);
     if (r.port == RUNTIME_AGENT_PORT && !isolated)
@@ -380,6 +408,7 @@ int gateway_new(struct api *api, struct gateway **out, struct cove_error **err)
         .connect = gateway_connect,
         .release = gateway_release,
         .hand_back = gateway_hand_back,
+        .done = gateway_done,
         .arg = gw,
         .private_headers = private_headers,
         .private_cookie = GATEWAY_COOKIE_NAME,
@@ -411,6 +440,11 @@ void gateway_free(struct gateway *gw)
 static void free_taken(void *req)
 {
     http_request_free_taken(req);
+}
+
+size_t gateway_tunnel_count(const struct gateway *gw)
+{
+    return tunnel_set_count(gw->tunnels);
 }
 
 bool gateway_handle(struct gateway *gw, struct http_request *req)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "coved/audit/sink.h"
 #include "lib/error.h"
@@ -17,6 +18,8 @@ int gateway_new(struct api *api, struct gateway **out, struct cove_error **err);
 void gateway_set_audit_sink(struct gateway *gw, audit_sink_fn sink, void *opaque);
 /* Closes every open tunnel (the daemon is stopping). */
 void gateway_free(struct gateway *gw);
+/* The client connections it relays now. */
+size_t gateway_tunnel_count(const struct gateway *gw);
 /* From the HTTP server's on_head: takes over a proxy request's connection. Returns false
  * when the path is not a proxy route. */
 bool gateway_handle(struct gateway *gw, struct http_request *req);

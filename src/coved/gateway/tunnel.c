@@ -92,6 +92,11 @@ struct tunnel {
     int depth;                   /* callbacks of this tunnel running (nested) */
     char peer[INET6_ADDRSTRLEN]; /* the client's address */
     bool dead;                   /* ended inside one: freed when the outermost returns */
+
+    /* The current exchange, for ops.done. */
+    struct tunnel_exchange exchange;
+    bool exchange_open;
+    int64_t exchange_start_us;
 };
 
 struct tunnel_set {
@@ -103,6 +108,33 @@ struct tunnel_set {
 
 static void process_client(struct tunnel *t);
 static void process_upstream(struct tunnel *t);
+
+/* ---- exchanges (ops.done) ---- */
+
+static int64_t monotonic_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void exchange_begin(struct tunnel *t)
+{
+    if (t->set->ops.done == NULL)
+        return;
+    memset(&t->exchange, 0, sizeof(t->exchange));
+    t->exchange_open = true;
+    t->exchange_start_us = monotonic_us();
+}
+
+static void exchange_end(struct tunnel *t)
+{
+    if (!t->exchange_open)
+        return;
+    t->exchange_open = false;
+    t->exchange.duration_us = monotonic_us() - t->exchange_start_us;
+    t->set->ops.done(t->set->ops.arg, t, &t->exchange);
+}
 
 /* ---- heads ---- */
 
@@ -257,6 +289,7 @@ static void tunnel_destroy(struct tunnel *t)
         t->next->prev = t->prev;
     t->set->count--;
     end_tap(t, false);
+    exchange_end(t);
     if (t->client)
         bufferevent_free(t->client);
     drop_upstream(t);
@@ -307,6 +340,7 @@ static int idle_timeout_ms(const struct tunnel *t)
 static void tunnel_close(struct tunnel *t)
 {
     t->closing = true;
+    exchange_end(t);
     drop_upstream(t);
     bufferevent_disable(t->client, EV_READ);
     if (evbuffer_get_length(bufferevent_get_output(t->client)) == 0) {
@@ -356,17 +390,23 @@ static void respond_error(struct tunnel *t, int status, const char *code, const 
     size_t len = t->target.status_code_errors
                      ? http_error_body_status(body, sizeof(body), status, message)
                      : http_error_body(body, sizeof(body), code, message);
-    evbuffer_add_printf(bufferevent_get_output(t->client),
+    struct evbuffer *out = bufferevent_get_output(t->client);
+    size_t before = evbuffer_get_length(out);
+    t->exchange.status = status;
+    evbuffer_add_printf(out,
                         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
                         "Content-Length: %zu\r\nConnection: %s\r\n\r\n%s",
                         status, http_status_reason(status), len,
                         t->client_keep_alive ? "keep-alive" : "close", body);
+    t->exchange.bytes_out += evbuffer_get_length(out) - before;
 }
 
 /* A redirect the gateway answers itself (a browser's signed route to its cookie). */
 static void respond_redirect(struct tunnel *t, const char *location, const char *set_cookie)
 {
     struct evbuffer *out = bufferevent_get_output(t->client);
+    size_t before = evbuffer_get_length(out);
+    t->exchange.status = 302;
     evbuffer_add_printf(out, "HTTP/1.1 302 Found\r\nLocation: %s\r\n", location);
     if (set_cookie[0])
         evbuffer_add_printf(out, "Set-Cookie: %s\r\n", set_cookie);
@@ -375,6 +415,7 @@ static void respond_redirect(struct tunnel *t, const char *location, const char 
                         "Cache-Control: no-store\r\nReferrer-Policy: no-referrer\r\n"
                         "Content-Length: 0\r\nConnection: %s\r\n\r\n",
                         t->client_keep_alive ? "keep-alive" : "close");
+    t->exchange.bytes_out += evbuffer_get_length(out) - before;
 }
 
 /* ---- upstream ---- */
@@ -444,6 +485,8 @@ static void write_response_head(struct tunnel *t)
 {
     struct evbuffer *out = bufferevent_get_output(t->client);
     http_parser *p = &t->response_parser;
+    if (p->status_code >= 200 || p->status_code == 101)
+        t->exchange.status = (int)p->status_code;
     evbuffer_add_printf(out, "HTTP/1.1 %u %s\r\n", p->status_code,
                         t->response.target ? t->response.target : "");
     for (size_t i = 0; i < t->response.count; i++) {
@@ -469,6 +512,7 @@ static void write_response_head(struct tunnel *t)
 
 static void start_request(struct tunnel *t)
 {
+    exchange_end(t);
     http_head_clear(&t->request);
     evbuffer_drain(t->raw_head, evbuffer_get_length(t->raw_head));
     t->request_head_done = t->request_done = false;
@@ -486,6 +530,7 @@ static void hand_back(struct tunnel *t)
     bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
     t->client = NULL;
     t->closing = true;
+    t->exchange_open = false; /* the API server's request, not the gateway's */
     struct tunnel_ops ops = t->set->ops;
     tunnel_free(t);
     ops.hand_back(ops.arg, bev);
@@ -543,6 +588,7 @@ static bool accept_request(struct tunnel *t)
     enum tunnel_verdict v = t->set->ops.route(t->set->ops.arg, t, target, &err);
     if (v != TUNNEL_FORWARD)
         end_tap(t, false); /* only a forwarded exchange has one */
+    t->exchange.tag = target->tag;
     if (v == TUNNEL_HAND_BACK) {
         cove_error_free(err);
         hand_back(t);
@@ -604,6 +650,7 @@ static void process_client(struct tunnel *t)
             }
             if (t->upstream) {
                 struct evbuffer *out = bufferevent_get_output(t->upstream);
+                t->exchange.bytes_in += evbuffer_get_length(in);
                 evbuffer_add_buffer(out, in);
                 if (evbuffer_get_length(out) >= TUNNEL_HIGH_WATER)
                     bufferevent_disable(t->client, EV_READ);
@@ -633,12 +680,14 @@ static void process_client(struct tunnel *t)
             /* Reads do not extend a head's deadline: a trickled head is cut off. */
             int s = t->set->ops.head_timeout_s;
             t->head_begun = true;
+            exchange_begin(t);
             t->head_deadline_ms = cove_monotonic_ms() + (s > 0 ? s : TUNNEL_DEFAULT_HEAD_S) * 1000;
             arm_timer(t, t->head_deadline_ms);
         }
         http_parser_pause(&t->request_parser, 0);
         size_t n = http_parser_execute(&t->request_parser, &request_settings, data, len);
         enum http_errno e = HTTP_PARSER_ERRNO(&t->request_parser);
+        t->exchange.bytes_in += n;
         size_t from = 0;
         if (t->request_lf_pending && n > 0) {
             from = 1;
@@ -701,6 +750,7 @@ static void response_finished(struct tunnel *t)
         end_tap(t, true);
     if (p->status_code == 101 && t->request_upgrade) {
         t->state = RAW;
+        t->exchange.bytes_out += evbuffer_get_length(bufferevent_get_input(t->upstream));
         evbuffer_add_buffer(bufferevent_get_output(t->client), bufferevent_get_input(t->upstream));
         process_client(t); /* bytes the client sent right after its upgrade request */
         return;
@@ -744,6 +794,7 @@ static void process_upstream(struct tunnel *t)
      * is left of this one's bytes is never that request's answer. */
     while (!t->closing && t->upstream == up) {
         if (t->state == RAW) {
+            t->exchange.bytes_out += evbuffer_get_length(in);
             evbuffer_add_buffer(out, in);
             if (evbuffer_get_length(out) >= TUNNEL_HIGH_WATER)
                 bufferevent_disable(t->upstream, EV_READ);
@@ -763,6 +814,7 @@ static void process_upstream(struct tunnel *t)
         http_parser_pause(&t->response_parser, 0);
         size_t n = http_parser_execute(&t->response_parser, &response_settings, data, len);
         enum http_errno e = HTTP_PARSER_ERRNO(&t->response_parser);
+        t->exchange.bytes_out += n;
         size_t from = 0;
         if (t->response_lf_pending && n > 0) {
             from = 1;

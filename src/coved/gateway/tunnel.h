@@ -18,6 +18,7 @@
 #include <event2/event.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "lib/error.h"
 
@@ -41,6 +42,16 @@ struct tunnel_target {
     /* The owner's tap on this exchange (NULL: none), set by route with TUNNEL_FORWARD: given
      * back to the ops' tap callbacks, and to tap_end exactly once. */
     void *tap;
+    int tag; /* the owner's mark of this request, given back in its tunnel_exchange */
+};
+
+/* One request and its answer, as the owner's done hears of it. */
+struct tunnel_exchange {
+    int status;          /* what the client was answered; 0: nothing (the tunnel ended first) */
+    uint64_t bytes_in;   /* from the client: the request's head and body (after a 101, all) */
+    uint64_t bytes_out;  /* to the client: the sandbox's response as it came, or the tunnel's own */
+    int64_t duration_us; /* from the request head's first byte to the answer's end */
+    int tag;             /* its target's tag (0 when it was never routed) */
 };
 
 enum tunnel_verdict {
@@ -61,6 +72,8 @@ struct tunnel_ops {
     void (*release)(void *arg, const struct tunnel *t, const char *upstream);
     /* The client's connection, with the request head put back in front of its input. */
     void (*hand_back)(void *arg, struct bufferevent *bev);
+    /* Each exchange once it ends (NULL: none is measured). Not for one handed back. */
+    void (*done)(void *arg, const struct tunnel *t, const struct tunnel_exchange *x);
     void *arg;
     /* NULL-terminated: request headers never sent upstream (credentials for the owner). */
     const char *const *private_headers;

@@ -52,6 +52,7 @@ struct pool_registry {
     /* Idle sandboxes to delete, by id (found failed, or drained): deleted from the kick. */
     char (*doomed)[SANDBOX_ID_SIZE];
     size_t doomed_count, doomed_cap;
+    uint64_t fills, fill_failures; /* since coved started, for /metrics */
 };
 
 /* One fill under way: what its end needs to find its pool again (which may be gone). */
@@ -137,11 +138,19 @@ int64_t pool_updated_ms(const struct pool *pool)
     return pool->updated_ms;
 }
 
+void pool_fill_counts(const struct pool_registry *reg, uint64_t *fills, uint64_t *failures)
+{
+    *fills = reg->fills;
+    *failures = reg->fill_failures;
+}
+
 void pool_foreach(struct pool_registry *reg, void (*fn)(struct pool *pool, void *arg), void *arg)
 {
     for (size_t i = 0; i < reg->count; i++)
         fn(reg->pools[i], arg);
 }
+
+static size_t idle_target(struct pool_registry *reg, const struct pool *pool);
 
 void pool_get_status(struct pool_registry *reg, const struct pool *pool, struct pool_status *out)
 {
@@ -149,6 +158,7 @@ void pool_get_status(struct pool_registry *reg, const struct pool *pool, struct 
     out->available = pool->idle_count;
     out->pending = pool->filling + pool->stale;
     out->total = out->allocated + out->available + out->pending;
+    out->target = idle_target(reg, pool);
     snprintf(out->last_error, sizeof(out->last_error), "%s", pool->last_error);
 }
 
@@ -258,6 +268,10 @@ static void on_filled(struct sandbox *sb, const struct cove_error *err, void *ar
     if (reg->filling > 0)
         reg->filling--;
     free(fill);
+    if (sb == NULL)
+        reg->fill_failures++;
+    else
+        reg->fills++;
     if (sb == NULL) {
         if (current)
             fill_failed(pool, err != NULL ? err->message : "unknown");

@@ -47,6 +47,7 @@ struct pool_shape {
 
 struct pool_status {
     size_t total, allocated, available, pending;
+    size_t target;        /* the idle sandboxes its fills aim at now (its capacitySpec's buffer) */
     char last_error[256]; /* the last fill's failure, "" once one succeeds */
 };
 
@@ -76,6 +77,8 @@ const struct pool_shape *pool_shape(const struct pool *pool);
 int64_t pool_created_ms(const struct pool *pool);
 int64_t pool_updated_ms(const struct pool *pool);
 void pool_get_status(struct pool_registry *reg, const struct pool *pool, struct pool_status *out);
+/* Sandboxes made for pools (each fill's create) and fills that failed, since coved started. */
+void pool_fill_counts(const struct pool_registry *reg, uint64_t *fills, uint64_t *failures);
 void pool_foreach(struct pool_registry *reg, void (*fn)(struct pool *pool, void *arg), void *arg);
 
 /* The pool a create (already parsed) may be served from without naming one: the same

@@ -44,6 +44,7 @@ struct sandbox_manager {
     int64_t retention_ms;
     int64_t paused_retention_ms; /* sandbox_manager_set_paused_retention's; 0: forever */
     unsigned sweeps;             /* TTL sweeps so far (IDLE_CHECK_SWEEPS) */
+    uint64_t expiries;           /* sandboxes deleted at their expiry, for /metrics */
     int64_t idle_checked_ms;     /* when idle timeouts were last checked */
     struct volume_registry *volumes;
     struct image_store *images;
@@ -1596,6 +1597,8 @@ static void on_ttl_tick(evutil_socket_t fd, short what, void *arg)
         if (sb != NULL && sandbox_delete(mgr, sb, "ttl_expiry", NULL, NULL, &err) < 0) {
             log_error("sandbox %s: expiry failed: %s", expired[i], err->message);
             cove_error_free(err);
+        } else if (sb != NULL) {
+            mgr->expiries++;
         }
     }
     free(expired);
@@ -1872,6 +1875,11 @@ static void adopt_record(const struct store_sandbox *rec, void *arg)
         return;
     }
     adopt(sb, arg);
+}
+
+uint64_t sandbox_manager_expiries(const struct sandbox_manager *mgr)
+{
+    return mgr->expiries;
 }
 
 void sandbox_manager_set_egress(struct sandbox_manager *mgr, struct egress *egress,

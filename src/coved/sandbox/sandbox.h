@@ -195,6 +195,8 @@ int sandbox_manager_new(struct event_base *base, struct store *store, struct run
                         struct cove_error **err);
 void sandbox_manager_free(struct sandbox_manager *mgr);
 /* Egress for every sandbox from here on (before restore); default_policy is referenced. */
+/* Sandboxes deleted at their expiry (TTL) since coved started. */
+uint64_t sandbox_manager_expiries(const struct sandbox_manager *mgr);
 void sandbox_manager_set_egress(struct sandbox_manager *mgr, struct egress *egress,
                                 const struct egress_policy *default_policy);
 /* Replaces a sandbox's egress policy (already validated): persisted, and in force from the

@@ -99,6 +99,22 @@ int main(void)
     config_free(&cfg);
     unsetenv("COVE_GATEWAY_IDLE_TIMEOUT");
 
+    /* metrics_open: off by default, on by the environment or the flag, refused if not a bool. */
+    CHECK(load(NULL, &cfg, &err) == 0 && !cfg.metrics_open);
+    config_free(&cfg);
+    const char *open_flag[] = {"--metrics-open", NULL};
+    CHECK(load(open_flag, &cfg, &err) == 0 && cfg.metrics_open);
+    config_free(&cfg);
+    setenv("COVE_METRICS_OPEN", "1", 1);
+    CHECK(load(NULL, &cfg, &err) == 0 && cfg.metrics_open);
+    config_free(&cfg);
+    setenv("COVE_METRICS_OPEN", "maybe", 1);
+    CHECK(load(NULL, &cfg, &err) < 0 && err != NULL && strstr(err->message, "metrics_open"));
+    cove_error_free(err);
+    err = NULL;
+    config_free(&cfg);
+    unsetenv("COVE_METRICS_OPEN");
+
     unlink(ini_path);
     return CHECK_DONE();
 }
