@@ -76,6 +76,7 @@ struct api {
     struct isolated_registry *isolated;  /* sandbox/isolated.h */
     struct image_store *images;          /* image/image.h */
     struct pool_registry *pools;         /* warm pools (sandbox/pool.h) */
+    struct audit *audit;                 /* the audit trail (audit/audit.h) */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint): the
