@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 import sys
 import time
 
@@ -418,3 +419,54 @@ def test_events_survive_a_restart():
         assert events(d, other)["items"][0]["id"] > before[-1]["id"]
     finally:
         d.cleanup()
+
+
+SETTINGS_ENV = ("COVE_SERVER", "OPEN_SANDBOX_DOMAIN", "COVE_API_KEY", "OPEN_SANDBOX_API_KEY",
+                "COVE_STATE_DIR", "COVE_CONFIG_FILE", "XDG_CONFIG_HOME")
+
+
+def cli_env(d, key):
+    env = {k: v for k, v in os.environ.items() if k not in SETTINGS_ENV}
+    env.update(COVE_SERVER=f"http://127.0.0.1:{d.port}", COVE_API_KEY=key,
+               COVE_CONFIG_FILE=os.path.join(d.state_dir, "no-such-config.ini"))
+    return env
+
+
+def test_cli_events(coved):
+    d = coved
+    d.key = KEY_A
+    sid = d.create()
+    d.pause(sid)
+    d.resume(sid)
+    env = cli_env(d, KEY_A)
+    r = subprocess.run([CLI, "events", sid, "--json"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(l) for l in r.stdout.splitlines()] == events(d, sid)["items"]
+    r = subprocess.run([CLI, "events", sid, "--kind", "sandbox.pause"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].split()[1:3] == ["sandbox.pause", sid], lines
+    assert "reason=user_pause" in lines[0]
+    # All of the key's: this sandbox's events among them, none of the other key's.
+    r = subprocess.run([CLI, "events", "--json"], capture_output=True, text=True,
+                       env=cli_env(d, KEY_B), timeout=60)
+    assert r.returncode == 0 and sid not in r.stdout, r.stderr
+    # --follow prints what there is, then each event as it happens.
+    follow = subprocess.Popen([CLI, "events", sid, "--follow", "--json"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        seen = [json.loads(follow.stdout.readline())["kind"] for _ in range(3)]
+        assert seen == ["sandbox.create", "sandbox.pause", "sandbox.resume"]
+        d.pause(sid)
+        assert json.loads(follow.stdout.readline())["kind"] == "sandbox.pause"
+    finally:
+        follow.kill()
+        follow.wait()
+        follow.stdout.close()
+        follow.stderr.close()
+    r = subprocess.run([CLI, "events", "nosuchsandbox"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode != 0 and "not found" in r.stderr
+    d.delete(sid)
