@@ -333,7 +333,7 @@ def test_a_sandbox_cannot_forge_or_erase_events(coved, tmp_path):
     d.sh(sid, f"echo '{fake}' > /tmp/events.jsonl")
     # Its own view of coved's API: nothing answers it from inside, with or without a key.
     r = d.exec(sid, f"wget -q -O- http://127.0.0.1:{d.port}/v1/events 2>&1; echo rc=$?")
-    assert "items" not in r.stdout
+    assert "items" not in r.stdout and "rc=0" not in r.stdout, r.stdout
     for method in ("POST", "DELETE", "PUT", "PATCH"):
         status, _, _ = d.request(method, f"/v1/sandboxes/{sid}/events", {"kind": "fake"})
         assert status == 405
@@ -470,3 +470,23 @@ def test_cli_events(coved):
                        timeout=60)
     assert r.returncode != 0 and "not found" in r.stderr
     d.delete(sid)
+
+
+def test_e2b_lifecycle_calls_are_the_same_events(coved):
+    d = coved
+    d.key = KEY_A
+    h = {"Content-Type": "application/json", "X-API-Key": KEY_A}
+    status, sb, _ = d.request("POST", "/e2b/sandboxes", {"templateID": "base", "timeout": 600},
+                              headers=h)
+    assert status == 201, sb
+    sid = sb["sandboxID"]
+    status, _, _ = d.request("POST", f"/e2b/sandboxes/{sid}/timeout", {"timeout": 900}, headers=h)
+    assert status == 204
+    status, _, _ = d.request("POST", f"/e2b/sandboxes/{sid}/pause", headers=h)
+    assert status == 204
+    status, _, _ = d.request("DELETE", f"/e2b/sandboxes/{sid}", headers=h)
+    assert status == 204
+    items = events(d, sid)["items"]
+    assert kinds(items) == ["sandbox.create", "sandbox.renew", "sandbox.pause",
+                            "sandbox.delete"], items
+    assert all(e["by"] == "api" and e["result"] == "ok" for e in items)
