@@ -292,7 +292,8 @@ int main(int argc, char **argv)
     if (audit_new(base, store, &audit_cfg, &audit, &err) < 0)
         goto out;
     audit_set_owner_lookup(audit, sandbox_owner_of, sandboxes);
-    egress_set_audit_sink(egress, audit_sink, audit);
+    if (audit_enabled(audit)) /* off: egress does not even build the events */
+        egress_set_audit_sink(egress, audit_sink, audit);
     sandbox_manager_set_audit(sandboxes, audit);
     sandbox_manager_set_egress(sandboxes, egress, default_policy);
     sandbox_manager_set_retention(sandboxes, o.ended_retention_s, SANDBOX_ENDED_MAX);
