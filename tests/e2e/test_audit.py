@@ -490,3 +490,15 @@ def test_e2b_lifecycle_calls_are_the_same_events(coved):
     assert kinds(items) == ["sandbox.create", "sandbox.renew", "sandbox.pause",
                             "sandbox.delete"], items
     assert all(e["by"] == "api" and e["result"] == "ok" for e in items)
+
+
+def test_auto_resume_is_coveds_own_event(coved):
+    d = coved
+    d.key = KEY_A
+    sid = d.create(extensions={"autoResume": "true"})
+    d.pause(sid)
+    assert d.sh(sid, "echo awake").strip() == "awake"  # traffic wakes it
+    resumes = events(d, sid, query="kind=sandbox.resume")["items"]
+    assert len(resumes) == 1 and resumes[0]["by"] == "coved", resumes
+    assert resumes[0]["reason"] == "auto_resume" and resumes[0]["result"] == "ok"
+    d.delete(sid)
