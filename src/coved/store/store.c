@@ -127,10 +127,12 @@ static const struct migration migrations[] = {
      "sandboxes", "timeout_s"},
     {"sandbox retained", "ALTER TABLE sandboxes ADD COLUMN retained INTEGER NOT NULL DEFAULT 0",
      "sandboxes", "retained"},
-    /* The audit trail (audit/audit.h): id is the event's, fields its JSON object. */
+    /* The audit trail (audit/audit.h): id is the event's (AUTOINCREMENT: sqlite_sequence
+     * keeps the highest ever given, so ids never repeat once old events are pruned), fields
+     * its JSON object. */
     {"audit events",
      "CREATE TABLE IF NOT EXISTS audit_events ("
-     " id INTEGER PRIMARY KEY, time_ms INTEGER NOT NULL, sandbox_id TEXT NOT NULL,"
+     " id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, sandbox_id TEXT NOT NULL,"
      " owner TEXT NOT NULL, kind TEXT NOT NULL, fields TEXT NOT NULL);"
      "CREATE INDEX IF NOT EXISTS audit_events_sandbox ON audit_events (sandbox_id, id);"
      "CREATE INDEX IF NOT EXISTS audit_events_owner ON audit_events (owner, id);"
@@ -875,8 +877,13 @@ int64_t store_audit_last_id(struct store *store)
 {
     sqlite3_stmt *st;
     int64_t id = 0;
-    if (sqlite3_prepare_v2(store->db, "SELECT MAX(id) FROM audit_events", -1, &st, NULL) !=
-        SQLITE_OK)
+    /* The highest id ever stored, also when its event was pruned since. */
+    if (sqlite3_prepare_v2(
+            store->db,
+            "SELECT MAX(COALESCE((SELECT MAX(id) FROM audit_events), 0),"
+            " COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'audit_events'),"
+            " 0))",
+            -1, &st, NULL) != SQLITE_OK)
         return 0;
     if (sqlite3_step(st) == SQLITE_ROW)
         id = sqlite3_column_int64(st, 0);

@@ -660,6 +660,10 @@ static void test_audit_events(void)
     CHECK_EQ_INT(store_audit_prune(store, 4000, &err), 0);
     CHECK_EQ_INT(audit_ids(store, &all, &seen), 2);
     CHECK_EQ_INT(seen.ids[0], 4);
+    /* Every event gone: the next id still follows the last one ever given. */
+    CHECK_EQ_INT(store_audit_prune(store, 10000, &err), 0);
+    CHECK_EQ_INT(audit_ids(store, &all, &seen), 0);
+    CHECK_EQ_INT(store_audit_last_id(store), 5);
     json_decref(fields);
     cove_error_free(err);
     store_close(store);
