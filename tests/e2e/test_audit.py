@@ -502,3 +502,28 @@ def test_auto_resume_is_coveds_own_event(coved):
     assert len(resumes) == 1 and resumes[0]["by"] == "coved", resumes
     assert resumes[0]["reason"] == "auto_resume" and resumes[0]["result"] == "ok"
     d.delete(sid)
+
+
+def test_live_streams_are_capped():
+    with serve(api_keys=(KEY_A,)) as d:
+        streams = []
+        try:
+            for _ in range(256):  # AUDIT_SUBSCRIBERS_MAX
+                streams.append(Stream(d, "/v1/events", KEY_A))
+            h = d.headers(KEY_A)
+            h["Accept"] = "text/event-stream"
+            status, err, _ = d.request("GET", "/v1/events", headers=h)
+            assert status == 503 and err["code"] == "AUDIT::TOO_MANY_STREAMS", err
+            streams.pop().close()
+            # A slot freed by a client that went away is taken again.
+            streams.append(wait_for("a slot again", lambda: try_stream(d)))
+        finally:
+            for s in streams:
+                s.close()
+
+
+def try_stream(d):
+    try:
+        return Stream(d, "/v1/events", KEY_A)
+    except AssertionError:
+        return None
