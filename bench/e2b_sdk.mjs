@@ -93,7 +93,10 @@ try {
           body: JSON.stringify({ code: "1+1", context: { language: "python" } }),
         });
         const text = await res.text();
-        if (!res.ok || !text.includes('"text/plain":"2"')) throw new Error(`opensandbox: ${text}`);
+        const result = text.split("\n").filter((l) => l.startsWith("{"))
+          .map((l) => JSON.parse(l)).find((e) => e.type === "result");
+        const value = result?.results?.["text/plain"] ?? result?.results?.text;
+        if (!res.ok || value !== "2") throw new Error(`opensandbox: ${text}`);
       },
     },
   };

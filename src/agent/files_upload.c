@@ -28,7 +28,7 @@
 #include "agent/files_path.h"
 #include "agent/files_request.h"
 #include "agent/identity.h"
-#include "agent/multipart.h"
+#include "lib/multipart.h"
 #include "agent/users.h"
 #include "lib/log.h"
 #include "lib/io.h"

@@ -353,6 +353,8 @@ int main(int argc, char **argv)
         route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;
     egress_set_own_endpoint(host, http_server_port(api.http));
+    if (audit_enabled(audit)) /* the gateway's observer: commands, code, files */
+        gateway_set_audit_sink(api.gateway, audit_sink, audit);
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     sigint = evsignal_new(base, SIGINT, on_signal, base);
     evsignal_add(sigterm, NULL);

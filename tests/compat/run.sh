@@ -4,6 +4,8 @@
 # namespaces) and a built tree (ninja -C build; COVE_BUILD_DIR picks another build dir).
 # Extra arguments go to node --test (e.g. --test-name-pattern=lifecycle).
 set -euo pipefail
+# puppeteer-core (console.test.mjs) drives the system's chromium: never a browser download.
+export PUPPETEER_SKIP_DOWNLOAD=1
 cd "$(dirname "$0")"
 
 if [ -f package-lock.json ]; then

@@ -1,10 +1,10 @@
-/* The agent's streaming multipart/form-data parser (src/agent/multipart.c), which reads
+/* The agent's streaming multipart/form-data parser (src/lib/multipart.c), which reads
  * uploads from any client: the first byte picks the size of the pieces the body arrives in
  * (so boundaries split across pieces are exercised), the rest is the body. */
 #include <stdint.h>
 #include <string.h>
 
-#include "agent/multipart.h"
+#include "lib/multipart.h"
 #include "fuzz_input.h"
 
 struct seen {

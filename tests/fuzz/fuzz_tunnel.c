@@ -4,8 +4,9 @@
  * hands the connection back, /refuse... is refused, /redirect... is redirected with a cookie,
  * /NAME/rest goes to upstream NAME (whose Cookie headers lose the private cookie "sess", and
  * whose Set-Cookie of it is dropped) (a new
- * socket pair whenever the tunnel opens one). A crash, a sanitizer report or a leak is a
- * finding.
+ * socket pair whenever the tunnel opens one). Every forwarded exchange has a tap, which must
+ * see at most one response head and be ended exactly once (a tap not ended leaks, one ended twice
+ * is a double free). A crash, a sanitizer report or a leak is a finding.
  *
  * Input: byte 0 the piece size, byte 1 flags, bytes 2-3 the client stream's length (little
  * endian), then the client stream, then the upstream stream. */
@@ -13,6 +14,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -31,6 +33,35 @@ static struct event_base *base;
 static int upstream_peer[MAX_UPSTREAMS]; /* our ends of the upstream socket pairs */
 static size_t upstreams;
 static size_t released;
+
+/* A forwarded exchange's tap. */
+struct tap {
+    size_t request_bytes, response_bytes;
+    int heads;
+};
+
+static void tap_request_body(void *arg, void *tap, const char *data, size_t len)
+{
+    ((struct tap *)tap)->request_bytes += len;
+}
+
+static void tap_response_head(void *arg, void *tap, int status, const char *content_type)
+{
+    if (++((struct tap *)tap)->heads > 1 || status < 100)
+        __builtin_trap();
+}
+
+static void tap_response_body(void *arg, void *tap, const char *data, size_t len)
+{
+    ((struct tap *)tap)->response_bytes += len;
+}
+
+static void tap_end(void *arg, void *tap, bool complete, int64_t duration_ms)
+{
+    if (complete && ((struct tap *)tap)->heads != 1)
+        __builtin_trap(); /* a complete exchange had its response head */
+    free(tap);
+}
 
 static enum tunnel_verdict route(void *arg, struct tunnel *t, struct tunnel_target *target,
                                  struct cove_error **err)
@@ -53,6 +84,7 @@ static enum tunnel_verdict route(void *arg, struct tunnel *t, struct tunnel_targ
     snprintf(target->path, sizeof(target->path), "%s", path + (path[0] == '/' ? 1 : 0) + name_len);
     (void)tunnel_request_header(t, "Host");
     (void)tunnel_request_method(t);
+    target->tap = calloc(1, sizeof(struct tap));
     return TUNNEL_FORWARD;
 }
 
@@ -116,6 +148,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .hand_back = hand_back,
         .private_headers = private_headers,
         .private_cookie = "sess",
+        .tap_request_body = tap_request_body,
+        .tap_response_head = tap_response_head,
+        .tap_response_body = tap_response_body,
+        .tap_end = tap_end,
     };
     struct tunnel_set *set = tunnel_set_new(base, &ops);
     int sv[2];

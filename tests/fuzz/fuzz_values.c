@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "agent/multipart.h"
+#include "lib/multipart.h"
 #include "coved/api/quantity.h"
 #include "lib/clock.h"
 #include "coved/gateway/route_token.h"

@@ -1,4 +1,5 @@
 #include "coved/api/api.h"
+#include "coved/api/console.h"
 #include "coved/api/e2b.h"
 #include "coved/api/egress_api.h"
 #include "coved/api/events_api.h"
@@ -210,6 +211,8 @@ static void on_request(struct http_request *req, void *arg)
     api_add_request_id(req);
     if (strcmp(http_request_path(req), "/mcp") == 0)
         return api_mcp_handle(api, req);
+    if (api_console_is_path(http_request_path(req)))
+        return api_console_handle(req); /* no key: the page holds no data, its API calls do */
     if (api_e2b_is_path(http_request_path(req)))
         return api_e2b_handle(api, req);
     struct api_router_match m;

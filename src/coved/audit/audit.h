@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "coved/audit/sink.h"
 #include "coved/store/store.h"
 #include "lib/error.h"
 
@@ -56,8 +57,8 @@ void audit_record(struct audit *a, const char *sandbox_id, const char *owner, co
 /* The hook another module is handed to record events of a sandbox whose owner it does not
  * know (the gateway's observer: command.start, command.end, code.run, file.write, file.move,
  * file.chmod, file.delete). fields is a JSON object (or NULL), stolen: the callee owns it. */
-typedef void (*audit_sink_fn)(void *opaque, const char *sandbox_id, const char *kind,
-                              json_t *fields);
+/* audit_sink_fn (sink.h): void (*)(void *opaque, const char *sandbox_id, const char *kind,
+ * json_t *fields). */
 /* The audit_sink_fn of the trail: opaque is the struct audit *; the owner is the one the
  * owner lookup (audit_set_owner_lookup) gives for sandbox_id, and an event of a sandbox it
  * does not know is dropped. Wire it as (audit_sink, audit). */

@@ -31,6 +31,7 @@
 #include "coved/api/api.h"
 #include "coved/egress/ports.h"
 #include "coved/gateway/e2b_route.h"
+#include "coved/gateway/observe.h"
 #include "coved/gateway/route_token.h"
 #include "coved/gateway/tunnel.h"
 #include "coved/gateway/upstream.h"
@@ -49,6 +50,8 @@ struct gateway {
     struct api *api;
     struct tunnel_set *tunnels;
     struct upstreams upstreams;
+    audit_sink_fn audit_sink; /* NULL: actions are not observed */
+    void *audit_opaque;
 };
 
 /* ---- upstream (upstream.c) ---- */
@@ -64,6 +67,55 @@ static void gateway_release(void *arg, const struct tunnel *t, const char *upstr
 {
     struct gateway *gw = arg;
     upstream_release(&gw->upstreams, tunnel_peer(t), upstream);
+}
+
+/* ---- observing what the agent is asked to do (observe.h) ---- */
+
+/* An observer of the exchange t is forwarding to sb's agent at path, when there is a sink. */
+static void *observe_agent_exchange(struct gateway *gw, struct tunnel *t, const struct sandbox *sb,
+                                    const char *path, const char *isolated_session)
+{
+    if (gw->audit_sink == NULL)
+        return NULL;
+    struct observe_request request = {
+        .method = tunnel_request_method(t),
+        .target = path,
+        .content_type = tunnel_request_header(t, "Content-Type"),
+        .authorization = tunnel_request_header(t, "Authorization"),
+        .isolated_session = isolated_session,
+    };
+    return observer_new(sb->id, &request, gw->audit_sink, gw->audit_opaque);
+}
+
+static void tap_request_body(void *arg, void *tap, const char *data, size_t len)
+{
+    (void)arg;
+    observer_request_body(tap, data, len);
+}
+
+static void tap_response_head(void *arg, void *tap, int status, const char *content_type)
+{
+    (void)arg;
+    observer_response_head(tap, status, content_type);
+}
+
+static void tap_response_body(void *arg, void *tap, const char *data, size_t len)
+{
+    (void)arg;
+    observer_response_body(tap, data, len);
+}
+
+static void tap_end(void *arg, void *tap, bool complete, int64_t duration_ms)
+{
+    (void)arg;
+    observer_end(tap, complete, duration_ms);
+    observer_free(tap);
+}
+
+void gateway_set_audit_sink(struct gateway *gw, audit_sink_fn sink, void *opaque)
+{
+    gw->audit_sink = sink;
+    gw->audit_opaque = opaque;
 }
 
 /* ---- requests ---- */
@@ -259,6 +311,7 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
         }
         upstream_name(target->upstream, sizeof(target->upstream), sb->id, RUNTIME_AGENT_PORT);
         target->private_headers = e2b_private_headers;
+        target->tap = observe_agent_exchange(gw, t, sb, target->path, NULL);
         sandbox_touch(api->sandboxes, sb);
         return TUNNEL_FORWARD;
     }
@@ -282,6 +335,9 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
             isolated_session_touch(s);
         snprintf(target->path, sizeof(target->path), "%s", r.rest);
         snprintf(target->upstream, sizeof(target->upstream), "%s:%d:%s", sb->id, r.port, session);
+        /* the session agent's own routes follow its prefix, /v1/isolated/session/{id} */
+        target->tap = observe_agent_exchange(
+            gw, t, sb, r.rest + strlen("/v1/isolated/session/") + strlen(session), session);
         sandbox_touch(api->sandboxes, sb);
         return TUNNEL_FORWARD;
     }
@@ -292,6 +348,8 @@ static enum tunnel_verdict gateway_route(void *arg, struct tunnel *t, struct tun
         snprintf(target->path, sizeof(target->path), "%s", r.rest);
     upstream_name(target->upstream, sizeof(target->upstream), sb->id,
                   isolated ? EGRESS_API_PORT : r.port);
+    if (r.port == RUNTIME_AGENT_PORT && !isolated)
+        target->tap = observe_agent_exchange(gw, t, sb, target->path, NULL);
     sandbox_touch(api->sandboxes, sb);
     return TUNNEL_FORWARD;
 }
@@ -325,6 +383,10 @@ int gateway_new(struct api *api, struct gateway **out, struct cove_error **err)
         .arg = gw,
         .private_headers = private_headers,
         .private_cookie = GATEWAY_COOKIE_NAME,
+        .tap_request_body = tap_request_body,
+        .tap_response_head = tap_response_head,
+        .tap_response_body = tap_response_body,
+        .tap_end = tap_end,
         .idle_timeout_s = api->config.gateway_idle_timeout_s,
         .head_timeout_s = api->config.head_timeout_s,
     };

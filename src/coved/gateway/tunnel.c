@@ -88,6 +88,7 @@ struct tunnel {
     struct event *timer;      /* idle timeout and head deadline */
     char prefix[512];         /* route part of the current request path, for X-Forwarded-Prefix */
     struct tunnel_target target; /* where the current request goes */
+    int64_t forwarded_ms;        /* when it was sent upstream (for a tap's duration) */
     int depth;                   /* callbacks of this tunnel running (nested) */
     char peer[INET6_ADDRSTRLEN]; /* the client's address */
     bool dead;                   /* ended inside one: freed when the outermost returns */
@@ -141,6 +142,31 @@ static int on_headers_complete(http_parser *p)
     return t->request_is_head ? 1 : 0;
 }
 
+/* Body payload for the owner's tap, if the exchange has one. */
+static int on_body(http_parser *p, const char *at, size_t n)
+{
+    struct tunnel *t = p->data;
+    const struct tunnel_ops *ops = &t->set->ops;
+    if (t->target.tap == NULL)
+        return 0;
+    if (p == &t->request_parser && t->state == FORWARD_BODY && ops->tap_request_body)
+        ops->tap_request_body(ops->arg, t->target.tap, at, n);
+    else if (p == &t->response_parser && ops->tap_response_body)
+        ops->tap_response_body(ops->arg, t->target.tap, at, n);
+    return 0;
+}
+
+/* The end of the tapped exchange (if it is one): its tap goes back to the owner. */
+static void end_tap(struct tunnel *t, bool complete)
+{
+    void *tap = t->target.tap;
+    if (tap == NULL)
+        return;
+    t->target.tap = NULL;
+    if (t->set->ops.tap_end)
+        t->set->ops.tap_end(t->set->ops.arg, tap, complete, cove_monotonic_ms() - t->forwarded_ms);
+}
+
 static int on_message_complete(http_parser *p)
 {
     struct tunnel *t = p->data;
@@ -154,6 +180,7 @@ static int on_message_complete(http_parser *p)
 
 static const http_parser_settings request_settings = {
     .on_url = on_target,
+    .on_body = on_body,
     .on_header_field = on_header_field,
     .on_header_value = on_header_value,
     .on_headers_complete = on_headers_complete,
@@ -162,6 +189,7 @@ static const http_parser_settings request_settings = {
 
 static const http_parser_settings response_settings = {
     .on_status = on_target,
+    .on_body = on_body,
     .on_header_field = on_header_field,
     .on_header_value = on_header_value,
     .on_headers_complete = on_headers_complete,
@@ -228,6 +256,7 @@ static void tunnel_destroy(struct tunnel *t)
     if (t->next)
         t->next->prev = t->prev;
     t->set->count--;
+    end_tap(t, false);
     if (t->client)
         bufferevent_free(t->client);
     drop_upstream(t);
@@ -508,9 +537,12 @@ static bool accept_request(struct tunnel *t)
     t->request_is_head = p->method == HTTP_HEAD;
     t->request_upgrade = p->upgrade && http_head_get(&t->request, "Upgrade") != NULL;
     struct tunnel_target *target = &t->target;
+    end_tap(t, false); /* (the last exchange's was ended with it) */
     memset(target, 0, sizeof(*target));
     struct cove_error *err = NULL;
     enum tunnel_verdict v = t->set->ops.route(t->set->ops.arg, t, target, &err);
+    if (v != TUNNEL_FORWARD)
+        end_tap(t, false); /* only a forwarded exchange has one */
     if (v == TUNNEL_HAND_BACK) {
         cove_error_free(err);
         hand_back(t);
@@ -537,6 +569,10 @@ static bool accept_request(struct tunnel *t)
     if (err != NULL) {
         if (err->http_status >= 500 && err->http_status != 502 && err->http_status != 503)
             err->http_status = 502;
+        if (target->tap && t->set->ops.tap_response_head) /* forwarded, but no way there */
+            t->set->ops.tap_response_head(t->set->ops.arg, target->tap, err->http_status, NULL);
+        t->forwarded_ms = cove_monotonic_ms();
+        end_tap(t, false);
         respond_error(t, err->http_status, err->code, err->message);
         cove_error_free(err);
         t->request_upgrade = false;
@@ -551,6 +587,7 @@ static bool accept_request(struct tunnel *t)
     t->response_head_done = t->response_done = false;
     t->response_lf_pending = false;
     write_request_head(t, target->path[0] ? target->path : "/");
+    t->forwarded_ms = cove_monotonic_ms();
     t->state = FORWARD_BODY;
     return false;
 }
@@ -660,6 +697,8 @@ static void process_client(struct tunnel *t)
 static void response_finished(struct tunnel *t)
 {
     http_parser *p = &t->response_parser;
+    if (p->status_code >= 200 || p->status_code == 101)
+        end_tap(t, true);
     if (p->status_code == 101 && t->request_upgrade) {
         t->state = RAW;
         evbuffer_add_buffer(bufferevent_get_output(t->client), bufferevent_get_input(t->upstream));
@@ -744,6 +783,10 @@ static void process_upstream(struct tunnel *t)
         if (!in_body && t->response_head_done) {
             t->response_lf_pending = e == HPE_PAUSED && !t->response_done;
             write_response_head(t);
+            unsigned status = t->response_parser.status_code;
+            if (t->target.tap && t->set->ops.tap_response_head && (status >= 200 || status == 101))
+                t->set->ops.tap_response_head(t->set->ops.arg, t->target.tap, (int)status,
+                                              http_head_get(&t->response, "Content-Type"));
         }
         if (t->response_done)
             response_finished(t);

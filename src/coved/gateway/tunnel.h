@@ -38,6 +38,9 @@ struct tunnel_target {
     /* The tunnel's own answers to this request as {"code": <status>, "message"} (E2B's
      * shape) instead of {"code": "<name>", "message"}. */
     bool status_code_errors;
+    /* The owner's tap on this exchange (NULL: none), set by route with TUNNEL_FORWARD: given
+     * back to the ops' tap callbacks, and to tap_end exactly once. */
+    void *tap;
 };
 
 enum tunnel_verdict {
@@ -64,6 +67,14 @@ struct tunnel_ops {
     /* A cookie of the owner's (NULL: none): removed from Cookie headers sent upstream, and a
      * Set-Cookie of it from upstream is dropped (the sandbox neither sees nor replaces it). */
     const char *private_cookie;
+    /* Taps on a forwarded exchange whose target has one (tunnel_target.tap): the request's
+     * body as it goes upstream, the response's status and Content-Type, its body (without any
+     * chunked framing), and the end (complete: the response ended as its framing said; false:
+     * cut off or never answered), from which tap is the owner's to free. NULL: no taps. */
+    void (*tap_request_body)(void *arg, void *tap, const char *data, size_t len);
+    void (*tap_response_head)(void *arg, void *tap, int status, const char *content_type);
+    void (*tap_response_body)(void *arg, void *tap, const char *data, size_t len);
+    void (*tap_end)(void *arg, void *tap, bool complete, int64_t duration_ms);
     int idle_timeout_s; /* 0: 300 */
     int head_timeout_s; /* 0: 10 */
 };

@@ -1,4 +1,4 @@
-#include "agent/multipart.h"
+#include "lib/multipart.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/multipart.h"
+#include "lib/multipart.h"
 #include "check.h"
 
 #define MAX_PARTS 8
