@@ -18,7 +18,7 @@ if [ "${1:-}" = "--time" ]; then
 fi
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(http multipart websocket wire values routes events tunnel policy dns sniff vault mitm mcp volumes isolated image_manifest layer_unpack pool_claim
-    connect_envelope pbjson observe)
+    connect_envelope pbjson observe audit_query)
 
 if [ ! -f build-fuzz/build.ninja ]; then
     CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \

@@ -82,6 +82,7 @@ extern const struct cli_command egress_command, credential_vault_command; /* egr
 /* Commands inside a running sandbox, through its agent. */
 extern const struct cli_command upload_command, download_command; /* transfer_cmds.c */
 extern const struct cli_command files_command;                    /* files_cmds.c */
+extern const struct cli_command events_command;                   /* events_cmd.c */
 extern const struct cli_command logs_command;                     /* logs_cmd.c */
 extern const struct cli_command shell_command;                    /* shell_cmd.c */
 

@@ -22,6 +22,7 @@ static const struct cli_command *const commands[] = {
     &sandbox_renew_command,
     &sandbox_endpoint_command,
     &sandbox_metadata_command,
+    &events_command,
     &exec_command,
     &run_code_command,
     &template_command,

@@ -13,6 +13,7 @@
 
 #include "coved/api/quantity.h"
 #include "coved/api/quota_policy.h"
+#include "coved/audit/audit.h"
 #include "coved/runtime/file_budget.h"
 #include "coved/sandbox/image_alias.h"
 #include "coved/sandbox/sandbox.h"
@@ -200,6 +201,13 @@ static const char usage[] =
     "      how long a sandbox paused at its timeout (E2B's autoPause, extensions\n"
     "      {\"onTimeout\": \"pause\"}) is kept before it is deleted (default 604800,\n"
     "      7 days; 0: until deleted)\n"
+    "  --audit on|off                   audit COVE_AUDIT\n"
+    "      the audit trail of every sandbox (default on); --no-audit: off\n"
+    "  --audit-retention SECONDS        audit_retention_seconds COVE_AUDIT_RETENTION\n"
+    "      how long audit events are kept, also after their sandbox ended\n"
+    "      (default 604800, 7 days)\n"
+    "  --audit-max-events N             audit_max_events COVE_AUDIT_MAX_EVENTS\n"
+    "      audit events kept per sandbox, its oldest dropped first (default 10000)\n"
     "  -h, --help             this text\n"
     "\n"
     "Route keys (the keys that sign ?expires= routes, in STATE_DIR/route_keys; a running\n"
@@ -428,6 +436,23 @@ static int apply(struct coved_config *cfg, const char *key, const char *value, c
                                   "%s: paused_retention_seconds must be seconds from 0 to 31536000",
                                   from);
         cfg->paused_retention_s = v;
+    } else if (strcmp(key, "audit") == 0) {
+        if (parse_bool(value, &cfg->audit) < 0)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID", "%s: audit must be on or off",
+                                  from);
+    } else if (strcmp(key, "audit_retention_seconds") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 1 || v > 3650LL * 86400)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: audit_retention_seconds must be seconds from 1 to 315360000",
+                                  from);
+        cfg->audit_retention_s = v;
+    } else if (strcmp(key, "audit_max_events") == 0) {
+        long long v = strtoll(value, &end, 10);
+        if (*value == '\0' || *end != '\0' || v < 1 || v > 100000000LL)
+            return cove_error_set(err, 0, 2, "CONFIG::INVALID",
+                                  "%s: audit_max_events must be a count from 1 to 100000000", from);
+        cfg->audit_max_events = v;
     } else if (strcmp(key, "mcp_command") == 0) {
         snprintf(cfg->mcp_command, sizeof(cfg->mcp_command), "%s", value);
     } else if (strcmp(key, "egress_ca_bundle") == 0) {
@@ -591,6 +616,10 @@ enum {
     OPTION_IMAGE_STORE_MAX_BYTES,
     OPTION_IMAGE_REGISTRIES,
     OPTION_PAUSED_RETENTION,
+    OPTION_AUDIT,
+    OPTION_NO_AUDIT,
+    OPTION_AUDIT_RETENTION,
+    OPTION_AUDIT_MAX_EVENTS,
 };
 static const char *const admission_keys[] = {
     "quota_sandboxes", "quota_cpu",         "quota_memory",
@@ -605,6 +634,9 @@ static const struct {
     {"COVE_STATE_DIR", "state_dir"},
     {"COVE_API_KEYS", "api_keys"},
     {"COVE_INSECURE", "insecure"},
+    {"COVE_AUDIT", "audit"},
+    {"COVE_AUDIT_RETENTION", "audit_retention_seconds"},
+    {"COVE_AUDIT_MAX_EVENTS", "audit_max_events"},
     {"COVE_PUBLIC_HOST", "public_host"},
     {"COVE_MAX_TIMEOUT", "max_sandbox_timeout_seconds"},
     {"COVE_AGENT", "agent"},
@@ -691,6 +723,9 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
     snprintf(cfg->image_aliases, sizeof(cfg->image_aliases), "%s", IMAGE_ALIASES_DEFAULT);
     cfg->ended_retention_s = SANDBOX_ENDED_RETENTION_S;
     cfg->paused_retention_s = SANDBOX_PAUSED_RETENTION_S;
+    cfg->audit = true;
+    cfg->audit_retention_s = AUDIT_RETENTION_S;
+    cfg->audit_max_events = AUDIT_MAX_EVENTS;
     cfg->max_timeout_s = DEFAULT_MAX_TIMEOUT_S;
     cfg->max_template_bytes = DEFAULT_MAX_TEMPLATE_BYTES;
     cfg->health_interval_s = DEFAULT_HEALTH_INTERVAL_S;
@@ -745,6 +780,10 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
         {"image-aliases", required_argument, NULL, 1105},
         {"ended-retention", required_argument, NULL, 1106},
         {"paused-retention", required_argument, NULL, OPTION_PAUSED_RETENTION},
+        {"audit", required_argument, NULL, OPTION_AUDIT},
+        {"no-audit", no_argument, NULL, OPTION_NO_AUDIT},
+        {"audit-retention", required_argument, NULL, OPTION_AUDIT_RETENTION},
+        {"audit-max-events", required_argument, NULL, OPTION_AUDIT_MAX_EVENTS},
         {"layer", required_argument, NULL, 1107},
         {"default-runtime", required_argument, NULL, 1108},
         {"oci-runtime", required_argument, NULL, 1109},
@@ -882,6 +921,18 @@ int config_load(int argc, char **argv, struct coved_config *cfg, struct cove_err
             break;
         case OPTION_PAUSED_RETENTION:
             key = "paused_retention_seconds";
+            break;
+        case OPTION_AUDIT:
+            key = "audit";
+            break;
+        case OPTION_NO_AUDIT:
+            cfg->audit = false;
+            continue;
+        case OPTION_AUDIT_RETENTION:
+            key = "audit_retention_seconds";
+            break;
+        case OPTION_AUDIT_MAX_EVENTS:
+            key = "audit_max_events";
             break;
         case 1107:
             key = "layer";

@@ -58,6 +58,11 @@ struct coved_config {
     char image_aliases[4096];   /* image_alias.h's IMAGE=TEMPLATE,... */
     int64_t ended_retention_s;  /* how long ended sandboxes are remembered (0: not) */
     int64_t paused_retention_s; /* how long one paused at its timeout is kept (0: forever) */
+    /* The audit trail (audit/audit.h): on or off, how long events are kept, how many per
+     * sandbox. */
+    bool audit;
+    int64_t audit_retention_s;
+    int64_t audit_max_events;
     /* Volumes (sandbox/volume.h): host directories under which `host` volumes may be bound
      * (none: host volumes are refused), and the size of a named volume made without
      * `storage`. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "coved/api/api.h"
+#include "coved/audit/audit.h"
 #include "coved/config.h"
 #include "coved/egress/egress.h"
 #include "coved/image/image.h"
@@ -101,6 +102,13 @@ static size_t template_users(const char *name, void *arg)
     struct template_use use = {.name = name};
     sandbox_foreach(arg, NULL, count_template_use, &use);
     return use.count;
+}
+
+/* The audit sink's owner lookup (audit_set_owner_lookup): the owner of a sandbox coved has. */
+static const char *sandbox_owner_of(void *arg, const char *sandbox_id)
+{
+    struct sandbox *sb = sandbox_find_any(arg, sandbox_id);
+    return sb != NULL ? sb->owner : NULL;
 }
 
 static int open_images(struct event_base *base, const struct coved_config *o,
@@ -224,6 +232,7 @@ int main(int argc, char **argv)
     struct pool_registry *pools = NULL;
     struct egress *egress = NULL;
     struct egress_policy *default_policy = NULL;
+    struct audit *audit = NULL;
     struct runtime rt = {.agent_fd = -1, .kernel_fd = -1, .kernel_libs_fd = -1};
     struct api api = {0};
     struct event *sigterm = NULL, *sigint = NULL, *orphans = NULL;
@@ -275,6 +284,17 @@ int main(int argc, char **argv)
         sandbox_manager_new(base, store, &rt, o.state_dir, &sandboxes, &err) < 0 ||
         open_egress(base, &o, &egress, &default_policy, &err) < 0)
         goto out;
+    struct audit_config audit_cfg = {
+        .enabled = o.audit,
+        .retention_s = o.audit_retention_s,
+        .max_events = o.audit_max_events,
+    };
+    if (audit_new(base, store, &audit_cfg, &audit, &err) < 0)
+        goto out;
+    audit_set_owner_lookup(audit, sandbox_owner_of, sandboxes);
+    if (audit_enabled(audit)) /* off: egress does not even build the events */
+        egress_set_audit_sink(egress, audit_sink, audit);
+    sandbox_manager_set_audit(sandboxes, audit);
     sandbox_manager_set_egress(sandboxes, egress, default_policy);
     sandbox_manager_set_retention(sandboxes, o.ended_retention_s, SANDBOX_ENDED_MAX);
     sandbox_manager_set_paused_retention(sandboxes, o.paused_retention_s);
@@ -303,6 +323,7 @@ int main(int argc, char **argv)
     api.images = images;
     api.pools = pools;
     api.egress = egress;
+    api.audit = audit;
     api.config = (struct api_config){
         .listen_host = host,
         .listen_port = port,
@@ -334,6 +355,8 @@ int main(int argc, char **argv)
         route_signer_open(&api.signer, o.state_dir, &err) < 0 || api_start(&api, &err) < 0)
         goto out;
     egress_set_own_endpoint(host, http_server_port(api.http));
+    if (audit_enabled(audit)) /* the gateway's observer: commands, code, files */
+        gateway_set_audit_sink(api.gateway, audit_sink, audit);
     sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     sigint = evsignal_new(base, SIGINT, on_signal, base);
     evsignal_add(sigterm, NULL);
@@ -379,6 +402,7 @@ out:
     egress_free(egress);      /* after the sandboxes, whose egress it serves */
     image_store_free(images); /* before the templates it registered */
     template_registry_free(templates);
+    audit_free(audit); /* after the sandboxes' last events, before the store */
     store_close(store);
     runtime_fini(&rt);
     if (base)

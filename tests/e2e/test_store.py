@@ -11,7 +11,7 @@ import time
 from covetest import COVED, AGENT, Coved, sandbox_leftovers
 
 ADMIN = "store-admin-key"
-SCHEMA_VERSION = 19  # STORE_SCHEMA_VERSION in src/coved/store/store.h
+SCHEMA_VERSION = 20  # STORE_SCHEMA_VERSION in src/coved/store/store.h
 
 # The SQL of src/coved/store/store.c at commit 4732dad (before quotas and per-sandbox id
 # ranges, before schema versions): its schema, run on every open, and its save.

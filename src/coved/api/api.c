@@ -2,6 +2,7 @@
 #include "coved/api/console.h"
 #include "coved/api/e2b.h"
 #include "coved/api/egress_api.h"
+#include "coved/api/events_api.h"
 #include "coved/api/mcp.h"
 
 #include <stdarg.h>
@@ -141,6 +142,14 @@ static void dispatch(struct api *api, struct http_request *req, const struct api
         return api_sandbox_renew(api, req, c, p0);
     case API_ROUTE_SANDBOX_EGRESS_EVENTS:
         return api_sandbox_egress_events(api, req, c, p0);
+    case API_ROUTE_SANDBOX_EVENTS:
+        return api_sandbox_events(api, req, c, p0);
+    case API_ROUTE_EVENTS:
+        return api_events(api, req, c);
+    case API_ROUTE_SANDBOX_DIAGNOSTIC_LOGS:
+        return api_sandbox_diagnostics(api, req, c, p0, "logs");
+    case API_ROUTE_SANDBOX_DIAGNOSTIC_EVENTS:
+        return api_sandbox_diagnostics(api, req, c, p0, "events");
     case API_ROUTE_SANDBOX_SNAPSHOT_CREATE:
         return api_sandbox_snapshot_create(api, req, c, p0);
     case API_ROUTE_SNAPSHOTS_LIST:

@@ -81,6 +81,7 @@ struct api {
     struct pool_registry *pools;         /* warm pools (sandbox/pool.h) */
     struct egress *egress;               /* borrowed: its decision counts, for /metrics */
     struct api_metrics *metrics;         /* /metrics (api/metrics_api.c), set up by api_start */
+    struct audit *audit;                 /* the audit trail (audit/audit.h) */
 };
 
 /* The header that carries a sandbox's access token (returned by getSandboxEndpoint): the

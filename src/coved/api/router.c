@@ -26,6 +26,11 @@ static const struct {
     {"PATCH", "sandboxes/*/metadata", API_ROUTE_SANDBOX_METADATA, API_ACCESS_KEY},
     {"POST", "sandboxes/*/renew-expiration", API_ROUTE_SANDBOX_RENEW, API_ACCESS_KEY},
     {"GET", "sandboxes/*/egress/events", API_ROUTE_SANDBOX_EGRESS_EVENTS, API_ACCESS_KEY},
+    /* The audit trail (api/events_api.c) and diagnostic-api.yml's routes over it */
+    {"GET", "sandboxes/*/events", API_ROUTE_SANDBOX_EVENTS, API_ACCESS_KEY},
+    {"GET", "events", API_ROUTE_EVENTS, API_ACCESS_KEY},
+    {"GET", "sandboxes/*/diagnostics/logs", API_ROUTE_SANDBOX_DIAGNOSTIC_LOGS, API_ACCESS_KEY},
+    {"GET", "sandboxes/*/diagnostics/events", API_ROUTE_SANDBOX_DIAGNOSTIC_EVENTS, API_ACCESS_KEY},
     {"POST", "sandboxes/*/snapshots", API_ROUTE_SANDBOX_SNAPSHOT_CREATE, API_ACCESS_KEY},
     {"GET", "snapshots", API_ROUTE_SNAPSHOTS_LIST, API_ACCESS_KEY},
     {"GET", "snapshots/*", API_ROUTE_SNAPSHOT_GET, API_ACCESS_KEY},

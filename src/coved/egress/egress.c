@@ -324,6 +324,12 @@ static void count_decision(struct egress *eg, bool allow, const char *protocol)
     (allow ? eg->decisions.allowed : eg->decisions.denied)[i]++;
 }
 
+void egress_set_audit_sink(struct egress *eg, audit_sink_fn sink, void *opaque)
+{
+    eg->audit_sink = sink;
+    eg->audit_opaque = opaque;
+}
+
 void egress_record(struct egress_sandbox *es, bool allow, const char *protocol, const char *name,
                    const struct sockaddr *addr, uint16_t port, const char *rule)
 {
@@ -341,6 +347,12 @@ void egress_record(struct egress_sandbox *es, bool allow, const char *protocol, 
     format_address(addr, e->address, sizeof(e->address));
     e->port = port;
     snprintf(e->rule, sizeof(e->rule), "%s", rule ? rule : "");
+    if (es->eg->audit_sink != NULL)
+        es->eg->audit_sink(es->eg->audit_opaque, es->id, "egress",
+                           json_pack("{s:s, s:s, s:s, s:s, s:i, s:s}", "verdict",
+                                     allow ? "allowed" : "denied", "protocol", e->protocol, "name",
+                                     e->name, "address", e->address, "port", (int)e->port, "rule",
+                                     e->rule));
     enum egress_log_level level = es->eg->cfg.log_level;
     if (level == EGRESS_LOG_ALL || (level == EGRESS_LOG_DENIED && !allow))
         log_info("sandbox %s egress: %s %s %s%s%s:%u (%s)", es->id, allow ? "allow" : "deny",

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "coved/audit/audit.h"
 #include "coved/egress/policy.h"
 #include "lib/error.h"
 
@@ -33,6 +34,9 @@ struct vault;
 int egress_new(struct event_base *base, const struct egress_config *cfg, struct egress **out,
                struct cove_error **err);
 void egress_free(struct egress *eg);
+/* Every decision from here on also goes to sink (audit.h) as an "egress" event: {verdict
+ * ("allowed", "denied"), protocol, name, address, port, rule}. */
+void egress_set_audit_sink(struct egress *eg, audit_sink_fn sink, void *opaque);
 /* coved's own listening address (API and gateway): never reachable from a sandbox, whatever
  * its policy says. host "0.0.0.0" or "::" stands for every address of the host. */
 void egress_set_own_endpoint(const char *host, int port);

@@ -26,6 +26,8 @@ struct egress {
     SSL_CTX *upstream_ctx;
     struct event *host_watch; /* re-reads the host's addresses (ones added later are its too) */
     struct egress_decision_counts decisions;
+    audit_sink_fn audit_sink; /* egress_set_audit_sink's; NULL: none */
+    void *audit_opaque;
 };
 
 struct egress_event {

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coved/audit/audit.h"
 #include "coved/egress/egress.h"
 #include "coved/image/image.h"
 #include "coved/sandbox/agent_call.h"
@@ -54,10 +55,43 @@ struct sandbox_manager {
     /* The runtime's spare network namespaces (runtime/spares.h): when to refill, and the
      * running maker's socket. */
     struct event *spares_timer, *spares_ev;
-    bool spares_urgent; /* spares_timer is the short one */
+    bool spares_urgent;  /* spares_timer is the short one */
+    struct audit *audit; /* sandbox_manager_set_audit's; NULL: no trail */
 };
 
 static void spares_kick(struct sandbox_manager *mgr);
+
+void sandbox_manager_set_audit(struct sandbox_manager *mgr, struct audit *audit)
+{
+    mgr->audit = audit;
+}
+
+/* The trail's event of something done to sb (audit.h): by whom ("api": a caller of any API,
+ * "coved": coved itself), why (its state reason), and the result: err NULL when it was done. */
+static void audit_action(struct sandbox_manager *mgr, const struct sandbox *sb, const char *kind,
+                         const char *by, const char *reason, const struct cove_error *err,
+                         json_t *fields)
+{
+    if (!audit_enabled(mgr->audit) || sb->pool_idle) { /* an idle pooled one is nobody's */
+        json_decref(fields);
+        return;
+    }
+    if (fields == NULL)
+        fields = json_object();
+    json_object_set_new(fields, "by", json_string(by));
+    if (reason != NULL)
+        json_object_set_new(fields, "reason", json_string(reason));
+    json_object_set_new(fields, "state", json_string(sandbox_state_name(sb->state)));
+    if (err == NULL) {
+        json_object_set_new(fields, "result", json_string("ok"));
+    } else {
+        json_object_set_new(fields, "result", json_string("error"));
+        json_object_set_new(fields, "status", json_integer(err->http_status));
+        json_object_set_new(fields, "code", json_string(err->code));
+        json_object_set_new(fields, "message", json_string(err->message));
+    }
+    audit_record(mgr->audit, sb->id, sb->owner, kind, fields);
+}
 
 void sandbox_manager_set_images(struct sandbox_manager *mgr, struct image_store *images)
 {
@@ -525,6 +559,7 @@ static void create_failed(struct sandbox_manager *mgr, struct sandbox *sb,
     sandbox_created_fn done = sb->on_created;
     void *arg = sb->created_arg;
     log_warn("sandbox %s: not created: %s", sb->id, why->message);
+    audit_action(mgr, sb, "sandbox.create", "api", NULL, why, NULL);
     start_cancel(mgr, sb);
     struct cove_error *ignored = NULL;
     destroy_runtime(mgr, sb, &ignored);
@@ -550,6 +585,14 @@ static void tell_created(struct sandbox *sb)
     void *done_arg = sb->created_arg;
     sb->on_created = NULL;
     sb->created_arg = NULL;
+    struct cove_error *failed = NULL;
+    if (sb->state == SANDBOX_FAILED)
+        cove_error_set(&failed, 0, 500, "SANDBOX::CREATE_FAILED", "%s", sb->message);
+    json_t *fields = json_pack("{s:s}", "template", sb->template_name);
+    if (fields != NULL && sb->pool[0] != '\0')
+        json_object_set_new(fields, "pool", json_string(sb->pool));
+    audit_action(sb->manager, sb, "sandbox.create", "api", sb->reason, failed, fields);
+    cove_error_free(failed);
     done(sb, NULL, done_arg);
 }
 
@@ -1193,31 +1236,48 @@ struct sandbox *sandbox_find_any(struct sandbox_manager *mgr, const char *id)
 int sandbox_set_metadata(struct sandbox_manager *mgr, struct sandbox *sb, json_t *metadata,
                          struct cove_error **err)
 {
-    if (sandbox_check(sb, SANDBOX_ACTION_SET_METADATA, err) < 0)
+    if (sandbox_check(sb, SANDBOX_ACTION_SET_METADATA, err) < 0) {
+        audit_action(mgr, sb, "sandbox.metadata", "api", NULL, *err, NULL);
         return -1;
+    }
     json_t *old = sb->metadata;
     sb->metadata = json_incref(metadata);
     if (save_record(mgr, sb, err) < 0) {
         json_decref(sb->metadata);
         sb->metadata = old;
+        audit_action(mgr, sb, "sandbox.metadata", "api", NULL, *err, NULL);
         return -1;
     }
     json_decref(old);
+    audit_action(mgr, sb, "sandbox.metadata", "api", NULL, NULL,
+                 json_pack("{s:O}", "metadata", metadata));
     sandbox_note_activity(sb);
     return 0;
+}
+
+/* The renew event's fields: the new expiry. */
+static json_t *expiry_fields(int64_t expires_ms)
+{
+    char at[COVE_RFC3339_SIZE];
+    cove_rfc3339_ms(expires_ms, at);
+    return json_pack("{s:s}", "expiresAt", at);
 }
 
 int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expires_ms,
                   struct cove_error **err)
 {
-    if (sandbox_check(sb, SANDBOX_ACTION_RENEW, err) < 0)
+    if (sandbox_check(sb, SANDBOX_ACTION_RENEW, err) < 0) {
+        audit_action(mgr, sb, "sandbox.renew", "api", NULL, *err, NULL);
         return -1;
+    }
     int64_t old = sb->expires_ms;
     sb->expires_ms = expires_ms;
     if (save_record(mgr, sb, err) < 0) {
         sb->expires_ms = old;
+        audit_action(mgr, sb, "sandbox.renew", "api", NULL, *err, NULL);
         return -1;
     }
+    audit_action(mgr, sb, "sandbox.renew", "api", NULL, NULL, expiry_fields(expires_ms));
     sandbox_note_activity(sb);
     return 0;
 }
@@ -1225,8 +1285,10 @@ int sandbox_renew(struct sandbox_manager *mgr, struct sandbox *sb, int64_t expir
 int sandbox_set_timeout(struct sandbox_manager *mgr, struct sandbox *sb, int64_t timeout_s,
                         struct cove_error **err)
 {
-    if (sandbox_check(sb, SANDBOX_ACTION_RENEW, err) < 0)
+    if (sandbox_check(sb, SANDBOX_ACTION_RENEW, err) < 0) {
+        audit_action(mgr, sb, "sandbox.renew", "api", NULL, *err, NULL);
         return -1;
+    }
     int64_t old = sb->timeout_s;
     sb->timeout_s = timeout_s;
     /* Paused past its timeout: the retention stays, the timeout is its resume's. */
@@ -1236,6 +1298,9 @@ int sandbox_set_timeout(struct sandbox_manager *mgr, struct sandbox *sb, int64_t
         sb->timeout_s = old;
         return -1;
     }
+    if (sb->retained)
+        audit_action(mgr, sb, "sandbox.renew", "api", NULL, NULL,
+                     json_pack("{s:I}", "timeoutSeconds", (json_int_t)timeout_s));
     return 0;
 }
 
@@ -1308,8 +1373,14 @@ static void delete_finish(struct sandbox_manager *mgr, struct sandbox *sb)
 int sandbox_delete(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
                    sandbox_deleted_fn done, void *arg, struct cove_error **err)
 {
-    if (sandbox_check(sb, SANDBOX_ACTION_DELETE, err) < 0)
+    bool expiry = strcmp(reason, "ttl_expiry") == 0;
+    const char *kind = expiry ? "sandbox.expire" : "sandbox.delete";
+    const char *by = expiry || strcmp(reason, "pool_drained") == 0 ? "coved" : "api";
+    if (sandbox_check(sb, SANDBOX_ACTION_DELETE, err) < 0) {
+        audit_action(mgr, sb, kind, by, reason, *err, NULL);
         return -1;
+    }
+    audit_action(mgr, sb, kind, by, reason, NULL, NULL);
     note_end(sb, reason);
     if (sb->starting != NULL || sb->pulling != NULL || sb->pool_call != NULL) {
         remember_end(mgr, sb);
@@ -1352,18 +1423,24 @@ static int check_not_snapshotting(const struct sandbox *sb, struct cove_error **
 static int pause_as(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
                     const char *message, struct cove_error **err)
 {
-    if (sandbox_check(sb, SANDBOX_ACTION_PAUSE, err) < 0 || check_not_snapshotting(sb, err) < 0)
+    const char *by = strcmp(reason, "user_pause") == 0 ? "api" : "coved";
+    if (sandbox_check(sb, SANDBOX_ACTION_PAUSE, err) < 0 || check_not_snapshotting(sb, err) < 0) {
+        audit_action(mgr, sb, "sandbox.pause", by, reason, *err, NULL);
         return -1;
+    }
     set_state(sb, SANDBOX_PAUSING, reason, "sandbox is pausing");
     if (runtime_pause(mgr->rt, sb->id, err) < 0) {
         struct cove_error *ignored = NULL;
         runtime_resume(mgr->rt, sb->id, &ignored);
         cove_error_free(ignored);
         set_state(sb, SANDBOX_RUNNING, "pause_failed", (*err)->message);
+        audit_action(mgr, sb, "sandbox.pause", by, reason, *err, NULL);
         return -1;
     }
     set_state(sb, SANDBOX_PAUSED, reason, message);
-    return save_record(mgr, sb, err);
+    int rc = save_record(mgr, sb, err);
+    audit_action(mgr, sb, "sandbox.pause", by, reason, rc < 0 ? *err : NULL, NULL);
+    return rc;
 }
 
 int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_error **err)
@@ -1376,11 +1453,15 @@ int sandbox_pause(struct sandbox_manager *mgr, struct sandbox *sb, struct cove_e
 static int resume_as(struct sandbox_manager *mgr, struct sandbox *sb, const char *reason,
                      struct cove_error **err)
 {
-    if (sandbox_check(sb, SANDBOX_ACTION_RESUME, err) < 0 || check_not_snapshotting(sb, err) < 0)
+    const char *by = strcmp(reason, "user_resume") == 0 ? "api" : "coved";
+    if (sandbox_check(sb, SANDBOX_ACTION_RESUME, err) < 0 || check_not_snapshotting(sb, err) < 0) {
+        audit_action(mgr, sb, "sandbox.resume", by, reason, *err, NULL);
         return -1;
+    }
     set_state(sb, SANDBOX_RESUMING, reason, "sandbox is resuming");
     if (runtime_resume(mgr->rt, sb->id, err) < 0) {
         set_state(sb, SANDBOX_PAUSED, "resume_failed", (*err)->message);
+        audit_action(mgr, sb, "sandbox.resume", by, reason, *err, NULL);
         return -1;
     }
     bool retained = sb->retained;
@@ -1394,8 +1475,10 @@ static int resume_as(struct sandbox_manager *mgr, struct sandbox *sb, const char
     if (save_record(mgr, sb, err) < 0) {
         sb->retained = retained;
         sb->expires_ms = expires_ms;
+        audit_action(mgr, sb, "sandbox.resume", by, reason, *err, NULL);
         return -1;
     }
+    audit_action(mgr, sb, "sandbox.resume", by, reason, NULL, NULL);
     return 0;
 }
 
@@ -1442,6 +1525,8 @@ static void mark_gone(struct sandbox_manager *mgr, struct sandbox *sb, const cha
     set_state(sb, SANDBOX_FAILED, reason, message);
     save_or_log(mgr, sb);
     log_warn("sandbox %s: %s", sb->id, message);
+    audit_action(mgr, sb, strcmp(reason, "oom") == 0 ? "sandbox.oom" : "sandbox.exit", "coved",
+                 reason, NULL, json_pack("{s:s}", "message", message));
     /* An idle one is its pool's to delete; one still being made fails its fill instead. */
     if (sb->pool_idle && sb->on_created == NULL && mgr->pool_lost != NULL)
         mgr->pool_lost(sb, true, mgr->pool_arg);

@@ -203,6 +203,9 @@ void sandbox_manager_set_egress(struct sandbox_manager *mgr, struct egress *egre
  * next connection on. */
 int sandbox_set_network_policy(struct sandbox_manager *mgr, struct sandbox *sb,
                                const struct egress_policy *policy, struct cove_error **err);
+/* The audit trail (audit/audit.h) every lifecycle event goes to from here on; NULL: none. */
+struct audit;
+void sandbox_manager_set_audit(struct sandbox_manager *mgr, struct audit *audit);
 /* How long ended sandboxes are remembered (0: not at all) and how many at most. */
 void sandbox_manager_set_retention(struct sandbox_manager *mgr, int64_t seconds, size_t max);
 /* How long a sandbox paused at its timeout (pause_on_timeout) is kept before it is deleted

@@ -127,6 +127,17 @@ static const struct migration migrations[] = {
      "sandboxes", "timeout_s"},
     {"sandbox retained", "ALTER TABLE sandboxes ADD COLUMN retained INTEGER NOT NULL DEFAULT 0",
      "sandboxes", "retained"},
+    /* The audit trail (audit/audit.h): id is the event's (AUTOINCREMENT: sqlite_sequence
+     * keeps the highest ever given, so ids never repeat once old events are pruned), fields
+     * its JSON object. */
+    {"audit events",
+     "CREATE TABLE IF NOT EXISTS audit_events ("
+     " id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, sandbox_id TEXT NOT NULL,"
+     " owner TEXT NOT NULL, kind TEXT NOT NULL, fields TEXT NOT NULL);"
+     "CREATE INDEX IF NOT EXISTS audit_events_sandbox ON audit_events (sandbox_id, id);"
+     "CREATE INDEX IF NOT EXISTS audit_events_owner ON audit_events (owner, id);"
+     "CREATE INDEX IF NOT EXISTS audit_events_time ON audit_events (time_ms)",
+     NULL, NULL},
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == STORE_SCHEMA_VERSION,
@@ -795,5 +806,144 @@ int store_quota_load_all(struct store *store,
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
         return db_error(store, err, "load quotas");
+    return 0;
+}
+
+int store_audit_append(struct store *store, const struct store_audit_event *events, size_t count,
+                       int64_t max_per_sandbox, struct cove_error **err)
+{
+    sqlite3_stmt *insert = NULL, *cap = NULL;
+    if (exec(store, "BEGIN IMMEDIATE", err, "begin the audit write") < 0)
+        return -1;
+    if (sqlite3_prepare_v2(store->db,
+                           "INSERT INTO audit_events (id, time_ms, sandbox_id, owner, kind, fields)"
+                           " VALUES (:id, :time_ms, :sandbox_id, :owner, :kind, :fields)",
+                           -1, &insert, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(store->db,
+                           "DELETE FROM audit_events WHERE sandbox_id = :sandbox_id AND id <="
+                           " (SELECT id FROM audit_events WHERE sandbox_id = :sandbox_id"
+                           " ORDER BY id DESC LIMIT 1 OFFSET :max)",
+                           -1, &cap, NULL) != SQLITE_OK) {
+        db_error(store, err, "prepare the audit write");
+        goto fail;
+    }
+    for (size_t i = 0; i < count; i++) {
+        struct binding b = {insert, SQLITE_OK, NULL};
+        bind_int(&b, ":id", events[i].id);
+        bind_int(&b, ":time_ms", events[i].time_ms);
+        bind_text(&b, ":sandbox_id", events[i].sandbox_id);
+        bind_text(&b, ":owner", events[i].owner);
+        bind_text(&b, ":kind", events[i].kind);
+        bind_json(&b, ":fields", events[i].fields);
+        if (run(store, &b, err, "write an audit event") < 0)
+            goto fail;
+    }
+    for (size_t i = 0; max_per_sandbox > 0 && i < count; i++) {
+        bool seen = false; /* once per sandbox of the batch */
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(events[j].sandbox_id, events[i].sandbox_id) == 0;
+        if (seen)
+            continue;
+        struct binding b = {cap, SQLITE_OK, NULL};
+        bind_text(&b, ":sandbox_id", events[i].sandbox_id);
+        bind_int(&b, ":max", max_per_sandbox);
+        if (run(store, &b, err, "cap a sandbox's audit events") < 0)
+            goto fail;
+    }
+    sqlite3_finalize(insert);
+    sqlite3_finalize(cap);
+    return exec(store, "COMMIT", err, "commit the audit write");
+fail:
+    sqlite3_finalize(insert);
+    sqlite3_finalize(cap);
+    sqlite3_exec(store->db, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+}
+
+int store_audit_prune(struct store *store, int64_t before_ms, struct cove_error **err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db, "DELETE FROM audit_events WHERE time_ms < :before", -1, &st,
+                           NULL) != SQLITE_OK)
+        return db_error(store, err, "prune audit events");
+    struct binding b = {st, SQLITE_OK, NULL};
+    bind_int(&b, ":before", before_ms);
+    int rc = run(store, &b, err, "prune audit events");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int64_t store_audit_last_id(struct store *store)
+{
+    sqlite3_stmt *st;
+    int64_t id = 0;
+    /* The highest id ever stored, also when its event was pruned since. */
+    if (sqlite3_prepare_v2(
+            store->db,
+            "SELECT MAX(COALESCE((SELECT MAX(id) FROM audit_events), 0),"
+            " COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'audit_events'),"
+            " 0))",
+            -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        id = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return id;
+}
+
+int store_audit_query(struct store *store, const struct store_audit_filter *f,
+                      void (*fn)(const struct store_audit_event *ev, void *arg), void *arg,
+                      struct cove_error **err)
+{
+    /* Only fixed text and numbered parameters go into the statement: no value is pasted. */
+    char sql[1024];
+    size_t n = (size_t)snprintf(sql, sizeof(sql),
+                                "SELECT id, time_ms, sandbox_id, owner, kind, fields"
+                                " FROM audit_events WHERE id > ?1");
+    if (f->sandbox_id != NULL)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n, " AND sandbox_id = ?2");
+    if (f->owner != NULL)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n, " AND owner = ?3");
+    if (f->since_ms > 0)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n, " AND time_ms >= ?4");
+    if (f->until_ms > 0)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n, " AND time_ms <= ?5");
+    size_t kinds = f->kind_count < STORE_AUDIT_KINDS_MAX ? f->kind_count : STORE_AUDIT_KINDS_MAX;
+    for (size_t i = 0; i < kinds; i++)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n, "%s substr(kind, 1, length(?%zu)) = ?%zu",
+                              i == 0 ? " AND (" : " OR", i + 10, i + 10);
+    snprintf(sql + n, sizeof(sql) - n, "%s ORDER BY id LIMIT ?6", kinds > 0 ? ")" : "");
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(store->db, sql, -1, &st, NULL) != SQLITE_OK)
+        return db_error(store, err, "query audit events");
+    sqlite3_bind_int64(st, 1, f->after_id);
+    if (f->sandbox_id != NULL)
+        sqlite3_bind_text(st, 2, f->sandbox_id, -1, SQLITE_STATIC);
+    if (f->owner != NULL)
+        sqlite3_bind_text(st, 3, f->owner, -1, SQLITE_STATIC);
+    if (f->since_ms > 0)
+        sqlite3_bind_int64(st, 4, f->since_ms);
+    if (f->until_ms > 0)
+        sqlite3_bind_int64(st, 5, f->until_ms);
+    sqlite3_bind_int64(st, 6, f->limit > 0 ? f->limit : -1);
+    for (size_t i = 0; i < kinds; i++)
+        sqlite3_bind_text(st, (int)(i + 10), f->kinds[i], -1, SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *fields = column_json(st, "fields");
+        struct store_audit_event ev = {
+            .id = column_int(st, "id"),
+            .time_ms = column_int(st, "time_ms"),
+            .sandbox_id = column_text(st, "sandbox_id"),
+            .owner = column_text(st, "owner"),
+            .kind = column_text(st, "kind"),
+            .fields = fields,
+        };
+        fn(&ev, arg);
+        json_decref(fields);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return db_error(store, err, "query audit events");
     return 0;
 }

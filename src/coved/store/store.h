@@ -14,7 +14,7 @@
 #include "lib/error.h"
 
 /* The schema version this coved writes: the number of migrations in store.c. */
-#define STORE_SCHEMA_VERSION 19
+#define STORE_SCHEMA_VERSION 20
 
 struct store;
 
@@ -138,3 +138,39 @@ int store_quota_load_all(struct store *store,
                          void (*fn)(const char *owner, const struct quota_amounts *limits,
                                     void *arg),
                          void *arg, struct cove_error **err);
+
+/* One audit event (audit/audit.h); fields a JSON object. */
+struct store_audit_event {
+    int64_t id;
+    int64_t time_ms;
+    const char *sandbox_id;
+    const char *owner;
+    const char *kind;
+    const json_t *fields;
+};
+
+/* Which events a query wants: every condition given must hold. */
+#define STORE_AUDIT_KINDS_MAX 8
+struct store_audit_filter {
+    const char *sandbox_id;                   /* NULL: any */
+    const char *owner;                        /* NULL: any owner's (an admin) */
+    const char *kinds[STORE_AUDIT_KINDS_MAX]; /* prefixes, any of them; none: every kind */
+    size_t kind_count;
+    int64_t after_id; /* ids above this only */
+    int64_t since_ms; /* at or after (0: no bound) */
+    int64_t until_ms; /* at or before (0: no bound) */
+    long limit;       /* at most this many, oldest first */
+};
+
+/* Appends events in one transaction, then drops, for each sandbox among them, all but its
+ * newest max_per_sandbox (0: no cap). */
+int store_audit_append(struct store *store, const struct store_audit_event *events, size_t count,
+                       int64_t max_per_sandbox, struct cove_error **err);
+/* Drops events older than before_ms. */
+int store_audit_prune(struct store *store, int64_t before_ms, struct cove_error **err);
+/* The highest event id stored (0: none). */
+int64_t store_audit_last_id(struct store *store);
+/* Calls fn with each event matching f, by id; fields borrowed for the call. */
+int store_audit_query(struct store *store, const struct store_audit_filter *f,
+                      void (*fn)(const struct store_audit_event *ev, void *arg), void *arg,
+                      struct cove_error **err);

@@ -592,6 +592,83 @@ static void test_newer_schema_refused(void)
     CHECK_STR(mode, "delete");
 }
 
+/* Audit events: the per-sandbox cap keeps the newest, a query's conditions all hold (kind
+ * prefixes, owner, after, time bounds, limit), and pruning by age drops only older ones. */
+struct audit_seen {
+    int64_t ids[16];
+    size_t count;
+};
+
+static void on_audit_event(const struct store_audit_event *ev, void *arg)
+{
+    struct audit_seen *seen = arg;
+    if (seen->count < 16)
+        seen->ids[seen->count++] = ev->id;
+}
+
+static size_t audit_ids(struct store *store, const struct store_audit_filter *f,
+                        struct audit_seen *seen)
+{
+    struct cove_error *err = NULL;
+    memset(seen, 0, sizeof(*seen));
+    CHECK_EQ_INT(store_audit_query(store, f, on_audit_event, seen, &err), 0);
+    cove_error_free(err);
+    return seen->count;
+}
+
+static void test_audit_events(void)
+{
+    remove_db();
+    struct store *store = open_store();
+    if (store == NULL)
+        return;
+    struct cove_error *err = NULL;
+    json_t *fields = json_pack("{s:s}", "by", "api");
+    struct store_audit_event batch[] = {
+        {1, 1000, "sb-a", "owner-a", "sandbox.create", fields},
+        {2, 2000, "sb-a", "owner-a", "sandbox.pause", fields},
+        {3, 3000, "sb-b", "owner-b", "sandbox.create", fields},
+        {4, 4000, "sb-a", "owner-a", "egress", fields},
+        {5, 5000, "sb-a", "owner-a", "sandbox.resume", fields},
+    };
+    /* sb-a has 4: its cap of 3 drops its oldest (1); sb-b's one stays. */
+    CHECK_EQ_INT(store_audit_append(store, batch, 5, 3, &err), 0);
+    CHECK_EQ_INT(store_audit_last_id(store), 5);
+    struct audit_seen seen;
+    struct store_audit_filter all = {0};
+    CHECK_EQ_INT(audit_ids(store, &all, &seen), 4);
+    CHECK_EQ_INT(seen.ids[0], 2);
+    struct store_audit_filter a = {.sandbox_id = "sb-a", .owner = "owner-a"};
+    CHECK_EQ_INT(audit_ids(store, &a, &seen), 3);
+    struct store_audit_filter other_owner = {.sandbox_id = "sb-a", .owner = "owner-b"};
+    CHECK_EQ_INT(audit_ids(store, &other_owner, &seen), 0);
+    struct store_audit_filter prefix = {.kinds = {"sandbox."}, .kind_count = 1};
+    CHECK_EQ_INT(audit_ids(store, &prefix, &seen), 3);
+    struct store_audit_filter two = {.kinds = {"egress", "sandbox.create"}, .kind_count = 2};
+    CHECK_EQ_INT(audit_ids(store, &two, &seen), 2);
+    CHECK_EQ_INT(seen.ids[0], 3);
+    CHECK_EQ_INT(seen.ids[1], 4);
+    struct store_audit_filter page = {.after_id = 2, .limit = 2};
+    CHECK_EQ_INT(audit_ids(store, &page, &seen), 2);
+    CHECK_EQ_INT(seen.ids[0], 3);
+    CHECK_EQ_INT(seen.ids[1], 4);
+    struct store_audit_filter window = {.since_ms = 3000, .until_ms = 4000};
+    CHECK_EQ_INT(audit_ids(store, &window, &seen), 2);
+    /* A kind prefix is text, not a pattern: '%' and '_' match only themselves. */
+    struct store_audit_filter like = {.kinds = {"%"}, .kind_count = 1};
+    CHECK_EQ_INT(audit_ids(store, &like, &seen), 0);
+    CHECK_EQ_INT(store_audit_prune(store, 4000, &err), 0);
+    CHECK_EQ_INT(audit_ids(store, &all, &seen), 2);
+    CHECK_EQ_INT(seen.ids[0], 4);
+    /* Every event gone: the next id still follows the last one ever given. */
+    CHECK_EQ_INT(store_audit_prune(store, 10000, &err), 0);
+    CHECK_EQ_INT(audit_ids(store, &all, &seen), 0);
+    CHECK_EQ_INT(store_audit_last_id(store), 5);
+    json_decref(fields);
+    cove_error_free(err);
+    store_close(store);
+}
+
 int main(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -607,6 +684,7 @@ int main(void)
     test_old_schemas_migrate();
     test_failed_migration_changes_nothing();
     test_newer_schema_refused();
+    test_audit_events();
     remove_db();
     rmdir(dir);
     return CHECK_DONE();
