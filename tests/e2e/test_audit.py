@@ -226,7 +226,7 @@ def test_filters_and_cursor_paging(coved):
     "kind=Sandbox", "kind=", "kind=a,,b", "after=-1", "cursor=abc", "format=xml",
     "follow=maybe", "nosuch=1", "limit=1&limit=2", "after=1&cursor=2",
     "since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z",
-    "kind=a,b,c,d,e,f,g,h,i",
+    "kind=a,b,c,d,e,f,g,h,i", "after=99999999999999999999", "cursor=99999999999999999999",
 ])
 def test_bad_queries_are_400(coved, query):
     status, err, _ = coved.request("GET", f"/v1/events?{query}", headers=coved.headers(KEY_A))
@@ -510,25 +510,85 @@ def test_auto_resume_is_coveds_own_event(coved):
 
 
 def test_live_streams_are_capped():
-    with serve(api_keys=(KEY_A,)) as d:
+    # 32 a key (AUDIT_SUBSCRIBERS_PER_OWNER), so that one key cannot take every stream; 256 in
+    # all (AUDIT_SUBSCRIBERS_MAX), 8 keys' worth.
+    keys = [f"audit-stream-key-{i}" for i in range(9)]
+    with serve(api_keys=keys) as d:
         streams = []
         try:
-            for _ in range(256):  # AUDIT_SUBSCRIBERS_MAX
-                streams.append(Stream(d, "/v1/events", KEY_A))
-            h = d.headers(KEY_A)
+            for _ in range(32):
+                streams.append(Stream(d, "/v1/events", keys[0]))
+            h = d.headers(keys[0])
+            h["Accept"] = "text/event-stream"
+            status, err, _ = d.request("GET", "/v1/events", headers=h)
+            assert status == 429 and err["code"] == "AUDIT::TOO_MANY_STREAMS", err
+            for key in keys[1:8]:
+                for _ in range(32):
+                    streams.append(Stream(d, "/v1/events", key))
+            h = d.headers(keys[8])
             h["Accept"] = "text/event-stream"
             status, err, _ = d.request("GET", "/v1/events", headers=h)
             assert status == 503 and err["code"] == "AUDIT::TOO_MANY_STREAMS", err
             streams.pop().close()
             # A slot freed by a client that went away is taken again.
-            streams.append(wait_for("a slot again", lambda: try_stream(d)))
+            streams.append(wait_for("a slot again", lambda: try_stream(d, keys[8])))
         finally:
             for s in streams:
                 s.close()
 
 
-def try_stream(d):
+def try_stream(d, key=KEY_A):
     try:
-        return Stream(d, "/v1/events", KEY_A)
+        return Stream(d, "/v1/events", key)
     except AssertionError:
         return None
+
+
+DNS_FLOOD = r"""
+import socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(0.05)
+for i in range(300):
+    name = b"".join(bytes([len(p)]) + p for p in (b"flood%d" % i, b"example")) + b"\0"
+    s.sendto(struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0) + name + b"\0\1\0\1",
+             ("127.0.0.11", 53))
+    try:
+        s.recv(512)
+    except OSError:
+        pass
+"""
+
+
+def test_a_flood_of_egress_events_pushes_out_only_egress_events():
+    # The cap counts each class on its own: a sandbox that makes thousands of DNS queries
+    # cannot push its create, or the command it ran, out of its trail.
+    with serve("--audit-max-events", "20", api_keys=(KEY_A,)) as d:
+        sid = d.create()
+        d.sh(sid, "echo the-command-to-hide")
+        d.exec(sid, f"python3 -c '{DNS_FLOOD}'")
+
+        def egress():
+            items = events(d, sid, query="limit=1000")["items"]
+            return items if len(kinds(items, "egress")) >= 20 else None
+        items = wait_for("20 egress events", egress)
+        assert len(kinds(items, "egress")) == 20, kinds(items)
+        assert kinds(items, "sandbox.") == ["sandbox.create"]
+        starts = [e for e in items if e["kind"] == "command.start"]
+        assert any("the-command-to-hide" in e["command"] for e in starts), starts
+        flood = [e for e in items if e["kind"] == "egress"]
+        assert "flood299" in flood[-1]["name"], flood[-1]  # the newest kept, the oldest gone
+        d.delete(sid)
+
+
+def test_a_huge_command_line_is_clipped_in_its_event(coved):
+    d = coved
+    d.key = KEY_A
+    sid = d.create()
+    line = "true #" + "A" * 600_000
+    status, _, _ = d.request("POST", f"/sandboxes/{sid}/proxy/{AGENT_PORT}/command",
+                             {"command": line})
+    assert status == 200
+    start = wait_for("its start", lambda: events(d, sid, query="kind=command.start")["items"])
+    assert start[0]["clipped"] is True and line.startswith(start[0]["command"])
+    assert 4000 <= len(start[0]["command"]) <= 4096, len(start[0]["command"])
+    d.delete(sid)

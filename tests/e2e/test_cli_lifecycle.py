@@ -80,7 +80,7 @@ def parse_endpoint(stdout):
 # ---- help -------------------------------------------------------------------------------
 
 COMMANDS = ("create", "get", "list", "kill", "pause", "resume", "renew", "endpoint", "metadata",
-            "exec", "run-code", "template", "image", "volume", "snapshot", "config", "mcp")
+            "events", "exec", "run-code", "template", "image", "volume", "snapshot", "config", "mcp")
 
 
 def test_help_lists_every_command_and_each_has_help(coved):

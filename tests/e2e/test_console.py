@@ -10,7 +10,7 @@ import re
 import pytest
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
-       "connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+       "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",

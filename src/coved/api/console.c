@@ -14,7 +14,7 @@
 static const char *const security_headers[][2] = {
     {"Content-Security-Policy",
      "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
-     "connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"},
+     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"},
     {"X-Content-Type-Options", "nosniff"},
     {"Referrer-Policy", "no-referrer"},
     {"X-Frame-Options", "DENY"},

@@ -10,6 +10,7 @@
  * they come is cut off once STREAM_QUEUE_MAX bytes wait for it, not buffered without end. */
 #include "coved/api/events_api.h"
 
+#include <errno.h>
 #include <sys/queue.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -41,6 +42,7 @@ struct events_stream {
     size_t rows;   /* of the page being written */
     size_t queued; /* bytes waiting for the client after the last write */
     bool live, pumping;
+    bool page_full; /* the client is behind: the page's rest waits for its drain */
     struct audit_subscription *sub;
     struct event *keepalive;
 };
@@ -166,6 +168,10 @@ static void stream_write_event(struct events_stream *st, const struct store_audi
 static void on_page_row(const struct store_audit_event *ev, void *arg)
 {
     struct events_stream *st = arg;
+    if (st->page_full || st->queued >= STREAM_HIGH_WATER) {
+        st->page_full = true; /* not written: last_id stays before it, for the next page */
+        return;
+    }
     stream_write_event(st, ev);
     st->rows++;
 }
@@ -202,13 +208,14 @@ static void pump(struct events_stream *st)
         f.after_id = st->last_id;
         f.limit = PAGE_ROWS;
         st->rows = 0;
+        st->page_full = false;
         struct cove_error *err = NULL;
         if (audit_query(st->api->audit, &f, on_page_row, st, &err) < 0) {
             log_error("audit: an event stream ends: %s", err->message);
             cove_error_free(err);
             return stream_end(st);
         }
-        if (st->rows == PAGE_ROWS)
+        if (st->rows == PAGE_ROWS || st->page_full)
             continue;
         if (st->q.format == AUDIT_FORMAT_JSONL)
             return stream_end(st);
@@ -304,8 +311,9 @@ static void serve(struct api *api, struct http_request *req, const struct api_ca
     const char *resume = http_request_header(req, "Last-Event-ID");
     if (resume != NULL) {
         char *end;
+        errno = 0;
         long long id = strtoll(resume, &end, 10);
-        if (resume[0] < '0' || resume[0] > '9' || *end != '\0' || id < 0) {
+        if (resume[0] < '0' || resume[0] > '9' || *end != '\0' || id < 0 || errno == ERANGE) {
             cove_error_set(&err, 0, 400, "AUDIT::INVALID_QUERY",
                            "Last-Event-ID: an event id, as the stream's id: lines give");
             goto fail;

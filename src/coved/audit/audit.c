@@ -23,6 +23,7 @@ struct audit_subscription {
     struct store_audit_filter filter; /* its strings owned */
     struct audit_subscriber s;
     struct audit_subscription *prev, *next;
+    bool gone; /* unsubscribed while events were handed out: freed after that */
 };
 
 struct audit {
@@ -34,6 +35,7 @@ struct audit {
     struct event *flush_timer, *prune_timer;
     struct audit_subscription *subs;
     size_t sub_count;
+    int dispatching; /* audit_record is handing an event to subscribers (they may record) */
     audit_owner_fn owner_of;
     void *owner_arg;
 };
@@ -49,7 +51,7 @@ static void prune(struct audit *a)
 
 static void flush(struct audit *a)
 {
-    if (a->count == 0)
+    if (a->count == 0 || a->dispatching > 0) /* the event being handed out holds the queue's */
         return;
     struct store_audit_event *rows = calloc(a->count, sizeof(*rows));
     struct cove_error *err = NULL;
@@ -192,6 +194,54 @@ json_t *audit_event_json(const struct store_audit_event *ev)
     return j;
 }
 
+static void filter_free(struct store_audit_filter *f)
+{
+    free((char *)f->sandbox_id);
+    free((char *)f->owner);
+    for (size_t i = 0; i < f->kind_count; i++)
+        free((char *)f->kinds[i]);
+}
+
+/* Clips strings to max bytes (at a UTF-8 boundary; AUDIT_ITEM_MAX inside arrays) and arrays to
+ * AUDIT_ARRAY_MAX items, in place and at any depth: an event stays small whatever a request carried
+ * (a 1 MiB command line). Whether anything was clipped. */
+static bool clip(json_t *v, size_t max)
+{
+    bool clipped = false;
+    if (json_is_string(v) && json_string_length(v) > max) {
+        const char *text = json_string_value(v);
+        size_t n = max;
+        while (n > 0 && ((unsigned char)text[n] & 0xC0) == 0x80)
+            n--;
+        char *cut = strndup(text, n);
+        clipped = cut != NULL && json_string_setn(v, cut, n) == 0;
+        free(cut);
+    } else if (json_is_array(v)) {
+        while (json_array_size(v) > AUDIT_ARRAY_MAX)
+            clipped |= json_array_remove(v, json_array_size(v) - 1) == 0;
+        size_t i;
+        json_t *item;
+        json_array_foreach(v, i, item) clipped |= clip(item, AUDIT_ITEM_MAX);
+    } else if (json_is_object(v)) {
+        const char *key;
+        json_t *item;
+        json_object_foreach(v, key, item) clipped |= clip(item, max);
+    }
+    return clipped;
+}
+
+static void subscription_unlink(struct audit *a, struct audit_subscription *sub)
+{
+    if (sub->prev != NULL)
+        sub->prev->next = sub->next;
+    else
+        a->subs = sub->next;
+    if (sub->next != NULL)
+        sub->next->prev = sub->prev;
+    filter_free(&sub->filter);
+    free(sub);
+}
+
 void audit_record(struct audit *a, const char *sandbox_id, const char *owner, const char *kind,
                   json_t *fields)
 {
@@ -201,6 +251,8 @@ void audit_record(struct audit *a, const char *sandbox_id, const char *owner, co
     }
     if (fields == NULL)
         fields = json_object();
+    if (clip(fields, AUDIT_STRING_MAX))
+        json_object_set_new(fields, "clipped", json_true());
     if (a->count == a->capacity) {
         size_t capacity = a->capacity ? a->capacity * 2 : 64;
         struct pending *q = realloc(a->queue, capacity * sizeof(*q));
@@ -232,12 +284,25 @@ void audit_record(struct audit *a, const char *sandbox_id, const char *owner, co
     a->next_id++;
     a->count++;
     struct store_audit_event ev = {p->id, p->time_ms, p->sandbox_id, p->owner, p->kind, fields};
-    for (struct audit_subscription *sub = a->subs, *next; sub != NULL; sub = next) {
-        next = sub->next; /* the callback may unsubscribe */
-        if (audit_filter_match(&sub->filter, &ev))
+    /* A subscriber's callback may end its stream, and what that runs may record an event in
+     * turn: while events are handed out, nothing is flushed (the queue's strings are ev's) and
+     * unsubscribed entries stay in the list, marked gone, until the outermost loop is over. */
+    a->dispatching++;
+    for (struct audit_subscription *sub = a->subs; sub != NULL; sub = sub->next)
+        if (!sub->gone && audit_filter_match(&sub->filter, &ev))
             sub->s.on_event(&ev, sub->s.arg);
-    }
-    if (a->count >= AUDIT_FLUSH_COUNT) {
+    if (--a->dispatching == 0)
+        for (struct audit_subscription *sub = a->subs, *next; sub != NULL; sub = next) {
+            next = sub->next;
+            if (sub->gone)
+                subscription_unlink(a, sub);
+        }
+    if (a->dispatching > 0) {
+        if (!evtimer_pending(a->flush_timer, NULL)) {
+            struct timeval soon = {.tv_sec = 0, .tv_usec = AUDIT_FLUSH_MS * 1000};
+            evtimer_add(a->flush_timer, &soon);
+        }
+    } else if (a->count >= AUDIT_FLUSH_COUNT) {
         evtimer_del(a->flush_timer);
         flush(a);
     } else if (!evtimer_pending(a->flush_timer, NULL)) {
@@ -267,14 +332,6 @@ int audit_query(struct audit *a, const struct store_audit_filter *f,
     return store_audit_query(a->store, f, fn, arg, err);
 }
 
-static void filter_free(struct store_audit_filter *f)
-{
-    free((char *)f->sandbox_id);
-    free((char *)f->owner);
-    for (size_t i = 0; i < f->kind_count; i++)
-        free((char *)f->kinds[i]);
-}
-
 static char *dup_or_null(const char *s, bool *failed)
 {
     char *d = s ? strdup(s) : NULL;
@@ -289,6 +346,16 @@ struct audit_subscription *audit_subscribe(struct audit *a, const struct store_a
     if (a->sub_count >= AUDIT_SUBSCRIBERS_MAX) {
         cove_error_set(err, 0, 503, "AUDIT::TOO_MANY_STREAMS",
                        "%d event streams are open already: try again later", AUDIT_SUBSCRIBERS_MAX);
+        return NULL;
+    }
+    size_t mine = 0; /* one key's streams, so that it cannot take every other key's */
+    for (const struct audit_subscription *o = a->subs; o != NULL; o = o->next)
+        mine += !o->gone && (f->owner == NULL) == (o->filter.owner == NULL) &&
+                (f->owner == NULL || strcmp(f->owner, o->filter.owner) == 0);
+    if (mine >= AUDIT_SUBSCRIBERS_PER_OWNER) {
+        cove_error_set(err, 0, 429, "AUDIT::TOO_MANY_STREAMS",
+                       "this key has %d event streams open already: close one first",
+                       AUDIT_SUBSCRIBERS_PER_OWNER);
         return NULL;
     }
     struct audit_subscription *sub = calloc(1, sizeof(*sub));
@@ -323,13 +390,11 @@ void audit_unsubscribe(struct audit_subscription *sub)
     if (sub == NULL)
         return;
     struct audit *a = sub->audit;
-    if (sub->prev != NULL)
-        sub->prev->next = sub->next;
-    else
-        a->subs = sub->next;
-    if (sub->next != NULL)
-        sub->next->prev = sub->prev;
+    if (sub->gone)
+        return; /* already: freed when the events being handed out are */
     a->sub_count--;
-    filter_free(&sub->filter);
-    free(sub);
+    if (a->dispatching > 0)
+        sub->gone = true;
+    else
+        subscription_unlink(a, sub);
 }

@@ -31,6 +31,13 @@
 #define AUDIT_MAX_EVENTS 10000
 /* Live subscribers (SSE streams) at most, over all keys. */
 #define AUDIT_SUBSCRIBERS_MAX 256
+/* Live streams one key may have open (an admin's unfiltered ones count as one owner's). */
+#define AUDIT_SUBSCRIBERS_PER_OWNER 32
+/* An event's strings are clipped to this many bytes (those in arrays to AUDIT_ITEM_MAX), its
+ * arrays to this many items: about 20 KiB an event at most, whatever a request carried. */
+#define AUDIT_STRING_MAX 4096
+#define AUDIT_ITEM_MAX 256
+#define AUDIT_ARRAY_MAX 64
 
 struct audit_config {
     bool enabled;        /* false (audit = off, --no-audit): nothing is recorded */
@@ -85,7 +92,8 @@ struct audit_subscriber {
     void (*on_end)(void *arg); /* the trail is going away: unsubscribe is no longer needed */
     void *arg;
 };
-/* NULL with a 503 when AUDIT_SUBSCRIBERS_MAX are subscribed; f is copied. */
+/* NULL with a 503 when AUDIT_SUBSCRIBERS_MAX are subscribed, a 429 when f's owner has
+ * AUDIT_SUBSCRIBERS_PER_OWNER; f is copied. */
 struct audit_subscription *audit_subscribe(struct audit *a, const struct store_audit_filter *f,
                                            const struct audit_subscriber *s,
                                            struct cove_error **err);

@@ -1,6 +1,7 @@
 /* The events routes' query (audit_query.h). */
 #include "coved/audit/audit_query.h"
 
+#include <errno.h>
 #include <sys/queue.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -49,8 +50,9 @@ static int add_kinds(struct audit_query *q, const char *value, struct cove_error
 static int parse_id(const char *value, int64_t *out)
 {
     char *end;
+    errno = 0;
     long long v = strtoll(value, &end, 10);
-    if (value[0] < '0' || value[0] > '9' || *end != '\0' || v < 0)
+    if (value[0] < '0' || value[0] > '9' || *end != '\0' || v < 0 || errno == ERANGE)
         return -1;
     *out = v;
     return 0;

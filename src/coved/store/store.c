@@ -809,6 +809,23 @@ int store_quota_load_all(struct store *store,
     return 0;
 }
 
+/* The per-sandbox cap counts each class of events on its own, so that a flood of one class
+ * (a sandbox's DNS queries, a request naming thousands of paths) pushes out only older events
+ * of that class, never the lifecycle or the commands it would hide: 0 lifecycle (sandbox.*),
+ * 1 egress, 2 files (file.*), 3 the rest (commands, code runs). AUDIT_CLASS is the same in SQL. */
+#define AUDIT_CLASS                                                                                \
+    "(CASE WHEN kind LIKE 'sandbox.%' THEN 0 WHEN kind = 'egress' THEN 1"                          \
+    " WHEN kind LIKE 'file.%' THEN 2 ELSE 3 END)"
+
+static int audit_class(const char *kind)
+{
+    if (strncmp(kind, "sandbox.", 8) == 0)
+        return 0;
+    if (strcmp(kind, "egress") == 0)
+        return 1;
+    return strncmp(kind, "file.", 5) == 0 ? 2 : 3;
+}
+
 int store_audit_append(struct store *store, const struct store_audit_event *events, size_t count,
                        int64_t max_per_sandbox, struct cove_error **err)
 {
@@ -820,9 +837,10 @@ int store_audit_append(struct store *store, const struct store_audit_event *even
                            " VALUES (:id, :time_ms, :sandbox_id, :owner, :kind, :fields)",
                            -1, &insert, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(store->db,
-                           "DELETE FROM audit_events WHERE sandbox_id = :sandbox_id AND id <="
+                           "DELETE FROM audit_events WHERE sandbox_id = :sandbox_id"
+                           " AND " AUDIT_CLASS " = :class AND id <="
                            " (SELECT id FROM audit_events WHERE sandbox_id = :sandbox_id"
-                           " ORDER BY id DESC LIMIT 1 OFFSET :max)",
+                           " AND " AUDIT_CLASS " = :class ORDER BY id DESC LIMIT 1 OFFSET :max)",
                            -1, &cap, NULL) != SQLITE_OK) {
         db_error(store, err, "prepare the audit write");
         goto fail;
@@ -839,13 +857,16 @@ int store_audit_append(struct store *store, const struct store_audit_event *even
             goto fail;
     }
     for (size_t i = 0; max_per_sandbox > 0 && i < count; i++) {
-        bool seen = false; /* once per sandbox of the batch */
+        int class = audit_class(events[i].kind);
+        bool seen = false; /* once per sandbox and class of the batch */
         for (size_t j = 0; j < i && !seen; j++)
-            seen = strcmp(events[j].sandbox_id, events[i].sandbox_id) == 0;
+            seen = strcmp(events[j].sandbox_id, events[i].sandbox_id) == 0 &&
+                   audit_class(events[j].kind) == class;
         if (seen)
             continue;
         struct binding b = {cap, SQLITE_OK, NULL};
         bind_text(&b, ":sandbox_id", events[i].sandbox_id);
+        bind_int(&b, ":class", class);
         bind_int(&b, ":max", max_per_sandbox);
         if (run(store, &b, err, "cap a sandbox's audit events") < 0)
             goto fail;

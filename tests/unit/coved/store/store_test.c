@@ -631,8 +631,9 @@ static void test_audit_events(void)
         {4, 4000, "sb-a", "owner-a", "egress", fields},
         {5, 5000, "sb-a", "owner-a", "sandbox.resume", fields},
     };
-    /* sb-a has 4: its cap of 3 drops its oldest (1); sb-b's one stays. */
-    CHECK_EQ_INT(store_audit_append(store, batch, 5, 3, &err), 0);
+    /* sb-a has 3 lifecycle events and 1 egress: a cap of 2 a class drops its oldest lifecycle
+     * one (1), not the egress one; sb-b's one stays. */
+    CHECK_EQ_INT(store_audit_append(store, batch, 5, 2, &err), 0);
     CHECK_EQ_INT(store_audit_last_id(store), 5);
     struct audit_seen seen;
     struct store_audit_filter all = {0};
@@ -664,6 +665,25 @@ static void test_audit_events(void)
     CHECK_EQ_INT(store_audit_prune(store, 10000, &err), 0);
     CHECK_EQ_INT(audit_ids(store, &all, &seen), 0);
     CHECK_EQ_INT(store_audit_last_id(store), 5);
+    /* A flood of one class pushes out only that class: 6 egress and 3 file events after a
+     * lifecycle one and a command, cap 2, leave the lifecycle event, the command, the 2 newest
+     * egress and the 2 newest file events. */
+    struct store_audit_event flood[11];
+    for (int i = 0; i < 11; i++) {
+        const char *kind = i == 0   ? "sandbox.create"
+                           : i == 1 ? "command.start"
+                           : i < 8  ? "egress"
+                                    : "file.write";
+        flood[i] = (struct store_audit_event){10 + i, 20000 + i, "sb-a", "owner-a", kind, fields};
+    }
+    CHECK_EQ_INT(store_audit_append(store, flood, 11, 2, &err), 0);
+    CHECK_EQ_INT(audit_ids(store, &all, &seen), 6);
+    CHECK_EQ_INT(seen.ids[0], 10);
+    CHECK_EQ_INT(seen.ids[1], 11);
+    CHECK_EQ_INT(seen.ids[2], 16);
+    CHECK_EQ_INT(seen.ids[3], 17);
+    CHECK_EQ_INT(seen.ids[4], 19);
+    CHECK_EQ_INT(seen.ids[5], 20);
     json_decref(fields);
     cove_error_free(err);
     store_close(store);
