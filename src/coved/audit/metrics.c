@@ -107,7 +107,8 @@ struct metrics_family *metrics_family_new(struct metrics *m, enum metrics_type t
         family_free(f);
         return NULL;
     }
-    memcpy(f->bounds, buckets, bucket_count * sizeof(*buckets));
+    if (bucket_count > 0) /* buckets is NULL for a counter or a gauge */
+        memcpy(f->bounds, buckets, bucket_count * sizeof(*buckets));
     f->bucket_count = bucket_count;
     *m->last = f;
     m->last = &f->next;
