@@ -303,8 +303,11 @@ def test_200_mb_of_output_streams_with_flat_memory(gw):
         grew_daemon = vm_hwm_kb(gw.proc.pid) - daemon_before
         grew_agent = vm_hwm_kb(agent) - agent_before
         print(f"200 MB streamed: coved peak grew {grew_daemon} KiB, agent {grew_agent} KiB")
-        assert grew_daemon < 32 * 1024
-        # A sanitized agent keeps freed memory in ASan's quarantine: its peak says nothing.
+        # A sanitized build keeps freed memory in ASan's quarantine (256 MiB by default): its
+        # peak says nothing of what it holds. coved's audit observer parses each output line
+        # it counts, so a sanitized coved's peak is the quarantine's (with quarantine_size_mb=8
+        # it grew 10 MiB here); the plain build's runs hold coved to the bound.
+        assert grew_daemon < 32 * 1024 or os.environ.get("COVE_SANITIZED")
         assert grew_agent < 32 * 1024 or AGENT_SANITIZED
     finally:
         gw.delete(sid)
